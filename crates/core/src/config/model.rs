@@ -1,0 +1,526 @@
+//! The typed configuration model. Both front ends (TOML and nginx.conf)
+//! build exactly this; nothing downstream knows which one was used.
+//!
+//! Every default equals nginx's (or tengine's for `check`), and
+//! `docs/configuration.md` lists each setting with its unit and default.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::outcome::NextUpstream;
+
+/// Where a setting came from, for lint findings and error messages.
+/// Two origins always compare equal: the source position is not part of the
+/// model's meaning (a converted config equals its original).
+#[derive(Clone, Debug, Default)]
+pub struct Origin(pub Option<Arc<SourcePos>>);
+
+/// A file position.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourcePos {
+    /// The file.
+    pub file: PathBuf,
+    /// 1-based line.
+    pub line: u32,
+    /// 1-based column.
+    pub col: u32,
+}
+
+/// A whole configuration.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Config {
+    /// Upstream groups, in file order.
+    pub upstreams: Vec<UpstreamConfig>,
+    /// Virtual servers (nginx `server {}` blocks), in file order.
+    pub servers: Vec<ServerBlock>,
+    /// The admin listener.
+    pub admin: AdminConfig,
+}
+
+/// The admin API listener.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AdminConfig {
+    /// Listen address; default `127.0.0.1:9901`.
+    pub listen: Option<SocketAddr>,
+    /// Bearer token for write endpoints (and required for a non-loopback listen).
+    pub token: Option<String>,
+}
+
+/// One `upstream NAME { ... }` block.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UpstreamConfig {
+    /// The upstream's name.
+    pub name: String,
+    /// The balancing method.
+    pub balancer: Balancer,
+    /// The servers, in config order (order matters for round-robin ties and hashes).
+    pub servers: Vec<ServerConfig>,
+    /// `keepalive N`: idle connections kept per upstream (a cache, not a cap).
+    pub keepalive: Option<Keepalive>,
+    /// Active health check (tengine's `check`), if any.
+    pub check: Option<CheckConfig>,
+    /// `zone NAME [SIZE]`: accepted for compatibility; vigil's state is always shared.
+    pub zone: Option<String>,
+    /// Where the block starts.
+    pub origin: Origin,
+}
+
+/// The balancing method of an upstream.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum Balancer {
+    /// Smooth weighted round robin (nginx's default).
+    #[default]
+    RoundRobin,
+    /// `least_conn`.
+    LeastConn,
+    /// `hash KEY [consistent]`.
+    Hash {
+        /// The key, with nginx variables (`$request_uri`, `$arg_x`, ...).
+        key: String,
+        /// Ketama consistent hashing.
+        consistent: bool,
+    },
+    /// `ip_hash`.
+    IpHash,
+    /// `random [two [least_conn]]`.
+    Random {
+        /// Power of two choices, keeping the less loaded one.
+        two: bool,
+    },
+}
+
+/// One `server ADDRESS [params]` line.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerConfig {
+    /// The address as written (`127.0.0.1:8080`, `backend1:80`); consistent
+    /// hashing hashes this text, as nginx does.
+    pub address: String,
+    /// The resolved socket address.
+    pub addr: SocketAddr,
+    /// `weight=N`, default 1.
+    pub weight: NonZeroU32,
+    /// `max_fails=N`, default 1; 0 disables the exclusion test.
+    pub max_fails: u32,
+    /// `fail_timeout=T`, default 10s.
+    pub fail_timeout: Duration,
+    /// `max_conns=N`, default 0 (no limit).
+    pub max_conns: u32,
+    /// `backup`.
+    pub backup: bool,
+    /// `down`.
+    pub down: bool,
+    /// `slow_start=T` (nginx Plus): ramp the weight up after recovery.
+    pub slow_start: Option<Duration>,
+    /// Where the line is.
+    pub origin: Origin,
+}
+
+/// `keepalive N` and its companions.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Keepalive {
+    /// Idle connections kept per upstream (per worker in nginx).
+    pub idle: NonZeroU32,
+    /// `keepalive_timeout`, default 60s.
+    pub timeout: Duration,
+    /// `keepalive_requests`, default 1000.
+    pub requests: u32,
+    /// Where `keepalive` is.
+    pub origin: Origin,
+}
+
+/// Active health check settings (tengine's `check` directive family).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckConfig {
+    /// `type=`, default `tcp`.
+    pub kind: CheckKind,
+    /// `interval=`, default 30s.
+    pub interval: Duration,
+    /// `rise=`, default 2.
+    pub rise: NonZeroU32,
+    /// `fall=`, default 5.
+    pub fall: NonZeroU32,
+    /// `timeout=`, default 1s: one deadline for the whole probe.
+    pub timeout: Duration,
+    /// `port=`: probe this port instead of the server's.
+    pub port: Option<u16>,
+    /// State before the first result: tengine's `default_down=true` (the default) is `Down`.
+    pub initial: InitialState,
+    /// Random extra delay added to each interval, up to this much.
+    pub jitter: Duration,
+    /// HTTP probe details (for `http` and `https`).
+    pub http: HttpCheck,
+    /// Where `check` is.
+    pub origin: Origin,
+}
+
+/// Probe type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum CheckKind {
+    /// TCP connect.
+    #[default]
+    Tcp,
+    /// HTTP request over TCP.
+    Http,
+    /// HTTP request over TLS.
+    Https,
+}
+
+/// State of a peer before its first probe result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum InitialState {
+    /// Routable until a probe says otherwise.
+    Up,
+    /// Not routable until `rise` probes pass (tengine's `default_down=true`).
+    #[default]
+    Down,
+    /// Routable, and the first result alone decides (no streak needed for it).
+    FirstResult,
+}
+
+/// HTTP probe request and acceptance.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpCheck {
+    /// The raw request (`check_http_send`); default `GET / HTTP/1.0\r\n\r\n`.
+    pub send: String,
+    /// Accepted statuses (`check_http_expect_alive`); default `http_2xx http_3xx`.
+    pub expect: Vec<StatusClass>,
+    /// Optional substring the body must contain (first 64 KiB).
+    pub body_contains: Option<String>,
+}
+
+/// An accepted status class or exact status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusClass {
+    /// `http_Nxx`, N in 1..=5.
+    Class(u8),
+    /// An exact status.
+    Exact(u16),
+}
+
+/// A `server {}` block: where clients connect and how requests are routed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerBlock {
+    /// `listen` addresses.
+    pub listen: Vec<Listen>,
+    /// `server_name`s (informational: vigil routes by listener, first block wins).
+    pub server_names: Vec<String>,
+    /// Locations, in config order.
+    pub locations: Vec<Location>,
+    /// Where the block starts.
+    pub origin: Origin,
+}
+
+/// One `listen` directive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listen {
+    /// The address.
+    pub addr: SocketAddr,
+    /// `default_server`.
+    pub default_server: bool,
+    /// `reuseport`.
+    pub reuseport: bool,
+    /// `backlog=N`.
+    pub backlog: Option<u32>,
+}
+
+/// How a location matches the request path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LocationMatch {
+    /// `location /prefix` (longest prefix wins).
+    Prefix,
+    /// `location ^~ /prefix`: a prefix that would stop regex matching (vigil has none).
+    PrefixNoRegex,
+    /// `location = /exact`.
+    Exact,
+}
+
+/// One `location` block.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Location {
+    /// Match kind.
+    pub matcher: LocationMatch,
+    /// The path.
+    pub path: String,
+    /// Proxy settings in force here (inherited from server and http levels).
+    pub proxy: ProxySettings,
+    /// Where the block starts.
+    pub origin: Origin,
+}
+
+/// `proxy_pass` target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyPass {
+    /// `http` or `https`.
+    pub tls: bool,
+    /// Upstream name (an `upstream` block, or a `host:port` made into an implicit upstream).
+    pub upstream: String,
+    /// The URI part, if any (`proxy_pass http://u/v1` has `/v1`).
+    pub uri: Option<String>,
+}
+
+/// Request header change (`proxy_set_header NAME VALUE`; empty value removes).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetHeader {
+    /// Header name.
+    pub name: String,
+    /// Value with nginx variables.
+    pub value: String,
+}
+
+/// Response header added (`add_header NAME VALUE [always]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AddHeader {
+    /// Header name.
+    pub name: String,
+    /// Value with nginx variables.
+    pub value: String,
+    /// Also on error statuses.
+    pub always: bool,
+}
+
+/// Everything `proxy_*` that applies to a location, after inheritance.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProxySettings {
+    /// `proxy_pass`.
+    pub pass: Option<ProxyPass>,
+    /// `proxy_next_upstream`, default `error timeout`.
+    pub next_upstream: NextUpstream,
+    /// `proxy_next_upstream_tries`, default 0 (no limit beyond the peer count).
+    pub next_upstream_tries: u32,
+    /// `proxy_next_upstream_timeout`, default 0 (none).
+    pub next_upstream_timeout: Option<Duration>,
+    /// `proxy_connect_timeout`, default 60s.
+    pub connect_timeout: Duration,
+    /// `proxy_send_timeout`, default 60s (between two writes).
+    pub send_timeout: Duration,
+    /// `proxy_read_timeout`, default 60s (between two reads).
+    pub read_timeout: Duration,
+    /// `proxy_request_buffering`, default on.
+    pub request_buffering: bool,
+    /// `proxy_buffering`, default on.
+    pub buffering: bool,
+    /// `proxy_http_version`, default 1.0 in nginx; vigil speaks 1.1 upstream
+    /// when `keepalive` is set and records what was asked.
+    pub http_version: HttpVersion,
+    /// `proxy_set_header` list (replaces the inherited list when present).
+    pub set_headers: Vec<SetHeader>,
+    /// `add_header` list (replaces the inherited list when present).
+    pub add_headers: Vec<AddHeader>,
+    /// `client_max_body_size` in bytes, default 1 MiB; 0 = no limit.
+    pub client_max_body_size: u64,
+    /// `proxy_ssl_verify`, default on in vigil (off in nginx: a trap).
+    pub ssl_verify: bool,
+    /// `proxy_ssl_trusted_certificate`.
+    pub ssl_trusted_certificate: Option<PathBuf>,
+    /// `proxy_ssl_server_name`, default on in vigil (SNI).
+    pub ssl_server_name: bool,
+    /// `access_log` path (None = off).
+    pub access_log: Option<AccessLog>,
+}
+
+/// HTTP version used to talk to upstreams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum HttpVersion {
+    /// HTTP/1.0 (nginx's default).
+    #[default]
+    Http10,
+    /// HTTP/1.1.
+    Http11,
+}
+
+/// An access log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AccessLog {
+    /// Where to write.
+    pub path: PathBuf,
+    /// Line format.
+    pub format: LogFormat,
+}
+
+/// Access log line format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    /// nginx's `combined` plus the upstream fields.
+    #[default]
+    Combined,
+    /// One JSON object per line.
+    Json,
+}
+
+// === impl Origin ===
+
+impl Origin {
+    /// An origin at a file position.
+    pub fn at(file: PathBuf, line: u32, col: u32) -> Self {
+        Origin(Some(Arc::new(SourcePos { file, line, col })))
+    }
+}
+
+impl PartialEq for Origin {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Some(p) => write!(f, "{}:{}:{}", p.file.display(), p.line, p.col),
+            None => f.write_str("<unknown>"),
+        }
+    }
+}
+
+// === impl defaults ===
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self {
+            listen: None,
+            token: None,
+        }
+    }
+}
+
+impl AdminConfig {
+    /// The default admin listen address.
+    pub const DEFAULT_LISTEN: &'static str = "127.0.0.1:9901";
+}
+
+impl ServerConfig {
+    /// A server with nginx's defaults.
+    pub fn new(address: impl Into<String>, addr: SocketAddr) -> Self {
+        Self {
+            address: address.into(),
+            addr,
+            weight: NonZeroU32::MIN,
+            max_fails: 1,
+            fail_timeout: Duration::from_secs(10),
+            max_conns: 0,
+            backup: false,
+            down: false,
+            slow_start: None,
+            origin: Origin::default(),
+        }
+    }
+}
+
+impl Default for ProxySettings {
+    fn default() -> Self {
+        Self {
+            pass: None,
+            next_upstream: NextUpstream::nginx_default(),
+            next_upstream_tries: 0,
+            next_upstream_timeout: None,
+            connect_timeout: Duration::from_secs(60),
+            send_timeout: Duration::from_secs(60),
+            read_timeout: Duration::from_secs(60),
+            request_buffering: true,
+            buffering: true,
+            http_version: HttpVersion::Http10,
+            set_headers: Vec::new(),
+            add_headers: Vec::new(),
+            client_max_body_size: 1024 * 1024,
+            ssl_verify: true,
+            ssl_trusted_certificate: None,
+            ssl_server_name: true,
+            access_log: None,
+        }
+    }
+}
+
+impl Default for HttpCheck {
+    fn default() -> Self {
+        Self {
+            send: "GET / HTTP/1.0\r\n\r\n".to_string(),
+            expect: vec![StatusClass::Class(2), StatusClass::Class(3)],
+            body_contains: None,
+        }
+    }
+}
+
+impl Default for CheckConfig {
+    fn default() -> Self {
+        Self {
+            kind: CheckKind::Tcp,
+            interval: Duration::from_secs(30),
+            rise: NonZeroU32::new(2).unwrap_or(NonZeroU32::MIN),
+            fall: NonZeroU32::new(5).unwrap_or(NonZeroU32::MIN),
+            timeout: Duration::from_secs(1),
+            port: None,
+            initial: InitialState::Down,
+            jitter: Duration::ZERO,
+            http: HttpCheck::default(),
+            origin: Origin::default(),
+        }
+    }
+}
+
+impl StatusClass {
+    /// Whether `status` is accepted.
+    pub fn accepts(self, status: u16) -> bool {
+        match self {
+            StatusClass::Class(c) => status / 100 == u16::from(c),
+            StatusClass::Exact(s) => status == s,
+        }
+    }
+
+    /// The word in nginx.conf (`http_2xx`) or the number.
+    pub fn word(self) -> String {
+        match self {
+            StatusClass::Class(c) => format!("http_{c}xx"),
+            StatusClass::Exact(s) => s.to_string(),
+        }
+    }
+
+    /// Parse `http_2xx` or `204`.
+    pub fn parse(word: &str) -> Option<Self> {
+        if let Some(rest) = word.strip_prefix("http_") {
+            let b = rest.as_bytes();
+            if b.len() == 3 && (b'1'..=b'5').contains(&b[0]) && &b[1..] == b"xx" {
+                return Some(StatusClass::Class(b[0] - b'0'));
+            }
+            return None;
+        }
+        match word.parse::<u16>() {
+            Ok(s) if (100..=599).contains(&s) => Some(StatusClass::Exact(s)),
+            _ => None,
+        }
+    }
+}
+
+impl UpstreamConfig {
+    /// An upstream with nginx's defaults and no servers.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            balancer: Balancer::RoundRobin,
+            servers: Vec::new(),
+            keepalive: None,
+            check: None,
+            zone: None,
+            origin: Origin::default(),
+        }
+    }
+
+    /// Primary servers (not `backup`).
+    pub fn primaries(&self) -> impl Iterator<Item = &ServerConfig> {
+        self.servers.iter().filter(|s| !s.backup)
+    }
+
+    /// nginx's `peers->single`: exactly one primary (down ones included) and no backup.
+    pub fn is_single(&self) -> bool {
+        self.primaries().count() == 1 && !self.servers.iter().any(|s| s.backup)
+    }
+}
+
+impl Config {
+    /// The upstream called `name`.
+    pub fn upstream(&self, name: &str) -> Option<&UpstreamConfig> {
+        self.upstreams.iter().find(|u| u.name == name)
+    }
+}

@@ -1,0 +1,282 @@
+//! Every state transition is an [`Event`] with its cause and time,
+//! published on a bounded in-process [`EventBus`].
+//!
+//! The bus is a ring of the most recent events with sequence numbers:
+//! readers ask for everything after the last sequence they saw and are told
+//! how many they missed if they fell behind (like tokio's broadcast, without
+//! needing a runtime in core). Listeners registered with
+//! [`EventBus::subscribe`] are called synchronously on publish, so logging
+//! and metrics see every event.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use crate::clock::Timestamp;
+use crate::outcome::FailureClass;
+
+/// One transition of one peer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Event {
+    /// Position on the bus (1-based, gapless).
+    pub seq: u64,
+    /// When, on the monotonic timeline.
+    pub at: Timestamp,
+    /// When, in milliseconds since the Unix epoch.
+    pub unix_ms: u64,
+    /// The upstream.
+    pub upstream: Arc<str>,
+    /// The peer's address as configured.
+    pub peer: Arc<str>,
+    /// What happened.
+    pub kind: EventKind,
+}
+
+/// What happened to a peer, with its cause.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EventKind {
+    /// Passive: `fails` reached `max_fails`; no traffic until `until`.
+    Excluded {
+        /// The failure that tipped it.
+        cause: FailureClass,
+        /// Failures counted.
+        fails: u32,
+        /// The threshold.
+        max_fails: u32,
+        /// End of the quiet period (`checked + fail_timeout`).
+        until: Timestamp,
+    },
+    /// Passive: the quiet period ended and one request was sent to test the peer.
+    TrialRequest,
+    /// Passive: a success after the quiet period forgave the failures.
+    Readmitted {
+        /// Failures forgiven.
+        fails: u32,
+    },
+    /// Active: probes say the peer is up.
+    ProbeUp {
+        /// Consecutive passes that made it so.
+        streak: u32,
+        /// What the last probe saw.
+        detail: String,
+    },
+    /// Active: probes say the peer is down.
+    ProbeDown {
+        /// Consecutive failures that made it so.
+        streak: u32,
+        /// Why the last probe failed (phase and reason).
+        detail: String,
+    },
+    /// Admin state changed through the API.
+    Admin {
+        /// Old state.
+        from: crate::peer::AdminState,
+        /// New state.
+        to: crate::peer::AdminState,
+    },
+}
+
+/// A bounded, multi-reader event log.
+pub struct EventBus {
+    ring: Mutex<VecDeque<Event>>,
+    capacity: usize,
+    next_seq: AtomicU64,
+    listeners: RwLock<Vec<Box<dyn Fn(&Event) + Send + Sync>>>,
+}
+
+/// Events read from the bus after a sequence number.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Since {
+    /// The events, oldest first.
+    pub events: Vec<Event>,
+    /// How many events after the requested sequence had already left the ring.
+    pub missed: u64,
+    /// The sequence to ask from next time.
+    pub next: u64,
+}
+
+// === impl EventKind ===
+
+impl EventKind {
+    /// A short name for the kind (`excluded`, `probe_down`, ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            EventKind::Excluded { .. } => "excluded",
+            EventKind::TrialRequest => "trial_request",
+            EventKind::Readmitted { .. } => "readmitted",
+            EventKind::ProbeUp { .. } => "probe_up",
+            EventKind::ProbeDown { .. } => "probe_down",
+            EventKind::Admin { .. } => "admin",
+        }
+    }
+}
+
+impl fmt::Display for EventKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EventKind::Excluded {
+                cause,
+                fails,
+                max_fails,
+                ..
+            } => write!(
+                f,
+                "excluded: {fails} failure(s) reached max_fails={max_fails} (last: {cause})"
+            ),
+            EventKind::TrialRequest => f.write_str("quiet period over: one request tests the peer"),
+            EventKind::Readmitted { fails } => {
+                write!(
+                    f,
+                    "readmitted: a success after the quiet period forgave {fails} failure(s)"
+                )
+            }
+            EventKind::ProbeUp { streak, detail } => {
+                write!(f, "probe up after {streak} pass(es): {detail}")
+            }
+            EventKind::ProbeDown { streak, detail } => {
+                write!(f, "probe down after {streak} failure(s): {detail}")
+            }
+            EventKind::Admin { from, to } => write!(f, "admin state {from} -> {to}"),
+        }
+    }
+}
+
+// === impl EventBus ===
+
+impl EventBus {
+    /// Default number of events kept.
+    pub const DEFAULT_CAPACITY: usize = 4096;
+
+    /// A bus keeping the last `capacity` events (at least 1).
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            ring: Mutex::new(VecDeque::with_capacity(capacity.clamp(1, 1 << 16))),
+            capacity: capacity.max(1),
+            next_seq: AtomicU64::new(1),
+            listeners: RwLock::new(Vec::new()),
+        }
+    }
+
+    /// Call `f` for every event published from now on.
+    pub fn subscribe(&self, f: impl Fn(&Event) + Send + Sync + 'static) {
+        if let Ok(mut l) = self.listeners.write() {
+            l.push(Box::new(f));
+        }
+    }
+
+    /// Publish an event (its `seq` is assigned here).
+    pub fn publish(&self, mut event: Event) {
+        {
+            let Ok(mut ring) = self.ring.lock() else {
+                return;
+            };
+            event.seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+            if ring.len() == self.capacity {
+                ring.pop_front();
+            }
+            ring.push_back(event.clone());
+        }
+        if let Ok(listeners) = self.listeners.read() {
+            for l in listeners.iter() {
+                l(&event);
+            }
+        }
+    }
+
+    /// The sequence the next event will get.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq.load(Ordering::Relaxed)
+    }
+
+    /// Events with `seq > after`, at most `limit`.
+    pub fn since(&self, after: u64, limit: usize) -> Since {
+        let Ok(ring) = self.ring.lock() else {
+            return Since {
+                events: Vec::new(),
+                missed: 0,
+                next: after,
+            };
+        };
+        let oldest = ring.front().map_or(self.next_seq(), |e| e.seq);
+        let missed = oldest.saturating_sub(after + 1);
+        let events: Vec<Event> = ring
+            .iter()
+            .filter(|e| e.seq > after)
+            .take(limit)
+            .cloned()
+            .collect();
+        let next = events
+            .last()
+            .map_or(after.max(oldest.saturating_sub(1)), |e| e.seq);
+        Since {
+            events,
+            missed,
+            next,
+        }
+    }
+}
+
+impl Default for EventBus {
+    fn default() -> Self {
+        Self::new(Self::DEFAULT_CAPACITY)
+    }
+}
+
+impl fmt::Debug for EventBus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventBus")
+            .field("capacity", &self.capacity)
+            .field("next_seq", &self.next_seq())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(n: u64) -> Event {
+        Event {
+            seq: 0,
+            at: Timestamp(n),
+            unix_ms: n,
+            upstream: "u".into(),
+            peer: "p".into(),
+            kind: EventKind::TrialRequest,
+        }
+    }
+
+    #[test]
+    fn ring_is_bounded_and_reports_missed() {
+        let bus = EventBus::new(3);
+        for n in 0..5 {
+            bus.publish(ev(n));
+        }
+        let s = bus.since(0, 100);
+        assert_eq!(
+            s.events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            vec![3, 4, 5]
+        );
+        assert_eq!(s.missed, 2);
+        assert_eq!(s.next, 5);
+        let s = bus.since(4, 100);
+        assert_eq!(s.events.len(), 1);
+        assert_eq!(s.missed, 0);
+        assert!(bus.since(5, 100).events.is_empty());
+    }
+
+    #[test]
+    fn listeners_see_every_event() {
+        let bus = EventBus::new(1);
+        let seen = Arc::new(AtomicU64::new(0));
+        let s2 = seen.clone();
+        bus.subscribe(move |_| {
+            s2.fetch_add(1, Ordering::Relaxed);
+        });
+        for n in 0..10 {
+            bus.publish(ev(n));
+        }
+        assert_eq!(seen.load(Ordering::Relaxed), 10);
+    }
+}

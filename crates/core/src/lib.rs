@@ -1,0 +1,28 @@
+//! vigil-core: the shared record of every upstream peer and every rule
+//! about health. No sockets, no runtime: time comes from an injected
+//! [`clock::Clock`] or a `now` argument.
+//!
+//! - [`upstream`]: peers, nginx's passive accounting, balancers, retries;
+//! - [`outcome`]: failure classes and the retry decision table;
+//! - [`health`]: active-check state (rise/fall);
+//! - [`event`]: the transition log;
+//! - [`config`]: the typed model and its TOML and nginx.conf front ends;
+//! - [`lint`]: the traps of a configuration, explained.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod balancer;
+pub mod clock;
+pub mod config;
+pub mod event;
+pub mod health;
+pub mod outcome;
+pub mod peer;
+pub mod upstream;
+
+pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
+pub use outcome::{FailureClass, NextUpstream, RequestFacts, TransportFailure};
+pub use upstream::{
+    FailureVerdict, NoLiveUpstreams, RetryPolicy, SelectKey, Selection, StatusVerdict, Upstream,
+};

@@ -1,0 +1,755 @@
+//! An upstream group: its peers, their shared passive state, the balancing
+//! method, and the per-request [`Selection`] that walks them with nginx's
+//! exact rules.
+//!
+//! ```text
+//! let mut sel = upstream.begin(key, policy, facts, now);
+//! loop {
+//!     let guard = upstream.select(&mut sel, now)?;     // Err: 502 "no live upstreams"
+//!     match attempt(guard.peer()) {
+//!         Header(status) => match sel.on_status(guard, status, now) {
+//!             StatusVerdict::Retry => continue,
+//!             StatusVerdict::PassThrough(guard) => { stream the body; drop(guard) }
+//!         },
+//!         Failed(f) => match sel.on_failure(guard, f, now) {
+//!             FailureVerdict::Retry => continue,
+//!             FailureVerdict::Fail(status) => answer status,
+//!         },
+//!     }
+//! }
+//! ```
+
+mod pick;
+mod tier;
+mod tried;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::balancer::{ip_hash_key, Method};
+use crate::clock::{duration_ms, Clock, Timestamp};
+use crate::config::{InitialState, UpstreamConfig};
+use crate::event::{Event, EventBus, EventKind};
+use crate::health::{ActiveHealth, HealthPolicy, ProbeReport};
+use crate::outcome::{FailureClass, NextUpstream, PeerOutcome, RequestFacts, TransportFailure};
+use crate::peer::{AdminState, Peer, PeerId};
+
+pub use tier::PassiveView;
+use tier::Tier;
+pub use tried::Tried;
+
+/// One upstream group, shared by every route that names it.
+pub struct Upstream {
+    name: Arc<str>,
+    config: UpstreamConfig,
+    peers: Box<[Arc<Peer>]>,
+    primary: Tier,
+    backup: Option<Tier>,
+    method: Method,
+    events: Arc<EventBus>,
+    clock: Arc<dyn Clock>,
+}
+
+/// The retry limits of a location (`proxy_next_upstream*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Which failures may move the request on.
+    pub next_upstream: NextUpstream,
+    /// `proxy_next_upstream_tries`: attempts in all, 0 = as many as peers.
+    pub tries: u32,
+    /// `proxy_next_upstream_timeout`: no new attempt after this much time.
+    pub timeout: Option<Duration>,
+}
+
+/// The request's balancing key.
+#[derive(Clone, Copy, Debug)]
+pub enum SelectKey<'a> {
+    /// No key (round robin, least_conn, random).
+    None,
+    /// The evaluated `hash` key.
+    Hash(&'a [u8]),
+    /// The client address, for `ip_hash`.
+    Client(std::net::IpAddr),
+}
+
+/// The per-request walk over an upstream's peers (nginx's
+/// `ngx_http_upstream_rr_peer_data_t` plus `u->peer.tries`).
+#[derive(Debug)]
+pub struct Selection {
+    tried: Tried,
+    in_backup: bool,
+    tries: u32,
+    started: Timestamp,
+    policy: RetryPolicy,
+    facts: RequestFacts,
+    attempts: u32,
+    key: KeyState,
+}
+
+#[derive(Debug)]
+enum KeyState {
+    None,
+    Hash {
+        key: Box<[u8]>,
+        hash: u64,
+        rehash: u64,
+        tries: u32,
+    },
+    Consistent {
+        point: u64,
+        tries: u32,
+        empty: bool,
+    },
+    Ip {
+        addr: [u8; 16],
+        len: usize,
+        hash: u32,
+        tries: u32,
+    },
+    Random {
+        rng: u64,
+        tries: u32,
+    },
+}
+
+/// A peer picked for one attempt. Holds the peer's connection count; on
+/// drop it is released and the attempt counts as a success for accounting
+/// (nginx frees the peer with state 0 at finalize), unless it was handed to
+/// [`Selection::on_status`] or [`Selection::on_failure`].
+pub struct PeerGuard<'u> {
+    upstream: &'u Upstream,
+    index: u32,
+    done: bool,
+}
+
+/// No peer is eligible: nginx's "no live upstreams", answered with 502.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("no live upstreams")]
+pub struct NoLiveUpstreams;
+
+/// What to do with a response header.
+pub enum StatusVerdict<'u> {
+    /// The peer was charged (or told `next`); try the next one.
+    Retry,
+    /// Send this response to the client; drop the guard when it is done.
+    PassThrough(PeerGuard<'u>),
+}
+
+/// What to do after a transport failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureVerdict {
+    /// Try the next peer.
+    Retry,
+    /// Stop and answer with this status (502 or 504).
+    Fail(u16),
+}
+
+/// Why a peer gets no new requests right now.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Ineligible {
+    /// `down` in the config.
+    ConfigDown,
+    /// Set down or draining through the admin API.
+    Admin {
+        /// The state.
+        state: AdminState,
+        /// Since when.
+        since: Timestamp,
+    },
+    /// Active checks say down.
+    ProbeDown {
+        /// Since when (0 = initial state, no result yet).
+        since: Timestamp,
+        /// Consecutive failed probes.
+        fail_streak: u32,
+        /// Passes still needed.
+        rise_needed: u32,
+    },
+    /// Passive: `fails >= max_fails` inside `fail_timeout` of the last failure.
+    Excluded {
+        /// Failures counted.
+        fails: u32,
+        /// The threshold.
+        max_fails: u32,
+        /// The last failure (or trial request).
+        since: Timestamp,
+        /// When one request will be let through to test it.
+        until: Timestamp,
+    },
+    /// `max_conns` reached.
+    Full {
+        /// In flight.
+        conns: u32,
+        /// The limit.
+        max_conns: u32,
+    },
+}
+
+/// Everything known about one peer at one moment.
+#[derive(Clone, Debug)]
+pub struct PeerStatus {
+    /// The peer.
+    pub peer: Arc<Peer>,
+    /// Passive accounting.
+    pub passive: PassiveView,
+    /// Active-check state.
+    pub health: crate::health::HealthView,
+    /// The last probe.
+    pub last_probe: Option<ProbeReport>,
+    /// Whether it is a backup.
+    pub backup: bool,
+    /// Why it would not be picked now (empty: eligible).
+    pub reasons: Vec<Ineligible>,
+}
+
+// === impl Upstream ===
+
+impl Upstream {
+    /// Build an upstream from its configuration.
+    pub fn new(config: UpstreamConfig, events: Arc<EventBus>, clock: Arc<dyn Clock>) -> Self {
+        Self::with_previous(config, None, events, clock)
+    }
+
+    /// Build an upstream, carrying over the state of peers of `previous`
+    /// whose address and settings did not change (nginx loses it on reload).
+    pub fn with_previous(
+        config: UpstreamConfig,
+        previous: Option<&Upstream>,
+        events: Arc<EventBus>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        let name: Arc<str> = config.name.as_str().into();
+        let policy = config.check.as_ref().map(|c| HealthPolicy {
+            rise: c.rise.get(),
+            fall: c.fall.get(),
+            initial: c.initial,
+        });
+        let ordered: Vec<_> = config
+            .servers
+            .iter()
+            .filter(|s| !s.backup)
+            .chain(config.servers.iter().filter(|s| s.backup))
+            .cloned()
+            .collect();
+        let n_primary = config.servers.iter().filter(|s| !s.backup).count();
+        let peers: Box<[Arc<Peer>]> = ordered
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let health = match policy {
+                    Some(p) => ActiveHealth::new(p),
+                    None => ActiveHealth::disabled(),
+                };
+                Arc::new(Peer::new(PeerId(i as u32), name.clone(), s, health))
+            })
+            .collect();
+        let has_backup = peers.len() > n_primary;
+        let primary = Tier::new(&peers[..n_primary], 0, n_primary == 1 && !has_backup);
+        let backup = has_backup.then(|| Tier::new(&peers[n_primary..], n_primary, false));
+        let primaries: Vec<_> = peers[..n_primary].iter().map(|p| p.config()).collect();
+        let method = Method::build(&config.balancer, &primaries);
+        let up = Self {
+            name,
+            config,
+            peers,
+            primary,
+            backup,
+            method,
+            events,
+            clock,
+        };
+        if let Some(prev) = previous {
+            up.inherit(prev);
+        }
+        up
+    }
+
+    fn inherit(&self, prev: &Upstream) {
+        let same_check = prev.config.check == self.config.check;
+        for peer in self.peers.iter() {
+            let Some(old) = prev
+                .peers
+                .iter()
+                .find(|o| o.config() == peer.config() && o.config().addr == peer.config().addr)
+            else {
+                continue;
+            };
+            let (Some(new_tier), Some(old_tier)) =
+                (self.tier_of(peer.id()), prev.tier_of(old.id()))
+            else {
+                continue;
+            };
+            let slot = old_tier.slot(old.id().0 as usize - old_tier.offset);
+            new_tier.restore(peer.id().0 as usize - new_tier.offset, slot);
+            let _ = peer.set_admin(old.admin(), old.admin_since());
+            if same_check {
+                peer.health().inherit(old.health());
+                if let Some(r) = old.last_probe() {
+                    peer.set_last_probe(r);
+                }
+            }
+        }
+    }
+
+    /// The upstream's name.
+    pub fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &UpstreamConfig {
+        &self.config
+    }
+
+    /// All peers: primaries in config order, then backups.
+    pub fn peers(&self) -> &[Arc<Peer>] {
+        &self.peers
+    }
+
+    /// The peer with this address text, if any.
+    pub fn peer_by_name(&self, name: &str) -> Option<&Arc<Peer>> {
+        self.peers.iter().find(|p| &**p.name() == name)
+    }
+
+    /// The event bus transitions go to.
+    pub fn events(&self) -> &Arc<EventBus> {
+        &self.events
+    }
+
+    /// nginx's `peers->single`.
+    pub fn is_single(&self) -> bool {
+        self.primary.single
+    }
+
+    fn tier_of(&self, id: PeerId) -> Option<&Tier> {
+        let i = id.0 as usize;
+        if i < self.primary.offset + self.primary.len() {
+            Some(&self.primary)
+        } else {
+            self.backup.as_ref().filter(|b| i < b.offset + b.len())
+        }
+    }
+
+    /// Start selecting for one client request.
+    pub fn begin(
+        &self,
+        key: SelectKey<'_>,
+        policy: RetryPolicy,
+        facts: RequestFacts,
+        now: Timestamp,
+    ) -> Selection {
+        self.begin_seeded(key, policy, facts, now, rand::random())
+    }
+
+    /// [`Upstream::begin`] with a fixed seed for `random` (tests, simulations).
+    pub fn begin_seeded(
+        &self,
+        key: SelectKey<'_>,
+        policy: RetryPolicy,
+        facts: RequestFacts,
+        now: Timestamp,
+        seed: u64,
+    ) -> Selection {
+        let mut tries = self.primary.tries + self.backup.as_ref().map_or(0, |b| b.tries);
+        if policy.tries != 0 && tries > policy.tries {
+            tries = policy.tries;
+        }
+        let key = match (&self.method, key) {
+            (Method::Hash(_), SelectKey::Hash(k)) => KeyState::Hash {
+                key: k.into(),
+                hash: 0,
+                rehash: 0,
+                tries: if k.is_empty() { u32::MAX } else { 0 },
+            },
+            (Method::Consistent(ring), SelectKey::Hash(k)) => KeyState::Consistent {
+                point: ring.find(crc32fast::hash(k)) as u64,
+                tries: 0,
+                empty: k.is_empty(),
+            },
+            (Method::Consistent(_), _) => KeyState::Consistent {
+                point: 0,
+                tries: 0,
+                empty: true,
+            },
+            (Method::Hash(_), _) => KeyState::Hash {
+                key: Box::default(),
+                hash: 0,
+                rehash: 0,
+                tries: u32::MAX,
+            },
+            (Method::IpHash(_), key) => {
+                let ip = match key {
+                    SelectKey::Client(ip) => Some(ip),
+                    _ => None,
+                };
+                // nginx uses a pseudo address of three zero bytes for
+                // non-IP clients (unix sockets).
+                let (addr, len) = ip.map_or(([0u8; 16], 3), ip_hash_key);
+                KeyState::Ip {
+                    addr,
+                    len,
+                    hash: 89,
+                    tries: 0,
+                }
+            }
+            (Method::Random { .. }, _) => KeyState::Random {
+                rng: seed | 1,
+                tries: 0,
+            },
+            _ => KeyState::None,
+        };
+        Selection {
+            tried: Tried::default(),
+            in_backup: false,
+            tries,
+            started: now,
+            policy,
+            facts,
+            attempts: 0,
+            key,
+        }
+    }
+
+    /// Pick a peer for the next attempt.
+    pub fn select(
+        &self,
+        sel: &mut Selection,
+        now: Timestamp,
+    ) -> Result<PeerGuard<'_>, NoLiveUpstreams> {
+        let mut events = Vec::new();
+        let picked = if !sel.in_backup {
+            match pick::primary(self, sel, now, &mut events) {
+                Some(i) => Some(i),
+                None => self.backup.as_ref().and_then(|b| {
+                    sel.in_backup = true;
+                    sel.tried.clear();
+                    pick::tier(self, b, sel, now, &mut events)
+                }),
+            }
+        } else {
+            self.backup
+                .as_ref()
+                .and_then(|b| pick::tier(self, b, sel, now, &mut events))
+        };
+        self.publish(events, now);
+        let index = picked.ok_or(NoLiveUpstreams)?;
+        sel.attempts += 1;
+        Ok(PeerGuard {
+            upstream: self,
+            index: index as u32,
+            done: false,
+        })
+    }
+
+    /// Free a peer after an attempt (`ngx_http_upstream_free_round_robin_peer`).
+    /// Returns true if the tier is `single` (no retry possible).
+    fn free(&self, index: u32, outcome: PeerOutcome, now: Timestamp) -> bool {
+        let peer = &self.peers[index as usize];
+        let Some(tier) = self.tier_of(peer.id()) else {
+            peer.release();
+            return false;
+        };
+        let mut events = Vec::new();
+        let single = tier.free(self, index as usize, outcome, now, &mut events);
+        self.publish(events, now);
+        single
+    }
+
+    fn publish(&self, events: Vec<(u32, EventKind)>, now: Timestamp) {
+        for (index, kind) in events {
+            self.emit(&self.peers[index as usize], kind, now);
+        }
+    }
+
+    fn emit(&self, peer: &Peer, kind: EventKind, now: Timestamp) {
+        self.events.publish(Event {
+            seq: 0,
+            at: now,
+            unix_ms: self.clock.unix_ms(now),
+            upstream: self.name.clone(),
+            peer: peer.name().clone(),
+            kind,
+        });
+    }
+
+    /// Record an active probe result for a peer; publishes the transition.
+    pub fn record_probe(
+        &self,
+        id: PeerId,
+        report: ProbeReport,
+    ) -> Option<crate::health::Transition> {
+        let peer = self.peers.get(id.0 as usize)?;
+        let now = report.at;
+        let t = peer.health().record(report.ok, now);
+        let detail = match report.phase {
+            Some(phase) => format!(
+                "{phase}: {} ({} ms)",
+                report.detail,
+                report.latency.as_millis()
+            ),
+            None => format!("{} ({} ms)", report.detail, report.latency.as_millis()),
+        };
+        peer.set_last_probe(report);
+        if let Some(t) = t {
+            let kind = match t.to {
+                crate::health::HealthState::Up => EventKind::ProbeUp {
+                    streak: t.streak,
+                    detail,
+                },
+                crate::health::HealthState::Down => EventKind::ProbeDown {
+                    streak: t.streak,
+                    detail,
+                },
+            };
+            self.emit(peer, kind, now);
+        }
+        t
+    }
+
+    /// Set a peer's admin state; publishes the change.
+    pub fn set_admin(&self, id: PeerId, to: AdminState, now: Timestamp) -> Option<AdminState> {
+        let peer = self.peers.get(id.0 as usize)?;
+        let from = peer.set_admin(to, now);
+        if from != to {
+            self.emit(peer, EventKind::Admin { from, to }, now);
+        }
+        Some(from)
+    }
+
+    /// The state of every peer, with the reasons each is not eligible.
+    pub fn status(&self, now: Timestamp) -> Vec<PeerStatus> {
+        self.peers
+            .iter()
+            .map(|peer| {
+                let i = peer.id().0 as usize;
+                let backup = i >= self.primary.len();
+                let tier = if backup {
+                    self.backup.as_ref()
+                } else {
+                    Some(&self.primary)
+                };
+                let passive = tier.map(|t| t.view(i - t.offset)).unwrap_or_default();
+                let mut reasons = Vec::new();
+                let cfg = peer.config();
+                if cfg.down {
+                    reasons.push(Ineligible::ConfigDown);
+                }
+                if peer.admin() != AdminState::Up {
+                    reasons.push(Ineligible::Admin {
+                        state: peer.admin(),
+                        since: peer.admin_since(),
+                    });
+                }
+                let health = peer.health().view();
+                if !peer.health().allows_traffic() {
+                    let rise = peer.health().policy().map_or(0, |p| p.rise);
+                    reasons.push(Ineligible::ProbeDown {
+                        since: health.since,
+                        fail_streak: health.fail_streak,
+                        rise_needed: rise.saturating_sub(health.ok_streak),
+                    });
+                }
+                let single = !backup && self.primary.single;
+                if !single
+                    && cfg.max_fails != 0
+                    && passive.fails >= cfg.max_fails
+                    && now.millis_since(passive.checked) <= duration_ms(cfg.fail_timeout)
+                {
+                    reasons.push(Ineligible::Excluded {
+                        fails: passive.fails,
+                        max_fails: cfg.max_fails,
+                        since: passive.checked,
+                        until: passive.checked.after(cfg.fail_timeout),
+                    });
+                }
+                if peer.is_full() {
+                    reasons.push(Ineligible::Full {
+                        conns: peer.conns(),
+                        max_conns: cfg.max_conns,
+                    });
+                }
+                PeerStatus {
+                    peer: peer.clone(),
+                    passive,
+                    health,
+                    last_probe: peer.last_probe(),
+                    backup,
+                    reasons,
+                }
+            })
+            .collect()
+    }
+
+    /// Whether the check configuration starts peers down (for status pages).
+    pub fn starts_down(&self) -> bool {
+        self.config
+            .check
+            .as_ref()
+            .is_some_and(|c| c.initial == InitialState::Down)
+    }
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("name", &self.name)
+            .field("peers", &self.peers.len())
+            .finish()
+    }
+}
+
+// === impl Selection ===
+
+impl Selection {
+    /// Attempts made so far.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// Tries left (nginx's `u->peer.tries`).
+    pub fn tries_left(&self) -> u32 {
+        self.tries
+    }
+
+    /// Whether the request moved to the backup servers.
+    pub fn in_backup(&self) -> bool {
+        self.in_backup
+    }
+
+    fn timed_out(&self, now: Timestamp) -> bool {
+        self.policy
+            .timeout
+            .is_some_and(|t| !t.is_zero() && now.millis_since(self.started) >= duration_ms(t))
+    }
+
+    fn count_down(&mut self, single: bool) {
+        if single {
+            self.tries = 0;
+        } else {
+            self.tries = self.tries.saturating_sub(1);
+        }
+    }
+
+    /// A response header arrived (nothing sent to the client yet):
+    /// `ngx_http_upstream_test_next`. A listed status retries only while
+    /// another try remains; otherwise it is passed through and, when the
+    /// guard drops, counted as a success.
+    pub fn on_status<'u>(
+        &mut self,
+        mut guard: PeerGuard<'u>,
+        status: u16,
+        now: Timestamp,
+    ) -> StatusVerdict<'u> {
+        let Some(class) = FailureClass::of_status(status) else {
+            return StatusVerdict::PassThrough(guard);
+        };
+        let retry = self.tries > 1
+            && self.policy.next_upstream.allows(class, self.facts, true)
+            && self.facts.body_replayable
+            && !self.timed_out(now);
+        if !retry {
+            return StatusVerdict::PassThrough(guard);
+        }
+        let outcome = if class.is_counted() {
+            PeerOutcome::Failed(class)
+        } else {
+            PeerOutcome::Next(class)
+        };
+        guard.done = true;
+        let single = guard.upstream.free(guard.index, outcome, now);
+        self.count_down(single);
+        StatusVerdict::Retry
+    }
+
+    /// The attempt failed before a response header (`ngx_http_upstream_next`):
+    /// the failure is counted first, then the retry rules decide.
+    pub fn on_failure(
+        &mut self,
+        mut guard: PeerGuard<'_>,
+        failure: TransportFailure,
+        now: Timestamp,
+    ) -> FailureVerdict {
+        let class = failure.class;
+        guard.done = true;
+        let single = guard
+            .upstream
+            .free(guard.index, PeerOutcome::Failed(class), now);
+        self.count_down(single);
+        if failure.cached_connection && class == FailureClass::Error {
+            // "TODO: inform balancer instead": a stale kept-alive connection
+            // does not use up a try.
+            self.tries += 1;
+        }
+        let stop = self.tries == 0
+            || !self
+                .policy
+                .next_upstream
+                .allows(class, self.facts, failure.request_sent)
+            || (failure.request_sent && !self.facts.body_replayable)
+            || self.timed_out(now);
+        if stop {
+            FailureVerdict::Fail(class.final_status())
+        } else {
+            FailureVerdict::Retry
+        }
+    }
+}
+
+// === impl PeerGuard ===
+
+impl PeerGuard<'_> {
+    /// The picked peer.
+    pub fn peer(&self) -> &Arc<Peer> {
+        &self.upstream.peers[self.index as usize]
+    }
+}
+
+impl Drop for PeerGuard<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let now = self.upstream.clock.now();
+            self.upstream.free(self.index, PeerOutcome::Success, now);
+        }
+    }
+}
+
+impl std::fmt::Debug for PeerGuard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("PeerGuard")
+            .field(self.peer().name())
+            .finish()
+    }
+}
+
+impl RetryPolicy {
+    /// The policy of a location's proxy settings.
+    pub fn of(settings: &crate::config::ProxySettings) -> Self {
+        Self {
+            next_upstream: settings.next_upstream,
+            tries: settings.next_upstream_tries,
+            timeout: settings.next_upstream_timeout,
+        }
+    }
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            next_upstream: NextUpstream::nginx_default(),
+            tries: 0,
+            timeout: None,
+        }
+    }
+}
+
+impl Default for RequestFacts {
+    fn default() -> Self {
+        Self {
+            non_idempotent: false,
+            body_replayable: true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

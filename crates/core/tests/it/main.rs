@@ -1,0 +1,4 @@
+//! vigil-core integration tests: one binary, one module per subject.
+
+mod golden_balancers;
+mod support;
