@@ -1,4 +1,5 @@
 //! vigil-core integration tests: one binary, one module per subject.
 
+mod conformance;
 mod golden_balancers;
 mod support;

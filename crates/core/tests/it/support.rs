@@ -9,7 +9,7 @@ use vigil_core::event::EventBus;
 use vigil_core::{ManualClock, Upstream};
 
 /// A server line: address text and weight; the socket address is synthesized.
-pub fn server(address: &str, weight: u32) -> ServerConfig {
+pub(crate) fn server(address: &str, weight: u32) -> ServerConfig {
     let addr: SocketAddr = address
         .parse()
         .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 1)));
@@ -19,7 +19,10 @@ pub fn server(address: &str, weight: u32) -> ServerConfig {
 }
 
 /// An upstream over `servers` with `balancer`, on a manual clock.
-pub fn upstream(balancer: Balancer, servers: Vec<ServerConfig>) -> (Upstream, Arc<ManualClock>) {
+pub(crate) fn upstream(
+    balancer: Balancer,
+    servers: Vec<ServerConfig>,
+) -> (Upstream, Arc<ManualClock>) {
     let mut cfg = UpstreamConfig::new("u");
     cfg.balancer = balancer;
     cfg.servers = servers;

@@ -1,0 +1,430 @@
+//! `http {}`, `server {}` and `location {}`: listeners, routes and the
+//! inherited `proxy_*` settings.
+
+use std::net::SocketAddr;
+
+use super::syntax::Directive;
+use super::upstream::upstream_block;
+use super::{args, bad, block, number, on_off, one, origin, time, unknown, unsupported, Context};
+use crate::config::value::parse_size;
+use crate::config::{
+    AccessLog, AddHeader, ConfigError, HttpVersion, Listen, Location, LocationMatch, LogFormat,
+    ProxyPass, ProxySettings, ServerBlock, ServerConfig, SetHeader, UpstreamConfig,
+};
+use crate::outcome::NextUpstream;
+
+/// Settings inherited downwards, with nginx's array rule: a level that has
+/// any `proxy_set_header` (or `add_header`) replaces the inherited list.
+#[derive(Clone)]
+struct Level {
+    proxy: ProxySettings,
+    own_set_headers: bool,
+    own_add_headers: bool,
+}
+
+pub(super) fn http_block(cx: &mut Context<'_>, body: &[&Directive]) -> Result<(), ConfigError> {
+    let mut level = Level::new(ProxySettings::default());
+    let mut servers = Vec::new();
+    for d in body {
+        match d.name.as_str() {
+            "upstream" => {
+                let up = upstream_block(cx, d)?;
+                if cx.config.upstreams.iter().any(|u| u.name == up.name) {
+                    return Err(ConfigError::invalid(
+                        &d.span,
+                        format!("duplicate upstream \"{}\"", up.name),
+                    ));
+                }
+                cx.config.upstreams.push(up);
+            }
+            "server" => servers.push(*d),
+            _ => {
+                if !level.directive(cx, d)? && !ignorable(cx, d) {
+                    return Err(unknown(d, "http"));
+                }
+            }
+        }
+    }
+    // Servers after upstreams: proxy_pass may name an upstream defined later.
+    for d in servers {
+        let s = server_block(cx, d, &level)?;
+        cx.config.servers.push(s);
+    }
+    Ok(())
+}
+
+fn server_block(
+    cx: &mut Context<'_>,
+    d: &Directive,
+    parent: &Level,
+) -> Result<ServerBlock, ConfigError> {
+    let body = block(d)?;
+    let mut level = parent.child();
+    let mut listen = Vec::new();
+    let mut server_names = Vec::new();
+    let mut locations = Vec::new();
+    for d in body {
+        match d.name.as_str() {
+            "listen" => listen.push(listen_directive(cx, d)?),
+            "server_name" => server_names.extend(args(d, 1, 64)?.iter().map(|a| a.value.clone())),
+            "location" => locations.push(d),
+            "if" | "rewrite" | "return" | "try_files" | "root" | "alias" | "index"
+            | "error_page" | "set" => {
+                return Err(unsupported(
+                    d,
+                    "vigil routes to upstreams only (no rewriting, static files or scripting)",
+                ))
+            }
+            "ssl_certificate" | "ssl_certificate_key" => {
+                return Err(unsupported(
+                    d,
+                    "TLS listeners are not implemented yet; terminate TLS in front of vigil",
+                ))
+            }
+            _ => {
+                if !level.directive(cx, d)? && !ignorable(cx, d) {
+                    return Err(unknown(d, "server"));
+                }
+            }
+        }
+    }
+    if listen.is_empty() {
+        // nginx's default: *:80 (or 8000 when not root); vigil takes 80.
+        listen.push(Listen {
+            addr: SocketAddr::from(([0, 0, 0, 0], 80)),
+            default_server: false,
+            reuseport: false,
+            backlog: None,
+        });
+    }
+    let mut out = Vec::new();
+    for l in locations {
+        out.push(location_block(cx, l, &level)?);
+    }
+    Ok(ServerBlock {
+        listen,
+        server_names,
+        locations: out,
+        origin: origin(&d.span),
+    })
+}
+
+fn location_block(
+    cx: &mut Context<'_>,
+    d: &Directive,
+    parent: &Level,
+) -> Result<Location, ConfigError> {
+    let body = block(d)?;
+    let (matcher, path) = match d.args.as_slice() {
+        [p] => (LocationMatch::Prefix, p),
+        [m, p] => match m.value.as_str() {
+            "=" => (LocationMatch::Exact, p),
+            "^~" => (LocationMatch::PrefixNoRegex, p),
+            "~" | "~*" => {
+                return Err(ConfigError::invalid(
+                    &m.span,
+                    "regular-expression locations are not supported by vigil; use prefix or \"=\" locations",
+                ))
+            }
+            _ => return Err(bad(m, d, "\"=\", \"^~\" or a path")),
+        },
+        _ => {
+            return Err(ConfigError::invalid(
+                &d.span,
+                "invalid number of arguments in \"location\" directive",
+            ))
+        }
+    };
+    if path.value.starts_with('@') {
+        return Err(ConfigError::invalid(
+            &path.span,
+            "named locations are not supported by vigil",
+        ));
+    }
+    let mut level = parent.child();
+    let mut pass = None;
+    for d in body {
+        match d.name.as_str() {
+            "proxy_pass" => pass = Some(proxy_pass(cx, d)?),
+            "location" => return Err(unsupported(d, "nested locations are not implemented")),
+            "if" | "rewrite" | "return" | "try_files" | "root" | "alias" | "index"
+            | "error_page" | "set" => {
+                return Err(unsupported(
+                    d,
+                    "vigil routes to upstreams only (no rewriting, static files or scripting)",
+                ))
+            }
+            _ => {
+                if !level.directive(cx, d)? && !ignorable(cx, d) {
+                    return Err(unknown(d, "location"));
+                }
+            }
+        }
+    }
+    level.proxy.pass = pass;
+    Ok(Location {
+        matcher,
+        path: path.value.clone(),
+        proxy: level.proxy,
+        origin: origin(&d.span),
+    })
+}
+
+/// `proxy_pass http://NAME[/uri]`: an upstream block, or an implicit
+/// single-server upstream for `host:port` (as nginx makes one).
+fn proxy_pass(cx: &mut Context<'_>, d: &Directive) -> Result<ProxyPass, ConfigError> {
+    let a = one(d)?;
+    let url = a.value.as_str();
+    if url.contains('$') {
+        return Err(ConfigError::invalid(
+            &a.span,
+            "proxy_pass with variables is not supported by vigil",
+        ));
+    }
+    let (tls, rest) = if let Some(r) = url.strip_prefix("http://") {
+        (false, r)
+    } else if let Some(r) = url.strip_prefix("https://") {
+        (true, r)
+    } else {
+        return Err(bad(a, d, "http://UPSTREAM[/uri] or https://UPSTREAM[/uri]"));
+    };
+    let (host, uri) = match rest.find('/') {
+        Some(i) => (&rest[..i], Some(rest[i..].to_string())),
+        None => (rest, None),
+    };
+    if host.is_empty() {
+        return Err(bad(a, d, "a host or upstream name"));
+    }
+    let name = if cx.config.upstreams.iter().any(|u| u.name == host) {
+        host.to_string()
+    } else {
+        let default_port = if tls { 443 } else { 80 };
+        let host_arg = super::syntax::Arg {
+            value: host.to_string(),
+            quoted: a.quoted,
+            span: a.span.clone(),
+        };
+        let addr = super::upstream::resolve_one(cx, &host_arg, default_port)?;
+        let mut up = UpstreamConfig::new(host);
+        up.origin = origin(&d.span);
+        let mut s = ServerConfig::new(host, addr);
+        s.origin = origin(&d.span);
+        up.servers.push(s);
+        if !cx.config.upstreams.iter().any(|u| u.name == host) {
+            cx.config.upstreams.push(up);
+        }
+        host.to_string()
+    };
+    Ok(ProxyPass {
+        tls,
+        upstream: name,
+        uri,
+    })
+}
+
+fn listen_directive(cx: &Context<'_>, d: &Directive) -> Result<Listen, ConfigError> {
+    let a = args(d, 1, 16)?;
+    let text = a[0].value.as_str();
+    let addr = if let Ok(port) = text.parse::<u16>() {
+        SocketAddr::from(([0, 0, 0, 0], port))
+    } else if text.starts_with("unix:") {
+        return Err(ConfigError::invalid(
+            &a[0].span,
+            "unix-socket listeners are not supported",
+        ));
+    } else if text.contains(':') {
+        super::upstream::resolve_one(cx, &a[0], 80)?
+    } else {
+        // `listen 127.0.0.1` means port 80.
+        super::upstream::resolve_one(cx, &a[0], 80)?
+    };
+    let mut l = Listen {
+        addr,
+        default_server: false,
+        reuseport: false,
+        backlog: None,
+    };
+    for p in &a[1..] {
+        match p.value.as_str() {
+            "default_server" | "default" => l.default_server = true,
+            "reuseport" => l.reuseport = true,
+            "http2" | "deferred" | "bind" | "so_keepalive=on" | "fastopen" => {}
+            v if v.starts_with("backlog=") => {
+                l.backlog = Some(v[8..].parse().map_err(|_| bad(p, d, "backlog=N"))?);
+            }
+            v if v.starts_with("rcvbuf=")
+                || v.starts_with("sndbuf=")
+                || v.starts_with("so_keepalive=") => {}
+            "ssl" | "quic" | "proxy_protocol" => {
+                return Err(ConfigError::invalid(
+                    &p.span,
+                    format!(
+                        "listen parameter \"{}\" is not supported by vigil yet",
+                        p.value
+                    ),
+                ))
+            }
+            _ => return Err(bad(p, d, "default_server, reuseport, backlog=N")),
+        }
+    }
+    Ok(l)
+}
+
+/// Directives with no meaning for vigil: accepted, reported once.
+fn ignorable(cx: &mut Context<'_>, d: &Directive) -> bool {
+    const IGNORED: &[&str] = &[
+        "client_body_temp_path",
+        "proxy_temp_path",
+        "fastcgi_temp_path",
+        "uwsgi_temp_path",
+        "scgi_temp_path",
+        "sendfile",
+        "tcp_nopush",
+        "tcp_nodelay",
+        "types",
+        "default_type",
+        "server_tokens",
+        "log_format",
+        "charset",
+        "keepalive_timeout",
+        "keepalive_requests",
+        "client_header_timeout",
+        "client_body_timeout",
+        "send_timeout",
+        "reset_timedout_connection",
+        "types_hash_max_size",
+        "server_names_hash_bucket_size",
+        "server_names_hash_max_size",
+        "client_body_buffer_size",
+        "client_header_buffer_size",
+        "large_client_header_buffers",
+        "proxy_buffer_size",
+        "proxy_buffers",
+        "proxy_busy_buffers_size",
+        "proxy_max_temp_file_size",
+        "proxy_temp_file_write_size",
+        "open_file_cache",
+        "ssl_protocols",
+        "ssl_prefer_server_ciphers",
+        "ssl_ciphers",
+        "ssl_session_cache",
+        "ssl_session_timeout",
+        "include_types",
+    ];
+    if IGNORED.contains(&d.name.as_str()) {
+        cx.ignore(d);
+        return true;
+    }
+    false
+}
+
+// === impl Level ===
+
+impl Level {
+    fn new(proxy: ProxySettings) -> Self {
+        Self {
+            proxy,
+            own_set_headers: false,
+            own_add_headers: false,
+        }
+    }
+
+    fn child(&self) -> Self {
+        Self::new(self.proxy.clone())
+    }
+
+    /// Apply one inheritable directive; false if it is not one.
+    fn directive(&mut self, cx: &mut Context<'_>, d: &Directive) -> Result<bool, ConfigError> {
+        let p = &mut self.proxy;
+        match d.name.as_str() {
+            "proxy_next_upstream" => {
+                let words = args(d, 1, 16)?;
+                if words.len() > 1 && words.iter().any(|w| w.value == "off") {
+                    return Err(ConfigError::invalid(
+                        &d.span,
+                        "\"off\" cannot be combined with other values in \"proxy_next_upstream\"",
+                    ));
+                }
+                p.next_upstream = NextUpstream::parse_words(words.iter().map(|a| a.value.as_str()))
+                    .map_err(|e| ConfigError::invalid(&d.span, e.to_string()))?;
+            }
+            "proxy_next_upstream_tries" => p.next_upstream_tries = number(d, one(d)?)?,
+            "proxy_next_upstream_timeout" => {
+                let t = time(d, one(d)?)?;
+                p.next_upstream_timeout = (!t.is_zero()).then_some(t);
+            }
+            "proxy_connect_timeout" => p.connect_timeout = time(d, one(d)?)?,
+            "proxy_send_timeout" => p.send_timeout = time(d, one(d)?)?,
+            "proxy_read_timeout" => p.read_timeout = time(d, one(d)?)?,
+            "proxy_request_buffering" => p.request_buffering = on_off(d)?,
+            "proxy_buffering" => p.buffering = on_off(d)?,
+            "proxy_http_version" => {
+                let a = one(d)?;
+                p.http_version = match a.value.as_str() {
+                    "1.0" => HttpVersion::Http10,
+                    "1.1" => HttpVersion::Http11,
+                    _ => return Err(bad(a, d, "1.0 or 1.1")),
+                };
+            }
+            "proxy_set_header" => {
+                let a = args(d, 2, 2)?;
+                if !self.own_set_headers {
+                    p.set_headers.clear();
+                    self.own_set_headers = true;
+                }
+                p.set_headers.push(SetHeader {
+                    name: a[0].value.clone(),
+                    value: a[1].value.clone(),
+                });
+            }
+            "add_header" => {
+                let a = args(d, 2, 3)?;
+                let always = match a.get(2) {
+                    None => false,
+                    Some(w) if w.value == "always" => true,
+                    Some(w) => return Err(bad(w, d, "\"always\"")),
+                };
+                if !self.own_add_headers {
+                    p.add_headers.clear();
+                    self.own_add_headers = true;
+                }
+                p.add_headers.push(AddHeader {
+                    name: a[0].value.clone(),
+                    value: a[1].value.clone(),
+                    always,
+                });
+            }
+            "client_max_body_size" => {
+                let a = one(d)?;
+                p.client_max_body_size = parse_size(&a.value)
+                    .map_err(|e| ConfigError::invalid(&a.span, e.to_string()))?;
+            }
+            "proxy_ssl_verify" => p.ssl_verify = on_off(d)?,
+            "proxy_ssl_server_name" => p.ssl_server_name = on_off(d)?,
+            "proxy_ssl_trusted_certificate" => {
+                p.ssl_trusted_certificate = Some(one(d)?.value.clone().into())
+            }
+            "access_log" => {
+                let a = args(d, 1, 8)?;
+                if a[0].value == "off" {
+                    p.access_log = None;
+                } else {
+                    let format = match a.get(1).map(|a| a.value.as_str()) {
+                        Some("json") => LogFormat::Json,
+                        Some("combined") | None => LogFormat::Combined,
+                        Some(_) => {
+                            cx.ignore(d);
+                            LogFormat::Combined
+                        }
+                    };
+                    p.access_log = Some(AccessLog {
+                        path: a[0].value.clone().into(),
+                        format,
+                    });
+                }
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}

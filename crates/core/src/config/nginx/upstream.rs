@@ -1,0 +1,339 @@
+//! `upstream NAME { ... }` blocks, including tengine's `check` family.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use super::syntax::{Arg, Directive};
+use super::{args, bad, no_block, number, one, origin, time, unknown, unsupported, Context};
+use crate::config::value::parse_time;
+use crate::config::{
+    Balancer, CheckConfig, CheckKind, ConfigError, InitialState, Keepalive, ServerConfig,
+    StatusClass, UpstreamConfig,
+};
+
+pub(super) fn upstream_block(
+    cx: &mut Context<'_>,
+    d: &Directive,
+) -> Result<UpstreamConfig, ConfigError> {
+    let name = &d
+        .args
+        .first()
+        .filter(|_| d.args.len() == 1)
+        .ok_or_else(|| {
+            ConfigError::invalid(
+                &d.span,
+                "invalid number of arguments in \"upstream\" directive",
+            )
+        })?
+        .value;
+    let body = super::block(d)?;
+    let mut up = UpstreamConfig::new(name.clone());
+    up.origin = origin(&d.span);
+    let mut balancer_at: Option<&Directive> = None;
+    let mut keepalive_timeout = Duration::from_secs(60);
+    let mut keepalive_requests = 1000;
+    let mut check: Option<CheckConfig> = None;
+    let mut http_send: Option<String> = None;
+    let mut http_expect: Option<Vec<StatusClass>> = None;
+    for d in body {
+        match d.name.as_str() {
+            "server" => up.servers.push(server(cx, d)?),
+            "least_conn" | "ip_hash" | "hash" | "random" => {
+                if let Some(prev) = balancer_at {
+                    return Err(ConfigError::invalid(
+                        &d.span,
+                        format!(
+                            "load balancing method redefined (first \"{}\" at {})",
+                            prev.name, prev.span
+                        ),
+                    ));
+                }
+                balancer_at = Some(d);
+                up.balancer = balancer(d)?;
+            }
+            "keepalive" => {
+                let a = one(d)?;
+                let n = number(d, a)?;
+                let idle = NonZeroU32::new(n)
+                    .ok_or_else(|| bad(a, d, "a positive number of idle connections"))?;
+                up.keepalive = Some(Keepalive {
+                    idle,
+                    timeout: Duration::ZERO,
+                    requests: 0,
+                    origin: origin(&d.span),
+                });
+            }
+            "keepalive_timeout" => keepalive_timeout = time(d, one(d)?)?,
+            "keepalive_requests" => keepalive_requests = number(d, one(d)?)?,
+            "keepalive_time" => cx.ignore(d),
+            "zone" => up.zone = Some(args(d, 1, 2)?[0].value.clone()),
+            "check" => check = Some(check_directive(d)?),
+            "check_http_send" => http_send = Some(one(d)?.value.clone()),
+            "check_http_expect_alive" => {
+                let list = args(d, 1, 16)?
+                    .iter()
+                    .map(|a| {
+                        StatusClass::parse(&a.value)
+                            .ok_or_else(|| bad(a, d, "http_1xx .. http_5xx or a status"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                http_expect = Some(list);
+            }
+            "check_keepalive_requests" => {
+                let a = one(d)?;
+                if number(d, a)? > 1 {
+                    return Err(unsupported(d, "vigil opens one connection per probe"));
+                }
+            }
+            "check_shm_size" => cx.ignore(d),
+            "sticky" | "ntlm" | "least_time" | "queue" | "resolver" | "state" => {
+                return Err(unsupported(d, "not implemented by vigil"));
+            }
+            _ => return Err(unknown(d, "upstream")),
+        }
+    }
+    if let Some(k) = &mut up.keepalive {
+        k.timeout = keepalive_timeout;
+        k.requests = keepalive_requests;
+    }
+    if up.servers.is_empty() {
+        return Err(ConfigError::invalid(
+            &d.span,
+            format!("no servers are inside upstream \"{}\"", up.name),
+        ));
+    }
+    if let Some(c) = &mut check {
+        if let Some(s) = http_send {
+            c.http.send = s;
+        }
+        if let Some(e) = http_expect {
+            c.http.expect = e;
+        }
+    } else if http_send.is_some() || http_expect.is_some() {
+        return Err(ConfigError::invalid(
+            &d.span,
+            format!(
+                "upstream \"{}\" has check_http_* directives but no \"check\"",
+                up.name
+            ),
+        ));
+    }
+    up.check = check;
+    if !matches!(up.balancer, Balancer::RoundRobin | Balancer::LeastConn) {
+        if let Some(s) = up.servers.iter().find(|s| s.backup) {
+            return Err(ConfigError::invalid(
+                s.origin.clone(),
+                format!(
+                    "\"backup\" cannot be used with \"{}\" in upstream \"{}\" (nginx rejects this: hash, ip_hash and random have no backup tier)",
+                    balancer_at.map_or("", |d| d.name.as_str()),
+                    up.name
+                ),
+            ));
+        }
+    }
+    Ok(up)
+}
+
+fn balancer(d: &Directive) -> Result<Balancer, ConfigError> {
+    Ok(match d.name.as_str() {
+        "least_conn" => {
+            args(d, 0, 0)?;
+            Balancer::LeastConn
+        }
+        "ip_hash" => {
+            args(d, 0, 0)?;
+            Balancer::IpHash
+        }
+        "hash" => {
+            let a = args(d, 1, 2)?;
+            let consistent = match a.get(1) {
+                None => false,
+                Some(c) if c.value == "consistent" => true,
+                Some(c) => return Err(bad(c, d, "\"consistent\"")),
+            };
+            Balancer::Hash {
+                key: a[0].value.clone(),
+                consistent,
+            }
+        }
+        _ => {
+            let a = args(d, 0, 2)?;
+            let words: Vec<&str> = a.iter().map(|a| a.value.as_str()).collect();
+            match words.as_slice() {
+                [] => Balancer::Random { two: false },
+                ["two"] | ["two", "least_conn"] => Balancer::Random { two: true },
+                _ => return Err(bad(&a[a.len() - 1], d, "\"two\" or \"two least_conn\"")),
+            }
+        }
+    })
+}
+
+fn server(cx: &Context<'_>, d: &Directive) -> Result<ServerConfig, ConfigError> {
+    no_block(d)?;
+    let Some((addr_arg, params)) = d.args.split_first() else {
+        return Err(ConfigError::invalid(
+            &d.span,
+            "invalid number of arguments in \"server\" directive",
+        ));
+    };
+    let addr = resolve_one(cx, addr_arg, 80)?;
+    let mut s = ServerConfig::new(addr_arg.value.clone(), addr);
+    s.origin = origin(&d.span);
+    for p in params {
+        let (key, value) = p.value.split_once('=').unwrap_or((p.value.as_str(), ""));
+        match key {
+            "weight" => {
+                let n = number(d, &value_arg(p, value))?;
+                s.weight = NonZeroU32::new(n).ok_or_else(|| bad(p, d, "weight=N with N >= 1"))?;
+            }
+            "max_fails" => s.max_fails = number(d, &value_arg(p, value))?,
+            "max_conns" => s.max_conns = number(d, &value_arg(p, value))?,
+            "fail_timeout" => s.fail_timeout = time(d, &value_arg(p, value))?,
+            "slow_start" => s.slow_start = Some(time(d, &value_arg(p, value))?),
+            "backup" if value.is_empty() => s.backup = true,
+            "down" if value.is_empty() => s.down = true,
+            "resolve" | "service" | "route" | "drain" => {
+                return Err(ConfigError::invalid(
+                    &p.span,
+                    format!("server parameter \"{key}\" is not supported by vigil"),
+                ))
+            }
+            _ => {
+                return Err(bad(
+                    p,
+                    d,
+                    "weight=, max_fails=, fail_timeout=, max_conns=, slow_start=, backup or down",
+                ))
+            }
+        }
+    }
+    Ok(s)
+}
+
+fn value_arg(p: &Arg, value: &str) -> Arg {
+    Arg {
+        value: value.to_string(),
+        quoted: p.quoted,
+        span: p.span.clone(),
+    }
+}
+
+/// Resolve `host[:port]` (or `[v6]:port`) to one address.
+pub(super) fn resolve_one(
+    cx: &Context<'_>,
+    a: &Arg,
+    default_port: u16,
+) -> Result<std::net::SocketAddr, ConfigError> {
+    let text = a.value.as_str();
+    if text.starts_with("unix:") {
+        return Err(ConfigError::invalid(
+            &a.span,
+            format!("\"{text}\": unix sockets are not supported"),
+        ));
+    }
+    if let Ok(sa) = text.parse::<std::net::SocketAddr>() {
+        return Ok(sa);
+    }
+    let (host, port) = match text.rsplit_once(':') {
+        Some((h, p)) if !h.contains(':') || h.ends_with(']') => {
+            let port = p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
+                ConfigError::invalid(&a.span, format!("invalid port in \"{text}\""))
+            })?;
+            (h, port)
+        }
+        _ => (text, default_port),
+    };
+    let addrs = (cx.resolve)(host, port)
+        .map_err(|e| ConfigError::invalid(&a.span, format!("host not found in \"{text}\": {e}")))?;
+    addrs
+        .first()
+        .copied()
+        .ok_or_else(|| ConfigError::invalid(&a.span, format!("host not found in \"{text}\"")))
+}
+
+/// tengine's `check interval=ms rise=n fall=n timeout=ms type=... default_down=... port=n`,
+/// plus vigil's `jitter=` and `initial=up|down|first-result`. Bare numbers
+/// for interval, timeout and jitter are milliseconds, as in tengine; units
+/// (`3s`) are accepted too.
+fn check_directive(d: &Directive) -> Result<CheckConfig, ConfigError> {
+    let mut c = CheckConfig {
+        origin: origin(&d.span),
+        ..CheckConfig::default()
+    };
+    for p in args(d, 0, 16)? {
+        let Some((key, value)) = p.value.split_once('=') else {
+            return Err(bad(p, d, "key=value"));
+        };
+        let ms = |v: &str| -> Result<Duration, ConfigError> {
+            if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
+                return v
+                    .parse::<u64>()
+                    .map(Duration::from_millis)
+                    .map_err(|_| bad(p, d, "milliseconds"));
+            }
+            parse_time(v)
+                .map_err(|e| ConfigError::invalid(&p.span, format!("\"check\" {key}: {e}")))
+        };
+        let count = |v: &str| -> Result<NonZeroU32, ConfigError> {
+            v.parse::<u32>()
+                .ok()
+                .and_then(NonZeroU32::new)
+                .ok_or_else(|| bad(p, d, &format!("{key}=N with N >= 1")))
+        };
+        match key {
+            "interval" => c.interval = ms(value)?,
+            "timeout" => c.timeout = ms(value)?,
+            "jitter" => c.jitter = ms(value)?,
+            "rise" => c.rise = count(value)?,
+            "fall" => c.fall = count(value)?,
+            "port" => {
+                c.port = Some(
+                    value
+                        .parse::<u16>()
+                        .ok()
+                        .filter(|p| *p != 0)
+                        .ok_or_else(|| bad(p, d, "port=1..65535"))?,
+                )
+            }
+            "type" => {
+                c.kind = match value {
+                    "tcp" => CheckKind::Tcp,
+                    "http" => CheckKind::Http,
+                    "https" => CheckKind::Https,
+                    "ssl_hello" | "mysql" | "ajp" | "fastcgi" => return Err(ConfigError::invalid(
+                        &p.span,
+                        format!(
+                            "check type \"{value}\" is not supported by vigil (tcp, http, https)"
+                        ),
+                    )),
+                    _ => return Err(bad(p, d, "type=tcp|http|https")),
+                }
+            }
+            "default_down" => {
+                c.initial = match value {
+                    "true" => InitialState::Down,
+                    "false" => InitialState::Up,
+                    _ => return Err(bad(p, d, "default_down=true|false")),
+                }
+            }
+            "initial" => {
+                c.initial = match value {
+                    "up" => InitialState::Up,
+                    "down" => InitialState::Down,
+                    "first-result" => InitialState::FirstResult,
+                    _ => return Err(bad(p, d, "initial=up|down|first-result")),
+                }
+            }
+            "unique" => {}
+            _ => {
+                return Err(bad(
+                    p,
+                    d,
+                    "interval=, rise=, fall=, timeout=, type=, default_down=, port=, jitter=",
+                ))
+            }
+        }
+    }
+    super::super::validate::check(&c).map_err(|m| ConfigError::invalid(&d.span, m))?;
+    Ok(c)
+}
