@@ -116,8 +116,8 @@ enum KeyState {
 /// drop it is released and the attempt counts as a success for accounting
 /// (nginx frees the peer with state 0 at finalize), unless it was handed to
 /// [`Selection::on_status`] or [`Selection::on_failure`].
-pub struct PeerGuard<'u> {
-    upstream: &'u Upstream,
+pub struct PeerGuard {
+    upstream: Arc<Upstream>,
     index: u32,
     done: bool,
 }
@@ -128,11 +128,11 @@ pub struct PeerGuard<'u> {
 pub struct NoLiveUpstreams;
 
 /// What to do with a response header.
-pub enum StatusVerdict<'u> {
+pub enum StatusVerdict {
     /// The peer was charged (or told `next`); try the next one.
     Retry,
     /// Send this response to the client; drop the guard when it is done.
-    PassThrough(PeerGuard<'u>),
+    PassThrough(PeerGuard),
 }
 
 /// What to do after a transport failure.
@@ -412,10 +412,10 @@ impl Upstream {
 
     /// Pick a peer for the next attempt.
     pub fn select(
-        &self,
+        self: &Arc<Self>,
         sel: &mut Selection,
         now: Timestamp,
-    ) -> Result<PeerGuard<'_>, NoLiveUpstreams> {
+    ) -> Result<PeerGuard, NoLiveUpstreams> {
         let mut events = Vec::new();
         let picked = if !sel.in_backup {
             match pick::primary(self, sel, now, &mut events) {
@@ -435,7 +435,7 @@ impl Upstream {
         let index = picked.ok_or(NoLiveUpstreams)?;
         sel.attempts += 1;
         Ok(PeerGuard {
-            upstream: self,
+            upstream: self.clone(),
             index: index as u32,
             done: false,
         })
@@ -634,12 +634,12 @@ impl Selection {
     /// `ngx_http_upstream_test_next`. A listed status retries only while
     /// another try remains; otherwise it is passed through and, when the
     /// guard drops, counted as a success.
-    pub fn on_status<'u>(
+    pub fn on_status(
         &mut self,
-        mut guard: PeerGuard<'u>,
+        mut guard: PeerGuard,
         status: u16,
         now: Timestamp,
-    ) -> StatusVerdict<'u> {
+    ) -> StatusVerdict {
         let Some(class) = FailureClass::of_status(status) else {
             return StatusVerdict::PassThrough(guard);
         };
@@ -665,7 +665,7 @@ impl Selection {
     /// the failure is counted first, then the retry rules decide.
     pub fn on_failure(
         &mut self,
-        mut guard: PeerGuard<'_>,
+        mut guard: PeerGuard,
         failure: TransportFailure,
         now: Timestamp,
     ) -> FailureVerdict {
@@ -697,14 +697,19 @@ impl Selection {
 
 // === impl PeerGuard ===
 
-impl PeerGuard<'_> {
+impl PeerGuard {
+    /// The upstream the peer belongs to.
+    pub fn upstream(&self) -> &Arc<Upstream> {
+        &self.upstream
+    }
+
     /// The picked peer.
     pub fn peer(&self) -> &Arc<Peer> {
         &self.upstream.peers[self.index as usize]
     }
 }
 
-impl Drop for PeerGuard<'_> {
+impl Drop for PeerGuard {
     fn drop(&mut self) {
         if !self.done {
             let now = self.upstream.clock.now();
@@ -713,7 +718,7 @@ impl Drop for PeerGuard<'_> {
     }
 }
 
-impl std::fmt::Debug for PeerGuard<'_> {
+impl std::fmt::Debug for PeerGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("PeerGuard")
             .field(self.peer().name())

@@ -16,7 +16,7 @@ use crate::health::ProbeReport;
 use crate::outcome::{FailureClass, NextUpstream, TransportFailure};
 
 struct Fixture {
-    up: Upstream,
+    up: Arc<Upstream>,
     clock: Arc<ManualClock>,
     events: Arc<EventBus>,
 }
@@ -32,7 +32,7 @@ fn fixture(servers: Vec<ServerConfig>, balancer: Balancer) -> Fixture {
     cfg.balancer = balancer;
     let clock = Arc::new(ManualClock::at(1_000_000));
     let events = Arc::new(EventBus::default());
-    let up = Upstream::new(cfg, events.clone(), clock.clone());
+    let up = Arc::new(Upstream::new(cfg, events.clone(), clock.clone()));
     Fixture { up, clock, events }
 }
 
@@ -73,7 +73,12 @@ impl Fixture {
     }
 
     /// One request: returns (final status, peers tried by index).
-    fn request(&self, policy: RetryPolicy, facts: RequestFacts, be: impl Fn(usize) -> Be) -> (u16, Vec<usize>) {
+    fn request(
+        &self,
+        policy: RetryPolicy,
+        facts: RequestFacts,
+        be: impl Fn(usize) -> Be,
+    ) -> (u16, Vec<usize>) {
         let mut sel = self.up.begin(SelectKey::None, policy, facts, self.now());
         let mut seen = Vec::new();
         loop {
@@ -131,7 +136,10 @@ fn with(mut s: ServerConfig, f: impl FnOnce(&mut ServerConfig)) -> ServerConfig 
 fn fail_timeout_is_a_quiet_period_not_a_sliding_window() {
     // max_fails=3 fail_timeout=10s: failures at t=0, 4, 8 with successes
     // in between still add up to 3 (anchors-proxy §1.2 (b)).
-    let f = rr(vec![with(srv(1), |s| s.max_fails = 3), with(srv(2), |s| s.max_fails = 3)]);
+    let f = rr(vec![
+        with(srv(1), |s| s.max_fails = 3),
+        with(srv(2), |s| s.max_fails = 3),
+    ]);
     for round in 0..3 {
         f.until_a(|i| if i == 0 { Be::Fail(error()) } else { Be::Ok });
         if round < 2 {
@@ -198,7 +206,13 @@ fn exclusion_lasts_fail_timeout_then_one_trial_request() {
     }
     assert_eq!(trial, Some(vec![0, 1]));
     assert!(f.excluded(0));
-    let kinds: Vec<&str> = f.events.since(0, 100).events.iter().map(|e| e.kind.name()).collect();
+    let kinds: Vec<&str> = f
+        .events
+        .since(0, 100)
+        .events
+        .iter()
+        .map(|e| e.kind.name())
+        .collect();
     assert_eq!(kinds, vec!["excluded", "trial_request", "excluded"]);
 }
 
@@ -249,7 +263,10 @@ fn single_server_is_never_excluded_and_never_retried() {
         next_upstream: NextUpstream::nginx_default().with(FailureClass::Http503),
         ..RetryPolicy::default()
     };
-    assert_eq!(f.request(p, RequestFacts::default(), |_| Be::Status(503)), (503, vec![0]));
+    assert_eq!(
+        f.request(p, RequestFacts::default(), |_| Be::Status(503)),
+        (503, vec![0])
+    );
 }
 
 #[test]
@@ -259,7 +276,11 @@ fn a_down_primary_still_makes_the_upstream_single_or_not() {
     assert!(!f.up.is_single());
     assert_eq!(f.get(|_| Be::Fail(error())), (502, vec![0]));
     assert!(f.excluded(0));
-    assert_eq!(f.get(|_| Be::Ok), (502, vec![]), "no live upstreams at once, no reset");
+    assert_eq!(
+        f.get(|_| Be::Ok),
+        (502, vec![]),
+        "no live upstreams at once, no reset"
+    );
 }
 
 #[test]
@@ -272,7 +293,12 @@ fn no_live_upstreams_is_immediate_and_resets_nobody() {
 
 #[test]
 fn backups_only_when_no_primary_is_eligible_and_the_request_stays_there() {
-    let f = rr(vec![srv(1), srv(2), with(srv(3), |s| s.backup = true), with(srv(4), |s| s.backup = true)]);
+    let f = rr(vec![
+        srv(1),
+        srv(2),
+        with(srv(3), |s| s.backup = true),
+        with(srv(4), |s| s.backup = true),
+    ]);
     assert_eq!(f.get(|_| Be::Ok).1, vec![0]);
     assert_eq!(f.get(|_| Be::Ok).1, vec![1]);
     // both primaries fail inside one request: on to a backup
@@ -282,7 +308,13 @@ fn backups_only_when_no_primary_is_eligible_and_the_request_stays_there() {
     assert_eq!(f.get(|_| Be::Ok).1, vec![3]);
     // a backup failure retries on the other backup, not on a primary
     f.advance(10_001);
-    let (_, seen) = f.get(|i| if i == 2 || i == 3 { Be::Fail(error()) } else { Be::Ok });
+    let (_, seen) = f.get(|i| {
+        if i == 2 || i == 3 {
+            Be::Fail(error())
+        } else {
+            Be::Ok
+        }
+    });
     assert!(seen[0] < 2, "primaries are back after the window: {seen:?}");
 }
 
@@ -293,7 +325,10 @@ fn tries_caps_attempts_and_counts_the_first() {
         tries: 2,
         ..RetryPolicy::default()
     };
-    assert_eq!(f.request(p, RequestFacts::default(), |_| Be::Fail(error())), (502, vec![0, 1]));
+    assert_eq!(
+        f.request(p, RequestFacts::default(), |_| Be::Fail(error())),
+        (502, vec![0, 1])
+    );
 }
 
 #[test]
@@ -303,9 +338,16 @@ fn a_listed_status_on_the_last_try_is_passed_through_and_counts_as_success() {
         next_upstream: NextUpstream::nginx_default().with(FailureClass::Http503),
         ..RetryPolicy::default()
     };
-    assert_eq!(f.request(p, RequestFacts::default(), |_| Be::Status(503)), (503, vec![0, 1]));
+    assert_eq!(
+        f.request(p, RequestFacts::default(), |_| Be::Status(503)),
+        (503, vec![0, 1])
+    );
     assert_eq!(f.fails(0), 1);
-    assert_eq!(f.fails(1), 0, "the last try's 503 is a success for accounting");
+    assert_eq!(
+        f.fails(1),
+        0,
+        "the last try's 503 is a success for accounting"
+    );
 }
 
 #[test]
@@ -316,7 +358,13 @@ fn http_404_retries_but_never_counts() {
         ..RetryPolicy::default()
     };
     for _ in 0..4 {
-        f.request(p, RequestFacts::default(), |i| if i == 0 { Be::Status(404) } else { Be::Ok });
+        f.request(p, RequestFacts::default(), |i| {
+            if i == 0 {
+                Be::Status(404)
+            } else {
+                Be::Ok
+            }
+        });
     }
     assert_eq!(f.fails(0), 0);
     assert!(!f.excluded(0));
@@ -334,7 +382,10 @@ fn unlisted_errors_still_count_and_timeouts_answer_504() {
         request_sent: true,
         cached_connection: false,
     };
-    assert_eq!(f.request(p, RequestFacts::default(), |_| Be::Fail(timeout)), (504, vec![0]));
+    assert_eq!(
+        f.request(p, RequestFacts::default(), |_| Be::Fail(timeout)),
+        (504, vec![0])
+    );
     assert!(f.excluded(0));
 }
 
@@ -345,10 +396,17 @@ fn post_is_retried_only_if_it_was_never_sent() {
         non_idempotent: true,
         body_replayable: true,
     };
-    assert_eq!(f.request(RetryPolicy::default(), post, |_| Be::Fail(error())), (502, vec![0]));
+    assert_eq!(
+        f.request(RetryPolicy::default(), post, |_| Be::Fail(error())),
+        (502, vec![0])
+    );
     let g = rr(vec![srv(1), srv(2)]);
     assert_eq!(
-        g.request(RetryPolicy::default(), post, |i| if i == 0 { Be::Fail(refused()) } else { Be::Ok }),
+        g.request(RetryPolicy::default(), post, |i| if i == 0 {
+            Be::Fail(refused())
+        } else {
+            Be::Ok
+        }),
         (200, vec![0, 1])
     );
 }
@@ -360,11 +418,18 @@ fn an_unreplayable_body_stops_retries_once_sent() {
         non_idempotent: false,
         body_replayable: false,
     };
-    assert_eq!(f.request(RetryPolicy::default(), streamed, |_| Be::Fail(error())), (502, vec![0]));
+    assert_eq!(
+        f.request(RetryPolicy::default(), streamed, |_| Be::Fail(error())),
+        (502, vec![0])
+    );
     let f = rr(vec![srv(1), srv(2)]);
     f.get(|_| Be::Ok);
     assert_eq!(
-        f.request(RetryPolicy::default(), streamed, |i| if i == 1 { Be::Fail(refused()) } else { Be::Ok }),
+        f.request(RetryPolicy::default(), streamed, |i| if i == 1 {
+            Be::Fail(refused())
+        } else {
+            Be::Ok
+        }),
         (200, vec![1, 0])
     );
 }
@@ -376,7 +441,8 @@ fn next_upstream_timeout_is_checked_only_before_a_new_attempt() {
         timeout: Some(Duration::from_secs(6)),
         ..RetryPolicy::default()
     };
-    let mut sel = f.up.begin(SelectKey::None, p, RequestFacts::default(), f.now());
+    let mut sel =
+        f.up.begin(SelectKey::None, p, RequestFacts::default(), f.now());
     let g = f.up.select(&mut sel, f.now()).expect("peer");
     f.advance(3_000);
     let to = TransportFailure {
@@ -387,7 +453,11 @@ fn next_upstream_timeout_is_checked_only_before_a_new_attempt() {
     assert_eq!(sel.on_failure(g, to, f.now()), FailureVerdict::Retry);
     let g = f.up.select(&mut sel, f.now()).expect("peer");
     f.advance(3_000);
-    assert_eq!(sel.on_failure(g, to, f.now()), FailureVerdict::Fail(504), "6s elapsed: no third attempt");
+    assert_eq!(
+        sel.on_failure(g, to, f.now()),
+        FailureVerdict::Fail(504),
+        "6s elapsed: no third attempt"
+    );
 }
 
 #[test]
@@ -398,10 +468,17 @@ fn an_error_on_a_cached_connection_does_not_use_up_a_try_but_counts() {
         ..error()
     };
     // Single server: the stale keepalive connection is retried once on a fresh one.
-    let mut sel = f.up.begin(SelectKey::None, RetryPolicy::default(), RequestFacts::default(), f.now());
+    let mut sel = f.up.begin(
+        SelectKey::None,
+        RetryPolicy::default(),
+        RequestFacts::default(),
+        f.now(),
+    );
     let g = f.up.select(&mut sel, f.now()).expect("peer");
     assert_eq!(sel.on_failure(g, cached, f.now()), FailureVerdict::Retry);
-    let g = f.up.select(&mut sel, f.now()).expect("the same single peer again");
+    let g =
+        f.up.select(&mut sel, f.now())
+            .expect("the same single peer again");
     assert_eq!(g.peer().id().0, 0);
     drop(g);
     // Two peers: the failure counts toward max_fails.
@@ -410,15 +487,30 @@ fn an_error_on_a_cached_connection_does_not_use_up_a_try_but_counts() {
         tries: 1,
         ..RetryPolicy::default()
     };
-    let (st, seen) = h.request(p, RequestFacts::default(), |i| if i == 0 { Be::Fail(cached) } else { Be::Ok });
-    assert_eq!((st, seen), (200, vec![0, 1]), "tries=1 but the cached error gave one back");
+    let (st, seen) = h.request(p, RequestFacts::default(), |i| {
+        if i == 0 {
+            Be::Fail(cached)
+        } else {
+            Be::Ok
+        }
+    });
+    assert_eq!(
+        (st, seen),
+        (200, vec![0, 1]),
+        "tries=1 but the cached error gave one back"
+    );
     assert_eq!(h.fails(0), 1);
 }
 
 #[test]
 fn max_conns_skips_a_full_peer_without_advancing_it() {
     let f = rr(vec![with(srv(1), |s| s.max_conns = 1), srv(2)]);
-    let mut held = f.up.begin(SelectKey::None, RetryPolicy::default(), RequestFacts::default(), f.now());
+    let mut held = f.up.begin(
+        SelectKey::None,
+        RetryPolicy::default(),
+        RequestFacts::default(),
+        f.now(),
+    );
     let g = f.up.select(&mut held, f.now()).expect("A");
     assert_eq!(g.peer().id().0, 0);
     for _ in 0..3 {
@@ -429,7 +521,12 @@ fn max_conns_skips_a_full_peer_without_advancing_it() {
     assert_eq!(order, vec![1, 0, 1], "as nginx s14: B, A, B");
     // A single peer at max_conns: immediate 502.
     let s = rr(vec![with(srv(1), |s| s.max_conns = 1)]);
-    let mut held = s.up.begin(SelectKey::None, RetryPolicy::default(), RequestFacts::default(), s.now());
+    let mut held = s.up.begin(
+        SelectKey::None,
+        RetryPolicy::default(),
+        RequestFacts::default(),
+        s.now(),
+    );
     let _g = s.up.select(&mut held, s.now()).expect("A");
     assert_eq!(s.get(|_| Be::Ok), (502, vec![]));
 }
@@ -437,11 +534,22 @@ fn max_conns_skips_a_full_peer_without_advancing_it() {
 #[test]
 fn least_conn_prefers_fewer_connections_per_weight_then_round_robin() {
     let f = fixture(
-        vec![with(srv(1), |s| s.weight = NonZeroU32::new(2).expect("2")), srv(2), srv(3)],
+        vec![
+            with(srv(1), |s| s.weight = NonZeroU32::new(2).expect("2")),
+            srv(2),
+            srv(3),
+        ],
         Balancer::LeastConn,
     );
     let mut sels: Vec<Selection> = (0..4)
-        .map(|_| f.up.begin(SelectKey::None, RetryPolicy::default(), RequestFacts::default(), f.now()))
+        .map(|_| {
+            f.up.begin(
+                SelectKey::None,
+                RetryPolicy::default(),
+                RequestFacts::default(),
+                f.now(),
+            )
+        })
         .collect();
     let mut held = Vec::new();
     let mut picks = Vec::new();
@@ -453,7 +561,10 @@ fn least_conn_prefers_fewer_connections_per_weight_then_round_robin() {
     // all idle: round robin among ties by weight (A has weight 2);
     // then loads 1/2, 0, 0 → B and C; then 1/2, 1, 1 → A
     assert_eq!(picks[0], 0);
-    assert!(picks[1..3].contains(&1) && picks[1..3].contains(&2), "{picks:?}");
+    assert!(
+        picks[1..3].contains(&1) && picks[1..3].contains(&2),
+        "{picks:?}"
+    );
     assert_eq!(picks[3], 0);
 }
 
@@ -469,7 +580,7 @@ fn active_down_takes_a_peer_out_at_once_and_admin_drain_too() {
     });
     let clock = Arc::new(ManualClock::at(5));
     let events = Arc::new(EventBus::default());
-    let up = Upstream::new(cfg, events.clone(), clock.clone());
+    let up = Arc::new(Upstream::new(cfg, events.clone(), clock.clone()));
     let f = Fixture { up, clock, events };
     for _ in 0..5 {
         f.up.record_probe(
@@ -487,10 +598,19 @@ fn active_down_takes_a_peer_out_at_once_and_admin_drain_too() {
         assert_eq!(f.get(|_| Be::Ok).1, vec![1]);
     }
     let reasons = &f.up.status(f.now())[0].reasons;
-    assert!(matches!(reasons[0], Ineligible::ProbeDown { fail_streak: 5, .. }), "{reasons:?}");
+    assert!(
+        matches!(reasons[0], Ineligible::ProbeDown { fail_streak: 5, .. }),
+        "{reasons:?}"
+    );
     f.up.set_admin(PeerId(1), AdminState::Drain, f.now());
     assert_eq!(f.get(|_| Be::Ok), (502, vec![]));
-    let kinds: Vec<&str> = f.events.since(0, 10).events.iter().map(|e| e.kind.name()).collect();
+    let kinds: Vec<&str> = f
+        .events
+        .since(0, 10)
+        .events
+        .iter()
+        .map(|e| e.kind.name())
+        .collect();
     assert_eq!(kinds, vec!["probe_down", "admin"]);
 }
 
@@ -502,11 +622,25 @@ fn reload_keeps_state_of_unchanged_peers_only() {
     let mut cfg = f.up.config().clone();
     cfg.servers[1].weight = NonZeroU32::new(3).expect("3");
     cfg.servers.push(srv(3));
-    let up2 = Upstream::with_previous(cfg, Some(&f.up), f.events.clone(), f.clock.clone());
+    let up2 = Arc::new(Upstream::with_previous(
+        cfg,
+        Some(&f.up),
+        f.events.clone(),
+        f.clock.clone(),
+    ));
     let st = up2.status(f.now());
     assert_eq!(st[0].passive.fails, 1, "unchanged peer keeps its failures");
-    assert!(st[0].reasons.iter().any(|r| matches!(r, Ineligible::Excluded { .. })));
-    assert_eq!(st[1].passive, PassiveView { effective_weight: 3, ..PassiveView::default() });
+    assert!(st[0]
+        .reasons
+        .iter()
+        .any(|r| matches!(r, Ineligible::Excluded { .. })));
+    assert_eq!(
+        st[1].passive,
+        PassiveView {
+            effective_weight: 3,
+            ..PassiveView::default()
+        }
+    );
 }
 
 #[derive(Clone, Debug)]

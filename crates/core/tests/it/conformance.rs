@@ -42,17 +42,17 @@ struct Outcome {
     attempts: Vec<String>,
 }
 
-struct Pending<'u> {
+struct Pending {
     id: String,
     peer: String,
     sel: Selection,
-    guard: PeerGuard<'u>,
+    guard: PeerGuard,
     attempts: Vec<String>,
 }
 
 struct Sim {
     clock: Arc<ManualClock>,
-    upstreams: HashMap<String, Upstream>,
+    upstreams: HashMap<String, Arc<Upstream>>,
     locations: Vec<Location>,
     labels: HashMap<String, String>,
     modes: HashMap<String, Mode>,
@@ -97,7 +97,10 @@ impl Sim {
             .iter()
             .map(|u| {
                 let c: Arc<dyn Clock> = clock.clone();
-                (u.name.clone(), Upstream::new(u.clone(), events.clone(), c))
+                (
+                    u.name.clone(),
+                    Arc::new(Upstream::new(u.clone(), events.clone(), c)),
+                )
             })
             .collect();
         let locations = loaded.config.servers[0].locations.clone();
@@ -128,7 +131,7 @@ impl Sim {
         method: &str,
         path: &str,
         park: bool,
-    ) -> Result<Outcome, Pending<'u>> {
+    ) -> Result<Outcome, Pending> {
         let loc = self.route(path);
         let pass = loc.proxy.pass.as_ref().expect("proxy_pass");
         let up = &self.upstreams[&pass.upstream];
@@ -289,7 +292,7 @@ fn replay(file: &Path) -> Vec<String> {
             "req_async" => {
                 // Play the async request and everything up to its `wait`
                 // while it is parked, then release it.
-                let mut pending: Vec<Pending<'_>> = Vec::new();
+                let mut pending: Vec<Pending> = Vec::new();
                 let mut j = i;
                 let mut modes_after: Vec<(String, Mode)> = Vec::new();
                 while j < steps.len() {

@@ -22,11 +22,15 @@ pub(crate) fn server(address: &str, weight: u32) -> ServerConfig {
 pub(crate) fn upstream(
     balancer: Balancer,
     servers: Vec<ServerConfig>,
-) -> (Upstream, Arc<ManualClock>) {
+) -> (Arc<Upstream>, Arc<ManualClock>) {
     let mut cfg = UpstreamConfig::new("u");
     cfg.balancer = balancer;
     cfg.servers = servers;
     let clock = Arc::new(ManualClock::at(1_000_000));
-    let up = Upstream::new(cfg, Arc::new(EventBus::default()), clock.clone());
+    let up = Arc::new(Upstream::new(
+        cfg,
+        Arc::new(EventBus::default()),
+        clock.clone(),
+    ));
     (up, clock)
 }
