@@ -1,1 +1,60 @@
-fn main() {}
+//! `vigil`: the upstream health plane. This binary is the composition root
+//! (config → state → proxy + checker + admin API) and the inspection CLI.
+//!
+//! Exit codes: 0 success; 1 findings (`lint`) or a failed command; 2 bad
+//! input (unreadable or invalid configuration, bad arguments).
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+mod cmd;
+mod load;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// vigil: keep traffic off broken backends, and show why.
+#[derive(Debug, Parser)]
+#[command(name = "vigil", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the reverse proxy (nginx-compatible passive accounting and retries).
+    Serve(cmd::serve::Args),
+    /// Explain the traps in an nginx.conf or vigil TOML file.
+    Lint(cmd::lint::Args),
+    /// Print the vigil TOML equivalent of an nginx.conf.
+    Convert(cmd::convert::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(a) => cmd::serve::run(a),
+        Command::Lint(a) => cmd::lint::run(a),
+        Command::Convert(a) => cmd::convert::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            if is_broken_pipe(&e) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("vigil: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// `vigil status | head` closing the pipe early is not an error.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

@@ -15,10 +15,13 @@
 pub mod balancer;
 pub mod clock;
 pub mod config;
+pub mod convert;
 pub mod event;
 pub mod health;
+pub mod lint;
 pub mod outcome;
 pub mod peer;
+pub mod registry;
 pub mod upstream;
 
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};

@@ -1,1 +1,19 @@
-//! placeholder
+//! vigil-proxy: the reverse proxy of `vigil serve`. It routes as nginx
+//! does, asks core whom to pick, reports every attempt's outcome to core,
+//! and retries only when core's rules say so.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+mod attempt;
+pub mod body;
+pub mod connect;
+mod handler;
+mod log;
+pub mod pool;
+pub mod route;
+pub mod server;
+pub mod vars;
+
+pub use handler::AttemptRecord;
+pub use server::{bind, serve, Generation, Proxy};

@@ -1,0 +1,22 @@
+//! `vigil convert`: print the vigil TOML equivalent of an nginx.conf.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use vigil_core::config::{nginx, system_resolver};
+
+/// Arguments of `vigil convert`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Example:\n  vigil convert /etc/nginx/nginx.conf > vigil.toml")]
+pub(crate) struct Args {
+    /// The nginx.conf to convert.
+    path: PathBuf,
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let loaded = nginx::load_file(&args.path, &system_resolver)?;
+    let text = vigil_core::convert::nginx_to_toml(&loaded);
+    std::io::stdout().lock().write_all(text.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,63 @@
+//! Loading a configuration from either front end.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use vigil_core::config::{nginx, system_resolver, Config};
+
+/// Which front end a file is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Nginx,
+    Toml,
+}
+
+/// A loaded configuration and the nginx directives it ignored.
+pub(crate) struct Loaded {
+    pub(crate) config: Config,
+    pub(crate) ignored: Vec<(String, String)>,
+}
+
+impl Kind {
+    /// TOML by extension, nginx.conf otherwise.
+    pub(crate) fn of(path: &Path) -> Self {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("toml") => Kind::Toml,
+            _ => Kind::Nginx,
+        }
+    }
+}
+
+/// Load `path` with the given front end.
+pub(crate) fn load(path: &Path, kind: Kind) -> Result<Loaded, vigil_core::config::ConfigError> {
+    match kind {
+        Kind::Nginx => {
+            let l = nginx::load_file(path, &system_resolver)?;
+            Ok(Loaded {
+                config: l.config,
+                ignored: l.ignored,
+            })
+        }
+        Kind::Toml => Ok(Loaded {
+            config: vigil_core::config::toml::load_file(path, &system_resolver)?,
+            ignored: Vec::new(),
+        }),
+    }
+}
+
+/// The config path and kind from `--nginx-conf` / `--config`.
+pub(crate) fn pick(
+    nginx_conf: Option<PathBuf>,
+    config: Option<PathBuf>,
+) -> anyhow::Result<(PathBuf, Kind)> {
+    match (nginx_conf, config) {
+        (Some(p), None) => Ok::<_, anyhow::Error>((p, Kind::Nginx)),
+        (None, Some(p)) => {
+            let kind = Kind::of(&p);
+            Ok((p, kind))
+        }
+        (None, None) => anyhow::bail!("give --nginx-conf PATH or --config PATH.toml"),
+        (Some(_), Some(_)) => anyhow::bail!("give only one of --nginx-conf and --config"),
+    }
+    .context("choosing the configuration")
+}

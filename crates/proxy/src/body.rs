@@ -1,0 +1,237 @@
+//! Bodies: the request body as buffered for replay (memory, then a temp
+//! file, bounded by `client_max_body_size`), and the upstream response body
+//! streamed to the client with `proxy_read_timeout` between two reads,
+//! which releases the peer and returns the connection to the pool at the end.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use tokio::io::AsyncWriteExt;
+use vigil_core::upstream::PeerGuard;
+
+use crate::pool::{Conn, Pool};
+
+/// Any error a body can carry.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The body type sent upstream and to clients.
+pub type UpBody = BoxBody<Bytes, BoxError>;
+
+/// A request body read completely so it can be sent again on a retry.
+#[derive(Debug)]
+pub enum Buffered {
+    /// No body.
+    Empty,
+    /// Small bodies stay in memory.
+    Memory(Bytes),
+    /// Larger ones go to a temp file (deleted on drop).
+    File {
+        /// The spool file.
+        file: Arc<tempfile::TempPath>,
+        /// Its length.
+        len: u64,
+    },
+}
+
+/// Why a request body could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    /// More than `client_max_body_size`: 413.
+    #[error("request body larger than client_max_body_size ({0} bytes)")]
+    TooLarge(u64),
+    /// The client went away or sent garbage.
+    #[error("reading the request body failed: {0}")]
+    Client(#[source] hyper::Error),
+    /// The spool file could not be written.
+    #[error("spooling the request body failed: {0}")]
+    Spool(#[source] std::io::Error),
+}
+
+/// Bodies up to this size stay in memory (nginx's `client_body_buffer_size`
+/// is 8–16 KiB; vigil keeps more in memory and spools the rest).
+pub const MEMORY_LIMIT: usize = 64 * 1024;
+
+/// Read the whole body, spooling to `spool_dir` past [`MEMORY_LIMIT`].
+pub async fn buffer(
+    mut body: Incoming,
+    max: u64,
+    spool_dir: &std::path::Path,
+) -> Result<Buffered, BodyError> {
+    let mut mem = BytesMut::new();
+    let mut file: Option<(tokio::fs::File, tempfile::TempPath)> = None;
+    let mut total: u64 = 0;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(BodyError::Client)?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        total += data.len() as u64;
+        if max != 0 && total > max {
+            return Err(BodyError::TooLarge(max));
+        }
+        match &mut file {
+            Some((f, _)) => f.write_all(&data).await.map_err(BodyError::Spool)?,
+            None if mem.len() + data.len() > MEMORY_LIMIT => {
+                let tmp = tempfile::Builder::new()
+                    .prefix("vigil-body-")
+                    .tempfile_in(spool_dir)
+                    .map_err(BodyError::Spool)?;
+                let (std_file, path) = tmp.into_parts();
+                let mut f = tokio::fs::File::from_std(std_file);
+                f.write_all(&mem).await.map_err(BodyError::Spool)?;
+                f.write_all(&data).await.map_err(BodyError::Spool)?;
+                mem.clear();
+                file = Some((f, path));
+            }
+            None => mem.extend_from_slice(&data),
+        }
+    }
+    Ok(match file {
+        Some((mut f, path)) => {
+            f.flush().await.map_err(BodyError::Spool)?;
+            Buffered::File {
+                file: Arc::new(path),
+                len: total,
+            }
+        }
+        None if mem.is_empty() => Buffered::Empty,
+        None => Buffered::Memory(mem.freeze()),
+    })
+}
+
+impl Buffered {
+    /// Its length.
+    pub fn len(&self) -> u64 {
+        match self {
+            Buffered::Empty => 0,
+            Buffered::Memory(b) => b.len() as u64,
+            Buffered::File { len, .. } => *len,
+        }
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A fresh body for one attempt.
+    pub async fn replay(&self) -> std::io::Result<UpBody> {
+        Ok(match self {
+            Buffered::Empty => empty(),
+            Buffered::Memory(b) => full(b.clone()),
+            Buffered::File { file, .. } => {
+                let f = tokio::fs::File::open(&**file).await?;
+                let stream = tokio_util::io::ReaderStream::new(f);
+                let mapped = futures_util::StreamExt::map(stream, |r| {
+                    r.map(Frame::data).map_err(BoxError::from)
+                });
+                StreamBody::new(mapped).boxed()
+            }
+        })
+    }
+}
+
+/// An empty body.
+pub fn empty() -> UpBody {
+    Full::new(Bytes::new())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+/// A body of these bytes.
+pub fn full(b: impl Into<Bytes>) -> UpBody {
+    Full::new(b.into()).map_err(|never| match never {}).boxed()
+}
+
+/// The upstream's response body on its way to the client.
+pub(crate) struct Streamed {
+    inner: Incoming,
+    read_timeout: Duration,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    guard: Option<PeerGuard>,
+    conn: Option<(Arc<Pool>, Conn)>,
+}
+
+impl Streamed {
+    pub(crate) fn new(
+        inner: Incoming,
+        read_timeout: Duration,
+        guard: PeerGuard,
+        conn: Option<(Arc<Pool>, Conn)>,
+    ) -> Self {
+        Self {
+            inner,
+            read_timeout,
+            sleep: Box::pin(tokio::time::sleep(read_timeout)),
+            guard: Some(guard),
+            conn,
+        }
+    }
+
+    fn finish(&mut self, complete: bool) {
+        if let Some((pool, conn)) = self.conn.take() {
+            if complete {
+                pool.checkin(conn);
+            }
+        }
+        // nginx frees the peer with state 0 once the response is finished,
+        // also when the body broke after the header went out (s15).
+        self.guard.take();
+    }
+}
+
+/// The upstream stopped sending within `proxy_read_timeout`.
+#[derive(Debug, thiserror::Error)]
+#[error("upstream timed out reading the response body")]
+pub struct BodyTimeout;
+
+impl Body for Streamed {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                let deadline = tokio::time::Instant::now() + this.read_timeout;
+                this.sleep.as_mut().reset(deadline);
+                if this.inner.is_end_stream() {
+                    this.finish(true);
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                this.finish(false);
+                Poll::Ready(Some(Err(e.into())))
+            }
+            Poll::Ready(None) => {
+                this.finish(true);
+                Poll::Ready(None)
+            }
+            Poll::Pending => {
+                ready!(this.sleep.as_mut().poll(cx));
+                this.finish(false);
+                Poll::Ready(Some(Err(Box::new(BodyTimeout))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+use std::future::Future as _;

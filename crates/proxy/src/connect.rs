@@ -1,0 +1,266 @@
+//! Opening upstream connections: TCP with `proxy_connect_timeout`, TLS
+//! through hyper-rustls (SNI and verification on by default), then an
+//! HTTP/1.1 handshake whose connection task runs on its own.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper::client::conn::http1;
+use hyper::client::conn::http1::SendRequest;
+use hyper::Uri;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tower_service::Service;
+
+use crate::body::UpBody;
+
+/// Why a connection could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// Refused, reset, unreachable.
+    #[error("connect to {addr} failed: {source}")]
+    Io {
+        /// The peer.
+        addr: SocketAddr,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `proxy_connect_timeout` elapsed (connect plus TLS handshake).
+    #[error("connect to {addr} timed out after {timeout:?}")]
+    Timeout {
+        /// The peer.
+        addr: SocketAddr,
+        /// The limit.
+        timeout: Duration,
+    },
+    /// The TLS handshake failed (certificate, protocol).
+    #[error("TLS handshake with {addr} failed: {message}")]
+    Tls {
+        /// The peer.
+        addr: SocketAddr,
+        /// What rustls said.
+        message: String,
+    },
+    /// The HTTP handshake failed.
+    #[error("HTTP handshake with {addr} failed: {source}")]
+    Handshake {
+        /// The peer.
+        addr: SocketAddr,
+        /// hyper's error.
+        #[source]
+        source: hyper::Error,
+    },
+}
+
+impl ConnectError {
+    /// Whether this is a timeout (nginx class `timeout`, else `error`).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, ConnectError::Timeout { .. })
+    }
+}
+
+/// TLS settings for `https://` upstreams.
+#[derive(Clone)]
+pub struct TlsSettings {
+    config: Arc<rustls::ClientConfig>,
+}
+
+impl TlsSettings {
+    /// Build from a location's settings: system roots plus an optional CA
+    /// file, or no verification when `verify` is off.
+    pub fn new(verify: bool, ca_file: Option<&std::path::Path>) -> Result<Self, String> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::CertificateDer;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?;
+        let config = if verify {
+            let mut roots = rustls::RootCertStore::empty();
+            let native = rustls_native_certs::load_native_certs();
+            for c in native.certs {
+                let _ = roots.add(c);
+            }
+            if let Some(path) = ca_file {
+                let certs = CertificateDer::pem_file_iter(path)
+                    .map_err(|e| format!("{}: {e}", path.display()))?
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                if certs.is_empty() {
+                    return Err(format!("{}: no certificates", path.display()));
+                }
+                for c in certs {
+                    roots
+                        .add(c)
+                        .map_err(|e| format!("{}: {e}", path.display()))?;
+                }
+            }
+            builder.with_root_certificates(roots).with_no_client_auth()
+        } else {
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
+                .with_no_client_auth()
+        };
+        Ok(Self {
+            config: Arc::new(config),
+        })
+    }
+}
+
+impl std::fmt::Debug for TlsSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TlsSettings")
+    }
+}
+
+/// Open a connection to `addr` (TLS with `server_name` as SNI when `tls` is given).
+pub async fn connect(
+    addr: SocketAddr,
+    timeout: Duration,
+    tls: Option<(&TlsSettings, &str)>,
+) -> Result<SendRequest<UpBody>, ConnectError> {
+    let fut =
+        async {
+            match tls {
+                None => {
+                    let tcp = TcpStream::connect(addr)
+                        .await
+                        .map_err(|source| ConnectError::Io { addr, source })?;
+                    let _ = tcp.set_nodelay(true);
+                    handshake(TokioIo::new(tcp), addr).await
+                }
+                Some((settings, server_name)) => {
+                    let mut https = hyper_rustls::HttpsConnectorBuilder::new()
+                        .with_tls_config((*settings.config).clone())
+                        .https_only()
+                        .enable_http1()
+                        .wrap_connector(Fixed(addr));
+                    let host = if server_name.contains(':') && !server_name.starts_with('[') {
+                        server_name.rsplit_once(':').map_or(server_name, |(h, _)| h)
+                    } else {
+                        server_name
+                    };
+                    let uri: Uri =
+                        format!("https://{host}/")
+                            .parse()
+                            .map_err(|_| ConnectError::Tls {
+                                addr,
+                                message: format!("invalid server name \"{host}\""),
+                            })?;
+                    let io = https.call(uri).await.map_err(|e| {
+                        match e.downcast::<std::io::Error>() {
+                            Ok(io) if io.get_ref().is_none() => {
+                                ConnectError::Io { addr, source: *io }
+                            }
+                            Ok(io) => ConnectError::Tls {
+                                addr,
+                                message: io.to_string(),
+                            },
+                            Err(other) => ConnectError::Tls {
+                                addr,
+                                message: other.to_string(),
+                            },
+                        }
+                    })?;
+                    handshake(io, addr).await
+                }
+            }
+        };
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(ConnectError::Timeout { addr, timeout }),
+    }
+}
+
+async fn handshake<T>(io: T, addr: SocketAddr) -> Result<SendRequest<UpBody>, ConnectError>
+where
+    T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (sender, conn) = http1::Builder::new()
+        .handshake(io)
+        .await
+        .map_err(|source| ConnectError::Handshake { addr, source })?;
+    tokio::spawn(async move {
+        let _ = conn.with_upgrades().await;
+    });
+    Ok(sender)
+}
+
+/// A connector that always dials one address (the balancer already chose
+/// the peer; the URI only carries the TLS server name).
+#[derive(Clone, Copy)]
+struct Fixed(SocketAddr);
+
+impl Service<Uri> for Fixed {
+    type Response = TokioIo<TcpStream>;
+    type Error = std::io::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Uri) -> Self::Future {
+        let addr = self.0;
+        Box::pin(async move {
+            let tcp = TcpStream::connect(addr).await?;
+            let _ = tcp.set_nodelay(true);
+            Ok(TokioIo::new(tcp))
+        })
+    }
+}
+
+/// `proxy_ssl_verify off`: accept any certificate (still a TLS handshake).
+#[derive(Debug)]
+struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for NoVerify {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}

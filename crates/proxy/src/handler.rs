@@ -1,0 +1,446 @@
+//! One client request: route it, buffer its body, walk the upstream's
+//! peers with core's rules, and answer as nginx would (the upstream's
+//! response, 502 for errors and "no live upstreams", 504 for timeouts).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::request::Parts;
+use http::{Method, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use vigil_core::{FailureVerdict, RequestFacts, SelectKey, StatusVerdict};
+
+use crate::attempt;
+use crate::body::{self, BodyError, Buffered, Streamed, UpBody};
+use crate::route::Route;
+use crate::server::Proxy;
+use crate::vars::VarContext;
+
+/// One attempt as `$upstream_addr`, `$upstream_status`,
+/// `$upstream_response_time` show it.
+#[derive(Clone, Debug)]
+pub struct AttemptRecord {
+    /// The peer's address, or the upstream's name for "no live upstreams".
+    pub addr: String,
+    /// The status the attempt produced (upstream's, or 502/504).
+    pub status: Option<u16>,
+    /// Seconds from the start of the attempt to its header or failure.
+    pub response_time: f64,
+    /// Seconds to connect, if it connected.
+    pub connect_time: Option<f64>,
+}
+
+enum ReqBody {
+    Buffered(Buffered),
+    Stream(Option<Incoming>),
+}
+
+/// Serve one request.
+pub(crate) async fn handle(
+    proxy: Arc<Proxy>,
+    local: SocketAddr,
+    client: SocketAddr,
+    mut req: Request<Incoming>,
+) -> Response<UpBody> {
+    let start = Instant::now();
+    let generation = proxy.current();
+    let Some(route) = generation.routes.find(local, req.uri().path()).cloned() else {
+        return error_page(StatusCode::NOT_FOUND);
+    };
+    let upgrade = is_upgrade(req.headers());
+    let on_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+    let (parts, incoming) = req.into_parts();
+    let settings = &route.location.proxy;
+    let max = settings.client_max_body_size;
+    let declared = content_length(&parts.headers);
+    if max != 0 && declared.is_some_and(|n| n > max) {
+        return finish(
+            &route,
+            &parts,
+            client,
+            local,
+            &[],
+            start,
+            error_page(StatusCode::PAYLOAD_TOO_LARGE),
+        );
+    }
+    let has_body =
+        declared.is_some_and(|n| n > 0) || parts.headers.contains_key(header::TRANSFER_ENCODING);
+    let mut body = if !has_body {
+        ReqBody::Buffered(Buffered::Empty)
+    } else if settings.request_buffering {
+        match body::buffer(incoming, max, proxy.spool_dir()).await {
+            Ok(b) => ReqBody::Buffered(b),
+            Err(BodyError::TooLarge(_)) => {
+                return finish(
+                    &route,
+                    &parts,
+                    client,
+                    local,
+                    &[],
+                    start,
+                    error_page(StatusCode::PAYLOAD_TOO_LARGE),
+                )
+            }
+            Err(BodyError::Client(_)) => return error_page(StatusCode::BAD_REQUEST),
+            Err(BodyError::Spool(e)) => {
+                tracing::error!(error = %e, "cannot spool request body");
+                return error_page(StatusCode::INTERNAL_SERVER_ERROR);
+            }
+        }
+    } else {
+        ReqBody::Stream(Some(incoming))
+    };
+    let facts = RequestFacts {
+        non_idempotent: matches!(parts.method, Method::POST | Method::PATCH)
+            || parts.method.as_str() == "LOCK",
+        body_replayable: matches!(body, ReqBody::Buffered(_)),
+    };
+    let upstream = route.upstream.clone();
+    let hash_key = route.hash_key.as_ref().map(|t| {
+        t.expand(&VarContext {
+            parts: &parts,
+            client,
+            local,
+            proxy_host: &route.proxy_host,
+            attempts: &[],
+            status: 0,
+            request_time: 0.0,
+        })
+    });
+    let key = match (&hash_key, &upstream.config().balancer) {
+        (Some(k), _) => SelectKey::Hash(k.as_bytes()),
+        (None, vigil_core::config::Balancer::IpHash) => SelectKey::Client(client.ip()),
+        _ => SelectKey::None,
+    };
+    let clock = proxy.clock();
+    let mut sel = upstream.begin(key, route.policy, facts, clock.now());
+    let mut attempts: Vec<AttemptRecord> = Vec::new();
+    let path_and_query = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_string();
+    let upstream_uri = route.upstream_uri(&path_and_query);
+    loop {
+        let guard = match upstream.select(&mut sel, clock.now()) {
+            Ok(g) => g,
+            Err(_) => {
+                tracing::error!(upstream = %upstream.name(), "no live upstreams");
+                attempts.push(AttemptRecord {
+                    addr: upstream.name().to_string(),
+                    status: Some(502),
+                    response_time: 0.0,
+                    connect_time: None,
+                });
+                return finish(
+                    &route,
+                    &parts,
+                    client,
+                    local,
+                    &attempts,
+                    start,
+                    error_page(StatusCode::BAD_GATEWAY),
+                );
+            }
+        };
+        let peer = guard.peer().clone();
+        let t0 = Instant::now();
+        let replay = match &body {
+            ReqBody::Buffered(b) => match b.replay().await {
+                Ok(bd) => Some(bd),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot replay spooled body");
+                    return error_page(StatusCode::INTERNAL_SERVER_ERROR);
+                }
+            },
+            ReqBody::Stream(_) => None,
+        };
+        let result = attempt::run(&route, &peer, route.tls.as_ref(), || {
+            let b = match replay {
+                Some(b) => b,
+                None => match &mut body {
+                    ReqBody::Stream(s) => s
+                        .take()
+                        .map_or_else(body::empty, |i| i.map_err(Into::into).boxed()),
+                    ReqBody::Buffered(_) => body::empty(),
+                },
+            };
+            build_request(
+                &route,
+                &parts,
+                &upstream_uri,
+                b,
+                client,
+                local,
+                &body_len(&body),
+                upgrade,
+            )
+        })
+        .await;
+        match result {
+            Ok(answered) => {
+                let status = answered.response.status().as_u16();
+                attempts.push(AttemptRecord {
+                    addr: peer.config().addr.to_string(),
+                    status: Some(status),
+                    response_time: attempt::secs(t0.elapsed()),
+                    connect_time: Some(answered.connect_time),
+                });
+                match sel.on_status(guard, status, clock.now()) {
+                    StatusVerdict::Retry => continue,
+                    StatusVerdict::PassThrough(guard) => {
+                        let (head, incoming) = answered.response.into_parts();
+                        if head.status == StatusCode::SWITCHING_PROTOCOLS {
+                            if let Some(client_up) = on_upgrade {
+                                let upstream_up = hyper::upgrade::on(Response::from_parts(
+                                    head.clone(),
+                                    incoming,
+                                ));
+                                tokio::spawn(async move {
+                                    let _guard = guard;
+                                    if let (Ok(a), Ok(b)) = (client_up.await, upstream_up.await) {
+                                        let mut a = hyper_util::rt::TokioIo::new(a);
+                                        let mut b = hyper_util::rt::TokioIo::new(b);
+                                        let _ = tokio::io::copy_bidirectional(&mut a, &mut b).await;
+                                    }
+                                });
+                                let mut resp = Response::from_parts(head, body::empty());
+                                strip_hop_by_hop(resp.headers_mut(), true);
+                                resp.headers_mut().insert(
+                                    header::CONNECTION,
+                                    HeaderValue::from_static("upgrade"),
+                                );
+                                return finish(
+                                    &route, &parts, client, local, &attempts, start, resp,
+                                );
+                            }
+                        }
+                        let pooled = route
+                            .pool
+                            .enabled()
+                            .then(|| (route.pool.clone(), answered.conn));
+                        let streamed =
+                            Streamed::new(incoming, settings.read_timeout, guard, pooled);
+                        let mut resp = Response::from_parts(head, BodyExt::boxed(streamed));
+                        strip_hop_by_hop(resp.headers_mut(), false);
+                        return finish(&route, &parts, client, local, &attempts, start, resp);
+                    }
+                }
+            }
+            Err(failed) => {
+                tracing::warn!(upstream = %upstream.name(), peer = %peer.name(), class = %failed.failure.class, "{}", failed.detail);
+                attempts.push(AttemptRecord {
+                    addr: peer.config().addr.to_string(),
+                    status: Some(failed.failure.class.final_status()),
+                    response_time: attempt::secs(t0.elapsed()),
+                    connect_time: failed.connect_time,
+                });
+                match sel.on_failure(guard, failed.failure, clock.now()) {
+                    FailureVerdict::Retry => continue,
+                    FailureVerdict::Fail(status) => {
+                        let code = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+                        return finish(
+                            &route,
+                            &parts,
+                            client,
+                            local,
+                            &attempts,
+                            start,
+                            error_page(code),
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn body_len(body: &ReqBody) -> Option<u64> {
+    match body {
+        ReqBody::Buffered(b) => Some(b.len()),
+        ReqBody::Stream(_) => None,
+    }
+}
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1) are not forwarded; neither is any
+/// header the `Connection` header names.
+fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect();
+    for n in named {
+        if !(keep_upgrade && n == header::UPGRADE) {
+            headers.remove(n);
+        }
+    }
+    for n in [
+        header::CONNECTION,
+        HeaderName::from_static("keep-alive"),
+        HeaderName::from_static("proxy-connection"),
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+    ] {
+        headers.remove(n);
+    }
+    if !keep_upgrade {
+        headers.remove(header::UPGRADE);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build_request(
+    route: &Route,
+    parts: &Parts,
+    uri: &str,
+    body: UpBody,
+    client: SocketAddr,
+    local: SocketAddr,
+    len: &Option<u64>,
+    upgrade: bool,
+) -> Result<Request<UpBody>, String> {
+    let mut req = Request::builder()
+        .method(parts.method.clone())
+        .uri(uri)
+        .version(http::Version::HTTP_11)
+        .body(body)
+        .map_err(|e| format!("cannot build upstream request: {e}"))?;
+    let headers = req.headers_mut();
+    *headers = parts.headers.clone();
+    let upgrade_value = headers.get(header::UPGRADE).cloned();
+    strip_hop_by_hop(headers, false);
+    headers.remove(header::HOST);
+    if let Ok(v) = HeaderValue::from_str(&route.proxy_host) {
+        headers.insert(header::HOST, v);
+    }
+    match len {
+        Some(0) => {
+            headers.remove(header::CONTENT_LENGTH);
+        }
+        Some(n) => {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(*n));
+        }
+        None => {}
+    }
+    if !route.set_headers.is_empty() {
+        let cx = VarContext {
+            parts,
+            client,
+            local,
+            proxy_host: &route.proxy_host,
+            attempts: &[],
+            status: 0,
+            request_time: 0.0,
+        };
+        for (name, tpl) in &route.set_headers {
+            headers.remove(name);
+            if let Some(t) = tpl {
+                let v = t.expand(&cx);
+                if !v.is_empty() {
+                    if let Ok(v) = HeaderValue::from_str(&v) {
+                        headers.insert(name.clone(), v);
+                    }
+                }
+            }
+        }
+    }
+    match (upgrade, upgrade_value) {
+        (true, Some(u)) => {
+            headers.insert(header::UPGRADE, u);
+            headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        }
+        _ if route.pool.enabled() => {
+            headers.insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
+        }
+        _ => {
+            headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+    }
+    Ok(req)
+}
+
+/// Add the location's `add_header`s and write the access log line.
+fn finish(
+    route: &Route,
+    parts: &Parts,
+    client: SocketAddr,
+    local: SocketAddr,
+    attempts: &[AttemptRecord],
+    start: Instant,
+    mut resp: Response<UpBody>,
+) -> Response<UpBody> {
+    let status = resp.status().as_u16();
+    let always_only = !matches!(
+        status,
+        200 | 201 | 204 | 206 | 301 | 302 | 303 | 304 | 307 | 308
+    );
+    let cx = VarContext {
+        parts,
+        client,
+        local,
+        proxy_host: &route.proxy_host,
+        attempts,
+        status,
+        request_time: start.elapsed().as_secs_f64(),
+    };
+    for (name, tpl, always) in &route.add_headers {
+        if always_only && !always {
+            continue;
+        }
+        let v = tpl.expand(&cx);
+        if v.is_empty() {
+            continue;
+        }
+        if let Ok(v) = HeaderValue::from_str(&v) {
+            resp.headers_mut().append(name.clone(), v);
+        }
+    }
+    if let Some(log) = route.access_log.as_ref() {
+        log.write(&cx, parts);
+    }
+    resp
+}
+
+fn content_length(h: &HeaderMap) -> Option<u64> {
+    h.get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn is_upgrade(h: &HeaderMap) -> bool {
+    h.contains_key(header::UPGRADE)
+        && h.get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| {
+                v.split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+            })
+}
+
+/// nginx-style error page.
+pub(crate) fn error_page(code: StatusCode) -> Response<UpBody> {
+    let reason = code.canonical_reason().unwrap_or("");
+    let text = format!(
+        "<html>\r\n<head><title>{} {reason}</title></head>\r\n<body>\r\n<center><h1>{} {reason}</h1></center>\r\n<hr><center>vigil</center>\r\n</body>\r\n</html>\r\n",
+        code.as_u16(),
+        code.as_u16()
+    );
+    let mut r = Response::new(body::full(text));
+    *r.status_mut() = code;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html"));
+    r
+}

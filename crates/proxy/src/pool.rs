@@ -1,0 +1,98 @@
+//! Idle upstream connections, per upstream: `keepalive N` keeps at most N
+//! idle connections (the least recently used go first). It is a cache, not
+//! a cap: connections in use are never limited by it (seed 003).
+//!
+//! A plain mutex: the pool changes on every use and is rarely contended,
+//! as hyper-util's legacy pool does it.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use hyper::client::conn::http1::SendRequest;
+use vigil_core::config::UpstreamConfig;
+use vigil_core::peer::PeerId;
+
+use crate::body::UpBody;
+
+/// Idle connections of one upstream.
+pub struct Pool {
+    idle: Mutex<VecDeque<Conn>>,
+    cap: usize,
+    timeout: Duration,
+    max_requests: u32,
+}
+
+/// A connection to one peer.
+pub struct Conn {
+    pub(crate) peer: PeerId,
+    pub(crate) sender: SendRequest<UpBody>,
+    pub(crate) idle_since: Instant,
+    pub(crate) requests: u32,
+}
+
+impl Pool {
+    /// A pool per the upstream's `keepalive` settings (none: no pooling).
+    pub fn new(config: &UpstreamConfig) -> Self {
+        let (cap, timeout, max_requests) = config
+            .keepalive
+            .as_ref()
+            .map_or((0, Duration::ZERO, 0), |k| {
+                (k.idle.get() as usize, k.timeout, k.requests)
+            });
+        Self {
+            idle: Mutex::new(VecDeque::with_capacity(cap.min(1024))),
+            cap,
+            timeout,
+            max_requests,
+        }
+    }
+
+    /// Whether connections are kept at all.
+    pub fn enabled(&self) -> bool {
+        self.cap > 0
+    }
+
+    /// Idle connections held now.
+    pub fn idle_count(&self) -> usize {
+        self.idle.lock().map_or(0, |q| q.len())
+    }
+
+    /// Take the most recently used idle connection to `peer`, if any.
+    pub(crate) fn checkout(&self, peer: PeerId) -> Option<Conn> {
+        if self.cap == 0 {
+            return None;
+        }
+        let mut q = self.idle.lock().ok()?;
+        let now = Instant::now();
+        q.retain(|c| !c.sender.is_closed() && now.duration_since(c.idle_since) < self.timeout);
+        let i = q.iter().rposition(|c| c.peer == peer)?;
+        q.remove(i)
+    }
+
+    /// Give a connection back after a complete response.
+    pub(crate) fn checkin(&self, mut conn: Conn) {
+        if self.cap == 0
+            || conn.sender.is_closed()
+            || (self.max_requests != 0 && conn.requests >= self.max_requests)
+        {
+            return;
+        }
+        conn.idle_since = Instant::now();
+        if let Ok(mut q) = self.idle.lock() {
+            if q.len() >= self.cap {
+                q.pop_front();
+            }
+            q.push_back(conn);
+        }
+    }
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("cap", &self.cap)
+            .field("idle", &self.idle_count())
+            .finish()
+    }
+}

@@ -1,0 +1,204 @@
+//! The proxy's shared state (one configuration generation behind an
+//! `ArcSwap`, swapped whole on reload) and the listeners' accept loops with
+//! graceful shutdown.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use vigil_core::config::Config;
+use vigil_core::event::EventBus;
+use vigil_core::registry::Registry;
+use vigil_core::Clock;
+
+use crate::pool::Pool;
+use crate::route::{RouteError, Routes};
+
+/// One configuration, compiled: upstreams with their state, pools, routes.
+pub struct Generation {
+    /// The configuration.
+    pub config: Config,
+    /// Its upstreams.
+    pub registry: Arc<Registry>,
+    /// Its routes.
+    pub routes: Routes,
+    pools: HashMap<String, Arc<Pool>>,
+}
+
+/// The running proxy.
+pub struct Proxy {
+    current: ArcSwap<Generation>,
+    clock: Arc<dyn Clock>,
+    events: Arc<EventBus>,
+    spool_dir: PathBuf,
+}
+
+// === impl Generation ===
+
+impl Generation {
+    /// Compile `config`. With `previous`, unchanged peers keep their state
+    /// and unchanged upstreams keep their idle connections.
+    pub fn build(
+        config: Config,
+        previous: Option<&Generation>,
+        events: Arc<EventBus>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, RouteError> {
+        let registry = Arc::new(Registry::build(
+            &config,
+            previous.map(|p| &*p.registry),
+            events,
+            clock,
+        ));
+        let pools: HashMap<String, Arc<Pool>> = config
+            .upstreams
+            .iter()
+            .map(|u| {
+                let kept = previous.and_then(|p| {
+                    let same = p.config.upstream(&u.name) == Some(u);
+                    same.then(|| p.pools.get(&u.name).cloned()).flatten()
+                });
+                (
+                    u.name.clone(),
+                    kept.unwrap_or_else(|| Arc::new(Pool::new(u))),
+                )
+            })
+            .collect();
+        let routes = Routes::build(&config, &registry, &pools)?;
+        Ok(Self {
+            config,
+            registry,
+            routes,
+            pools,
+        })
+    }
+}
+
+// === impl Proxy ===
+
+impl Proxy {
+    /// A proxy serving `generation`.
+    pub fn new(
+        generation: Generation,
+        events: Arc<EventBus>,
+        clock: Arc<dyn Clock>,
+        spool_dir: PathBuf,
+    ) -> Self {
+        Self {
+            current: ArcSwap::from_pointee(generation),
+            clock,
+            events,
+            spool_dir,
+        }
+    }
+
+    /// The generation in force.
+    pub fn current(&self) -> Arc<Generation> {
+        self.current.load_full()
+    }
+
+    /// The clock rules run on.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// The event bus.
+    pub fn events(&self) -> &Arc<EventBus> {
+        &self.events
+    }
+
+    /// Where large request bodies are spooled.
+    pub fn spool_dir(&self) -> &Path {
+        &self.spool_dir
+    }
+
+    /// Replace the configuration; in-flight requests finish on the old one.
+    pub fn reload(&self, config: Config) -> Result<u64, RouteError> {
+        let old = self.current();
+        let next = Generation::build(config, Some(&old), self.events.clone(), self.clock.clone())?;
+        let generation = next.registry.generation();
+        self.current.store(Arc::new(next));
+        Ok(generation)
+    }
+}
+
+/// Accept on `listener` until `shutdown`, then let open connections finish
+/// for at most `grace`.
+pub async fn serve(
+    proxy: Arc<Proxy>,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+    grace: Duration,
+) {
+    let local = match listener.local_addr() {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::error!(error = %e, "listener has no address");
+            return;
+        }
+    };
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, client) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // EMFILE and friends: back off instead of spinning.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let proxy = proxy.clone();
+                let svc = service_fn(move |req| {
+                    let proxy = proxy.clone();
+                    async move { Ok::<_, Infallible>(crate::handler::handle(proxy, local, client, req).await) }
+                });
+                let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned();
+                let watched = graceful.watch(conn);
+                tokio::spawn(async move {
+                    let _ = watched.await;
+                });
+            }
+            _ = shutdown.cancelled() => break,
+        }
+    }
+    drop(listener);
+    tokio::select! {
+        _ = graceful.shutdown() => {}
+        _ = tokio::time::sleep(grace) => {
+            tracing::warn!(%local, "grace period over; closing remaining connections");
+        }
+    }
+}
+
+/// Bind a listener (with `SO_REUSEADDR`, and `SO_REUSEPORT` when asked).
+pub fn bind(
+    addr: SocketAddr,
+    reuseport: bool,
+    backlog: Option<u32>,
+) -> std::io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    if reuseport {
+        socket.set_reuseport(true)?;
+    }
+    socket.set_nodelay(true)?;
+    socket.bind(addr)?;
+    socket.listen(backlog.unwrap_or(511))
+}
