@@ -300,12 +300,14 @@ fn check_directive(d: &Directive) -> Result<CheckConfig, ConfigError> {
                     "tcp" => CheckKind::Tcp,
                     "http" => CheckKind::Http,
                     "https" => CheckKind::Https,
-                    "ssl_hello" | "mysql" | "ajp" | "fastcgi" => return Err(ConfigError::invalid(
-                        &p.span,
-                        format!(
+                    "ssl_hello" | "mysql" | "ajp" | "fastcgi" => {
+                        return Err(ConfigError::invalid(
+                            &p.span,
+                            format!(
                             "check type \"{value}\" is not supported by vigil (tcp, http, https)"
                         ),
-                    )),
+                        ))
+                    }
                     _ => return Err(bad(p, d, "type=tcp|http|https")),
                 }
             }
