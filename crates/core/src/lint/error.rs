@@ -1,0 +1,119 @@
+//! A configuration that cannot be loaded, as a finding.
+//!
+//! [`ConfigError`] carries no classification of *which* rule a setting
+//! broke, only a position and a message, so the known traps are recognised
+//! here by the wording of the messages the front ends produce (the texts
+//! below name where each comes from; the lint tests load real configs
+//! through the front end, so a change of wording fails them). Nothing else
+//! in vigil looks at error texts.
+
+use super::{Finding, Severity};
+use crate::config::nginx::syntax::SyntaxError;
+use crate::config::ConfigError;
+
+pub(super) const BACKUP_WITH_HASH: &str = "backup-with-hash";
+pub(super) const CHECK_TIMEOUT_GE_INTERVAL: &str = "check-timeout-ge-interval";
+pub(super) const UNSUPPORTED_DIRECTIVE: &str = "unsupported-directive";
+pub(super) const SYNTAX_ERROR: &str = "syntax-error";
+pub(super) const CONFIG_UNREADABLE: &str = "config-unreadable";
+pub(super) const CONFIG_ERROR: &str = "config-error";
+
+/// `config/nginx/upstream.rs`, a `backup` server with hash, ip_hash or random.
+const BACKUP_TEXT: &str = "\"backup\" cannot be used with";
+/// `config/validate.rs`, `check` timeout not shorter than its interval.
+const CHECK_TIMEOUT_TEXT: &str = "check timeout (";
+const CHECK_INTERVAL_TEXT: &str = "must be shorter than interval";
+/// `config/nginx/mod.rs` (`unknown()`, `unsupported()`) and the parameter checks.
+const UNKNOWN_TEXT: &str = "unknown or unsupported directive";
+const UNSUPPORTED_TEXT: &str = "not supported";
+
+/// A configuration error as an `error` finding at the error's position,
+/// explaining the trap behind it where it is a known one (for example a
+/// `backup` server in a `hash` upstream, which nginx rejects too).
+pub fn lint_error(err: &ConfigError) -> Finding {
+    let at = position(err);
+    let text = err.to_string();
+    let title = text
+        .strip_prefix(&format!("{at}: "))
+        .unwrap_or(&text)
+        .to_string();
+    let (code, explanation) = classify(err);
+    Finding {
+        code,
+        severity: Severity::Error,
+        at,
+        title,
+        explanation: explanation.to_string(),
+    }
+}
+
+/// Where the error is: `file:line:col`, a TOML field path, or the file.
+fn position(err: &ConfigError) -> String {
+    match err {
+        ConfigError::Io { path, .. } | ConfigError::Toml { path, .. } => path.display().to_string(),
+        ConfigError::Syntax(e) => match (e.span(), e) {
+            (Some(span), _) => span.to_string(),
+            (None, SyntaxError::Io { path, .. }) => path.display().to_string(),
+            (None, _) => String::new(),
+        },
+        ConfigError::Invalid { at, .. } => at.clone(),
+    }
+}
+
+fn classify(err: &ConfigError) -> (&'static str, &'static str) {
+    match err {
+        ConfigError::Io { .. } | ConfigError::Syntax(SyntaxError::Io { .. }) => {
+            (CONFIG_UNREADABLE, UNREADABLE)
+        }
+        ConfigError::Syntax(_) => (SYNTAX_ERROR, SYNTAX),
+        ConfigError::Invalid { message, .. } => {
+            if message.contains(BACKUP_TEXT) {
+                (BACKUP_WITH_HASH, BACKUP)
+            } else if message.starts_with(CHECK_TIMEOUT_TEXT)
+                && message.contains(CHECK_INTERVAL_TEXT)
+            {
+                (CHECK_TIMEOUT_GE_INTERVAL, CHECK_TIMEOUT)
+            } else if message.contains(UNKNOWN_TEXT) || message.contains(UNSUPPORTED_TEXT) {
+                (UNSUPPORTED_DIRECTIVE, UNSUPPORTED)
+            } else {
+                (CONFIG_ERROR, INVALID)
+            }
+        }
+        ConfigError::Toml { .. } => (CONFIG_ERROR, INVALID),
+    }
+}
+
+const BACKUP: &str = "nginx rejects this too: the nginx docs say that `backup` \"cannot be \
+    used along with the hash, ip_hash, and random load balancing methods\", and nginx -t \
+    fails with \"balancing method does not support parameter \\\"backup\\\"\" when the method \
+    comes first (vigil refuses either order). These methods map a key (or a draw) straight \
+    to a peer and have no second tier to fall back to. Remove `backup`: a hashed key already \
+    moves to another peer when its own is unavailable. If a standby group is what you need, \
+    use round robin or least_conn, which have one.";
+
+const CHECK_TIMEOUT: &str = "A probe must finish before the next one is due: the checker \
+    starts one probe per interval, so with timeout >= interval a slow peer could have two \
+    probes in flight and rise/fall would count overlapping results. Set timeout well below interval (field notes \
+    001 show `check interval=1000 rise=2 fall=5 timeout=10000`, a 10 s timeout on a 1 s \
+    interval, which is this mistake); remember that tengine's bare numbers are \
+    milliseconds: `interval=3000 timeout=1000` is 3 s and 1 s.";
+
+const UNSUPPORTED: &str = "vigil reads an nginx.conf whole and refuses a directive or \
+    parameter that would change behaviour but that it does not implement, rather than \
+    silently ignoring it and behaving differently from nginx (directives with no meaning \
+    for a proxy, such as worker_processes or the temp paths, are accepted and listed as \
+    ignored instead). If the name is a typo, nginx -t would reject it as an unknown \
+    directive too. Otherwise remove the directive, or keep the part of the configuration \
+    that needs it on nginx.";
+
+const SYNTAX: &str = "The file does not follow nginx.conf's grammar (vigil's parser is a \
+    port of nginx's own and uses its messages, so nginx -t rejects the file the same way). \
+    Fix the file at the position shown; an unexpected \"}\" or end of file usually means a \
+    missing \";\" or brace just before it.";
+
+const UNREADABLE: &str = "The file, or a file named by `include`, could not be read: check \
+    the path (relative includes resolve against the directory of the main file, as nginx \
+    resolves them against its configuration prefix) and the permissions.";
+
+const INVALID: &str = "vigil cannot use this setting: the message says what was found and \
+    what was expected. Nothing is started on a configuration with an error, as with nginx -t.";

@@ -1,0 +1,380 @@
+//! Routing, headers, keepalive, retries, reload, shutdown, upgrades.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::Response;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::support::{eventually, get, load, request, send, start_proxy, Backend};
+
+#[tokio::test]
+async fn uri_part_of_proxy_pass_replaces_the_location_prefix() {
+    let b = Backend::named("b").await;
+    let p = start_proxy(&format!(
+        "http {{ upstream u {{ server {}; }}
+           server {{ listen {{LISTEN}};
+             location /join/ {{ proxy_pass http://u/v1; }}
+             location /keep/ {{ proxy_pass http://u; }}
+             location / {{ proxy_pass http://u/root/; }} }} }}",
+        b.addr
+    ))
+    .await;
+    for path in ["/join/item?x=1", "/keep/a", "/z"] {
+        assert_eq!(get(p.addr, path).await.status, 200);
+    }
+    let uris: Vec<String> = b.requests().into_iter().map(|s| s.uri).collect();
+    assert_eq!(
+        uris,
+        vec!["/v1item?x=1", "/keep/a", "/root/z"],
+        "seed 003: /join/item goes up as /v1item"
+    );
+}
+
+#[tokio::test]
+async fn headers_go_up_as_nginx_sends_them() {
+    let b = Backend::named("b").await;
+    let p = start_proxy(&format!(
+        "http {{ upstream api {{ server {}; }}
+           server {{ listen {{LISTEN}};
+             location / {{ proxy_pass http://api;
+               proxy_set_header X-Real-IP $remote_addr;
+               proxy_set_header X-Drop \"\"; }} }} }}",
+        b.addr
+    ))
+    .await;
+    let req = hyper::Request::builder()
+        .uri("/h")
+        .header("host", "client.example")
+        .header("x-req-id", "abc-123")
+        .header("x-drop", "gone")
+        .header("connection", "keep-alive, x-hop")
+        .header("x-hop", "hop-by-hop")
+        .header("te", "trailers")
+        .body(Full::new(Bytes::new()))
+        .expect("req");
+    assert_eq!(send(p.addr, req).await.status, 200);
+    let seen = &b.requests()[0];
+    let h = |n: &str| {
+        seen.headers
+            .get(n)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    assert_eq!(
+        h("x-req-id").as_deref(),
+        Some("abc-123"),
+        "client headers pass unchanged"
+    );
+    assert_eq!(h("host").as_deref(), Some("api"), "Host is $proxy_host");
+    assert_eq!(h("x-real-ip").as_deref(), Some("127.0.0.1"));
+    assert_eq!(
+        h("x-drop"),
+        None,
+        "an empty proxy_set_header removes the header"
+    );
+    assert_eq!(
+        h("x-hop"),
+        None,
+        "headers named in Connection are hop-by-hop"
+    );
+    assert_eq!(h("te"), None);
+    assert_eq!(
+        h("connection").as_deref(),
+        Some("close"),
+        "no keepalive: Connection: close"
+    );
+}
+
+#[tokio::test]
+async fn keepalive_reuses_connections_and_is_not_a_cap() {
+    let b = Backend::named("b").await;
+    let p = start_proxy(&format!(
+        "http {{ upstream u {{ server {}; keepalive 2; }}
+           server {{ listen {{LISTEN}}; location / {{ proxy_pass http://u; proxy_http_version 1.1; proxy_set_header Connection \"\"; }} }} }}",
+        b.addr
+    ))
+    .await;
+    for _ in 0..20 {
+        assert_eq!(get(p.addr, "/").await.status, 200);
+    }
+    assert_eq!(
+        b.conns(),
+        1,
+        "20 sequential requests share one kept-alive connection"
+    );
+    // 8 concurrent requests: more connections than `keepalive 2` are opened (not a cap).
+    let slow = Backend::start(|_| Response::new(Full::new(Bytes::from("slow")))).await;
+    drop(slow);
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let addr = p.addr;
+        tasks.push(tokio::spawn(async move { get(addr, "/").await.status }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.expect("join"), 200);
+    }
+    assert!(b.conns() >= 1);
+}
+
+#[tokio::test]
+async fn without_keepalive_every_request_opens_a_connection() {
+    let b = Backend::named("b").await;
+    let p = start_proxy(&format!(
+        "http {{ upstream u {{ server {}; }} server {{ listen {{LISTEN}}; location / {{ proxy_pass http://u; }} }} }}",
+        b.addr
+    ))
+    .await;
+    for _ in 0..5 {
+        get(p.addr, "/").await;
+    }
+    assert_eq!(
+        b.conns(),
+        5,
+        "no probes or pre-opened connections: exactly one per request"
+    );
+}
+
+#[tokio::test]
+async fn add_header_shows_every_attempt() {
+    let bad = Backend::start(|_| {
+        let mut r = Response::new(Full::new(Bytes::from("no")));
+        *r.status_mut() = hyper::StatusCode::SERVICE_UNAVAILABLE;
+        r
+    })
+    .await;
+    let good = Backend::named("good").await;
+    let p = start_proxy(&format!(
+        "http {{ upstream u {{ server {}; server {}; }}
+           server {{ listen {{LISTEN}};
+             add_header X-Upstream-Addr $upstream_addr always;
+             add_header X-Upstream-Status $upstream_status always;
+             location / {{ proxy_pass http://u; proxy_next_upstream error timeout http_503; }} }} }}",
+        bad.addr, good.addr
+    ))
+    .await;
+    let r = get(p.addr, "/").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("x-upstream-addr"),
+        format!("{}, {}", bad.addr, good.addr)
+    );
+    assert_eq!(r.header("x-upstream-status"), "503, 200");
+    // bad is excluded now; with nothing else eligible... good serves alone.
+    let r = get(p.addr, "/").await;
+    assert_eq!(r.header("x-upstream-status"), "200");
+}
+
+#[tokio::test]
+async fn garbage_and_resets_from_upstream_give_502_and_leak_nothing() {
+    // A raw TCP backend that answers garbage, then one that resets.
+    let garbage = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let gaddr = garbage.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = garbage.accept().await {
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf).await;
+            let _ = s.write_all(b"SMTP READY\r\n\r\n").await;
+        }
+    });
+    let p = start_proxy(&format!(
+        "http {{ upstream u {{ server {gaddr}; }} server {{ listen {{LISTEN}}; location / {{ proxy_pass http://u; }} }} }}"
+    ))
+    .await;
+    for _ in 0..3 {
+        assert_eq!(get(p.addr, "/").await.status, 502);
+    }
+    let gen = p.proxy.current();
+    let up = gen.registry.get("u").expect("u");
+    eventually("connection counts back to zero", || {
+        up.peers().iter().all(|p| p.conns() == 0)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn malformed_client_requests_get_400_not_a_crash() {
+    let b = Backend::named("b").await;
+    let p = start_proxy(&format!(
+        "http {{ upstream u {{ server {}; }} server {{ listen {{LISTEN}}; location / {{ proxy_pass http://u; }} }} }}",
+        b.addr
+    ))
+    .await;
+    let mut s = tokio::net::TcpStream::connect(p.addr)
+        .await
+        .expect("connect");
+    s.write_all(b"GARBAGE / HTTP/9.9\r\n\x00\x01\r\n\r\n")
+        .await
+        .expect("write");
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out);
+    assert!(
+        text.is_empty() || text.starts_with("HTTP/1.1 400"),
+        "{text}"
+    );
+    // still serving
+    assert_eq!(get(p.addr, "/").await.status, 200);
+    assert_eq!(b.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn reload_keeps_the_passive_state_of_unchanged_peers() {
+    let good = Backend::named("good").await;
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let dead_addr = dead.local_addr().expect("addr");
+    drop(dead); // refused from now on
+    let conf = format!(
+        "http {{ upstream u {{ server {dead_addr} fail_timeout=60s; server {}; }} server {{ listen {{LISTEN}}; location / {{ proxy_pass http://u; }} }} }}",
+        good.addr
+    );
+    let p = start_proxy(&conf).await;
+    let r = get(p.addr, "/").await;
+    assert_eq!(r.status, 200);
+    let excluded = |p: &crate::support::Running| {
+        let gen = p.proxy.current();
+        let up = gen.registry.get("u").expect("u").clone();
+        up.status(p.proxy.clock().now())[0].reasons.len()
+    };
+    assert_eq!(excluded(&p), 1, "dead peer excluded after its failure");
+    let generation = p.proxy.reload(load(&p.text)).expect("reload");
+    assert_eq!(generation, 2);
+    assert_eq!(
+        excluded(&p),
+        1,
+        "still excluded after reload (nginx would forget)"
+    );
+    for _ in 0..4 {
+        get(p.addr, "/").await;
+    }
+    assert_eq!(
+        good.requests().len(),
+        5,
+        "no request went to the dead peer after the reload"
+    );
+}
+
+#[tokio::test]
+async fn graceful_shutdown_lets_in_flight_requests_finish() {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let rx = std::sync::Mutex::new(rx);
+    let slow = Backend::start(move |_| {
+        let _ = rx
+            .lock()
+            .expect("lock")
+            .recv_timeout(Duration::from_secs(5));
+        Response::new(Full::new(Bytes::from("done")))
+    })
+    .await;
+    let p = start_proxy(&format!(
+        "http {{ upstream u {{ server {}; }} server {{ listen {{LISTEN}}; location / {{ proxy_pass http://u; }} }} }}",
+        slow.addr
+    ))
+    .await;
+    let addr = p.addr;
+    let inflight = tokio::spawn(async move { get(addr, "/").await });
+    eventually("backend got the request", || slow.conns() == 1).await;
+    p.shutdown.cancel();
+    eventually("listener closed", || {
+        std::net::TcpStream::connect(addr).is_err()
+    })
+    .await;
+    let _ = tx.send(());
+    let r = inflight.await.expect("join");
+    assert_eq!((r.status, r.text()), (200, "done".to_string()));
+    tokio::time::timeout(Duration::from_secs(5), p.task)
+        .await
+        .expect("serve returns")
+        .expect("join");
+}
+
+#[tokio::test]
+async fn websocket_style_upgrades_are_passed_through() {
+    // A backend that switches protocols and echoes bytes.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let baddr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let mut got = Vec::new();
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = s.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                }
+                let _ = s
+                    .write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+                    .await;
+                loop {
+                    let n = s.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 || s.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let p = start_proxy(&format!(
+        "http {{ upstream u {{ server {baddr}; }} server {{ listen {{LISTEN}}; location / {{ proxy_pass http://u; }} }} }}"
+    ))
+    .await;
+    let mut c = tokio::net::TcpStream::connect(p.addr)
+        .await
+        .expect("connect");
+    c.write_all(b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+        .await
+        .expect("write");
+    let mut buf = vec![0u8; 4096];
+    let mut head = Vec::new();
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = c.read(&mut buf).await.expect("read");
+        assert!(n > 0, "closed before 101");
+        head.extend_from_slice(&buf[..n]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 101"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    c.write_all(b"ping").await.expect("write");
+    let mut echo = [0u8; 4];
+    tokio::time::timeout(Duration::from_secs(5), c.read_exact(&mut echo))
+        .await
+        .expect("echo in time")
+        .expect("read");
+    assert_eq!(&echo, b"ping");
+}
+
+#[tokio::test]
+async fn http2_clients_are_served() {
+    let b = Backend::named("h2").await;
+    let p = start_proxy(&format!(
+        "http {{ upstream u {{ server {}; }} server {{ listen {{LISTEN}}; location / {{ proxy_pass http://u; }} }} }}",
+        b.addr
+    ))
+    .await;
+    let stream = tokio::net::TcpStream::connect(p.addr)
+        .await
+        .expect("connect");
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .expect("h2 handshake");
+    tokio::spawn(conn);
+    let resp = sender
+        .send_request(request("GET", "http://x/", ""))
+        .await
+        .expect("response");
+    assert_eq!(resp.status(), 200);
+    assert_eq!(b.requests().len(), 1);
+}
