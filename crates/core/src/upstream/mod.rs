@@ -338,7 +338,11 @@ impl Upstream {
         facts: RequestFacts,
         now: Timestamp,
     ) -> Selection {
-        self.begin_seeded(key, policy, facts, now, rand::random())
+        let seed = match self.method {
+            Method::Random { .. } => rand::random(),
+            _ => 0,
+        };
+        self.begin_seeded(key, policy, facts, now, seed)
     }
 
     /// [`Upstream::begin`] with a fixed seed for `random` (tests, simulations).
@@ -456,6 +460,14 @@ impl Upstream {
     }
 
     fn publish(&self, events: Vec<(u32, EventKind)>, now: Timestamp) {
+        if events.is_empty() {
+            return;
+        }
+        let now = if now == Timestamp(0) {
+            self.clock.now()
+        } else {
+            now
+        };
         for (index, kind) in events {
             self.emit(&self.peers[index as usize], kind, now);
         }
@@ -712,8 +724,10 @@ impl PeerGuard {
 impl Drop for PeerGuard {
     fn drop(&mut self) {
         if !self.done {
-            let now = self.upstream.clock.now();
-            self.upstream.free(self.index, PeerOutcome::Success, now);
+            // A success needs no time unless it forgives an exclusion, and
+            // then the event is stamped when published.
+            self.upstream
+                .free(self.index, PeerOutcome::Success, Timestamp(0));
         }
     }
 }
