@@ -4,6 +4,7 @@
 mod error;
 pub mod model;
 pub mod nginx;
+pub mod toml;
 mod validate;
 pub mod value;
 

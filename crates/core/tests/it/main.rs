@@ -2,4 +2,6 @@
 
 mod conformance;
 mod golden_balancers;
+mod lint;
 mod support;
+mod toml_config;

@@ -1,0 +1,138 @@
+//! Field paths (`upstream.api.server[1].fail_timeout`) and the value
+//! checks that report at one.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::config::value::{parse_size, parse_time};
+use crate::config::{ConfigError, Resolver};
+
+/// Where a value is: the file and the dotted TOML path to it.
+#[derive(Clone, Debug)]
+pub(crate) struct At<'f> {
+    file: &'f str,
+    path: String,
+}
+
+// === impl At ===
+
+impl<'f> At<'f> {
+    /// The document root of `file`.
+    pub(crate) fn root(file: &'f str) -> Self {
+        Self {
+            file,
+            path: String::new(),
+        }
+    }
+
+    /// The key `key` of this table (quoted when it is not a bare key).
+    pub(crate) fn key(&self, key: &str) -> Self {
+        let mut path = self.path.clone();
+        if !path.is_empty() {
+            path.push('.');
+        }
+        push_key(&mut path, key);
+        Self {
+            file: self.file,
+            path,
+        }
+    }
+
+    /// Element `i` of this array.
+    pub(crate) fn index(&self, i: usize) -> Self {
+        Self {
+            file: self.file,
+            path: format!("{}[{i}]", self.path),
+        }
+    }
+
+    /// An error at this path.
+    pub(crate) fn err(&self, message: impl Into<String>) -> ConfigError {
+        ConfigError::invalid(self, message)
+    }
+
+    /// A duration. TOML durations need a unit (`10s`, `500ms`): a bare
+    /// number is seconds to nginx but milliseconds to tengine's `check`.
+    pub(crate) fn time(&self, text: &str) -> Result<Duration, ConfigError> {
+        let d = parse_time(text).map_err(|e| self.err(e.to_string()))?;
+        if text.bytes().all(|b| b.is_ascii_digit()) && !d.is_zero() {
+            return Err(self.err(format!(
+                "invalid time \"{text}\", expected a unit (\"{text}s\" or \"{text}ms\"): a bare number is seconds in nginx but milliseconds in tengine's check"
+            )));
+        }
+        Ok(d)
+    }
+
+    /// A size (`1m`, `512k`, bytes).
+    pub(crate) fn size(&self, text: &str) -> Result<u64, ConfigError> {
+        parse_size(text).map_err(|e| self.err(e.to_string()))
+    }
+
+    /// Resolve `host[:port]` or `[v6]:port` to one address, as the nginx
+    /// front end's `resolve_one` does.
+    pub(crate) fn resolve(
+        &self,
+        resolve: Resolver<'_>,
+        text: &str,
+        default_port: u16,
+    ) -> Result<SocketAddr, ConfigError> {
+        if text.starts_with("unix:") {
+            return Err(self.err(format!("\"{text}\": unix sockets are not supported")));
+        }
+        if let Ok(sa) = text.parse::<SocketAddr>() {
+            return Ok(sa);
+        }
+        let (host, port) = match text.rsplit_once(':') {
+            Some((h, p)) if !h.contains(':') || h.ends_with(']') => {
+                let port = p
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|p| *p != 0)
+                    .ok_or_else(|| self.err(format!("invalid port in \"{text}\"")))?;
+                (h, port)
+            }
+            _ => (text, default_port),
+        };
+        if host.is_empty() {
+            return Err(self.err(format!("no host in \"{text}\"")));
+        }
+        let addrs = resolve(host, port)
+            .map_err(|e| self.err(format!("host not found in \"{text}\": {e}")))?;
+        addrs
+            .first()
+            .copied()
+            .ok_or_else(|| self.err(format!("host not found in \"{text}\"")))
+    }
+}
+
+impl fmt::Display for At<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            f.write_str(self.file)
+        } else {
+            write!(f, "{}: {}", self.file, self.path)
+        }
+    }
+}
+
+/// Append `key` as TOML writes it: bare when it can be, else quoted.
+pub(crate) fn push_key(path: &mut String, key: &str) {
+    let bare = !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if bare {
+        path.push_str(key);
+    } else {
+        path.push('"');
+        for c in key.chars() {
+            match c {
+                '"' => path.push_str("\\\""),
+                '\\' => path.push_str("\\\\"),
+                c => path.push(c),
+            }
+        }
+        path.push('"');
+    }
+}

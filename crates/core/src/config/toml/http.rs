@@ -1,0 +1,267 @@
+//! `[[server]]` and `[[server.location]]` → [`ServerBlock`]s, with the
+//! nginx front end's rules: a server's proxy keys are its locations'
+//! defaults, and a `proxy_pass` to a `host:port` that names no upstream
+//! makes an implicit single-server upstream.
+
+use std::net::SocketAddr;
+
+use super::at::At;
+use super::forms::{RawAccessLog, RawListen};
+use super::raw::{RawLocation, RawProxy, RawServer};
+use crate::config::{
+    AccessLog, AddHeader, ConfigError, HttpVersion, Listen, Location, LocationMatch, LogFormat,
+    ProxyPass, ProxySettings, Resolver, ServerBlock, ServerConfig, SetHeader, UpstreamConfig,
+};
+use crate::outcome::NextUpstream;
+
+/// What building servers needs: the resolver and the upstreams so far
+/// (implicit ones are appended).
+pub(super) struct Cx<'a, 'r> {
+    pub(super) resolve: Resolver<'r>,
+    pub(super) upstreams: &'a mut Vec<UpstreamConfig>,
+}
+
+pub(super) fn server(
+    cx: &mut Cx<'_, '_>,
+    raw: &RawServer,
+    at: &At<'_>,
+) -> Result<ServerBlock, ConfigError> {
+    let mut listen = Vec::new();
+    for (i, l) in raw.listen.iter().enumerate() {
+        listen.push(listen_entry(cx, l, &at.key("listen").index(i))?);
+    }
+    if listen.is_empty() {
+        // nginx's default: *:80.
+        listen.push(Listen {
+            addr: SocketAddr::from(([0, 0, 0, 0], 80)),
+            default_server: false,
+            reuseport: false,
+            backlog: None,
+        });
+    }
+    let defaults = proxy(&raw.proxy(), ProxySettings::default(), at)?;
+    let mut locations = Vec::new();
+    for (i, l) in raw.location.iter().enumerate() {
+        locations.push(location(cx, l, &defaults, &at.key("location").index(i))?);
+    }
+    Ok(ServerBlock {
+        listen,
+        server_names: raw.server_name.clone(),
+        locations,
+        origin: Default::default(),
+    })
+}
+
+fn listen_entry(cx: &Cx<'_, '_>, raw: &RawListen, at: &At<'_>) -> Result<Listen, ConfigError> {
+    let (text, at) = match raw {
+        RawListen::Addr(a) => (a, at.clone()),
+        RawListen::Table(t) => (&t.addr, at.key("addr")),
+    };
+    let addr = if let Ok(port) = text.parse::<u16>() {
+        SocketAddr::from(([0, 0, 0, 0], port))
+    } else {
+        at.resolve(cx.resolve, text, 80)?
+    };
+    let mut l = Listen {
+        addr,
+        default_server: false,
+        reuseport: false,
+        backlog: None,
+    };
+    if let RawListen::Table(t) = raw {
+        l.default_server = t.default_server.unwrap_or(false);
+        l.reuseport = t.reuseport.unwrap_or(false);
+        l.backlog = t.backlog;
+    }
+    Ok(l)
+}
+
+fn location(
+    cx: &mut Cx<'_, '_>,
+    raw: &RawLocation,
+    defaults: &ProxySettings,
+    at: &At<'_>,
+) -> Result<Location, ConfigError> {
+    if raw.path.is_empty() {
+        return Err(at.key("path").err("a location needs a path"));
+    }
+    if raw.path.starts_with('@') {
+        return Err(at
+            .key("path")
+            .err("named locations are not supported by vigil"));
+    }
+    let matcher = match raw.matcher.as_deref() {
+        None | Some("prefix") => LocationMatch::Prefix,
+        Some("exact") => LocationMatch::Exact,
+        Some("prefix_no_regex") => LocationMatch::PrefixNoRegex,
+        Some("regex") | Some("regex_case_insensitive") => {
+            return Err(at.key("match").err(
+                "regular-expression locations are not supported by vigil; use prefix or exact",
+            ))
+        }
+        Some(other) => {
+            return Err(at.key("match").err(format!(
+                "invalid match \"{other}\", expected prefix, exact or prefix_no_regex"
+            )))
+        }
+    };
+    let mut settings = proxy(&raw.proxy(), defaults.clone(), at)?;
+    if let Some(url) = &raw.proxy_pass {
+        settings.pass = Some(proxy_pass(cx, url, &at.key("proxy_pass"))?);
+    }
+    Ok(Location {
+        matcher,
+        path: raw.path.clone(),
+        proxy: settings,
+        origin: Default::default(),
+    })
+}
+
+/// `http(s)://NAME[/uri]`: an upstream, or an implicit single-server
+/// upstream for `host[:port]` (as nginx makes one).
+fn proxy_pass(cx: &mut Cx<'_, '_>, url: &str, at: &At<'_>) -> Result<ProxyPass, ConfigError> {
+    const EXPECTED: &str = "expected http://UPSTREAM[/uri] or https://UPSTREAM[/uri]";
+    if url.contains('$') {
+        return Err(at.err("proxy_pass with variables is not supported by vigil"));
+    }
+    let (tls, rest) = if let Some(r) = url.strip_prefix("http://") {
+        (false, r)
+    } else if let Some(r) = url.strip_prefix("https://") {
+        (true, r)
+    } else {
+        return Err(at.err(format!("invalid proxy_pass \"{url}\", {EXPECTED}")));
+    };
+    let (host, uri) = match rest.find('/') {
+        Some(i) => (&rest[..i], Some(rest[i..].to_string())),
+        None => (rest, None),
+    };
+    if host.is_empty() {
+        return Err(at.err(format!(
+            "invalid proxy_pass \"{url}\": no upstream or host, {EXPECTED}"
+        )));
+    }
+    if !cx.upstreams.iter().any(|u| u.name == host) {
+        let addr = at
+            .resolve(cx.resolve, host, if tls { 443 } else { 80 })
+            .map_err(|e| match e {
+                ConfigError::Invalid { at, message } => ConfigError::Invalid {
+                    at,
+                    message: format!("no upstream \"{host}\" is defined, and {message}"),
+                },
+                other => other,
+            })?;
+        let mut up = UpstreamConfig::new(host);
+        up.servers.push(ServerConfig::new(host, addr));
+        cx.upstreams.push(up);
+    }
+    Ok(ProxyPass {
+        tls,
+        upstream: host.to_string(),
+        uri,
+    })
+}
+
+/// Apply the proxy keys present in `raw` over `p` (a present list key
+/// replaces the inherited list, as nginx's array directives do).
+fn proxy(raw: &RawProxy, mut p: ProxySettings, at: &At<'_>) -> Result<ProxySettings, ConfigError> {
+    if let Some(words) = &raw.next_upstream {
+        p.next_upstream = next_upstream(words, &at.key("next_upstream"))?;
+    }
+    if let Some(n) = raw.next_upstream_tries {
+        p.next_upstream_tries = n;
+    }
+    if let Some(t) = &raw.next_upstream_timeout {
+        let t = at.key("next_upstream_timeout").time(t)?;
+        p.next_upstream_timeout = (!t.is_zero()).then_some(t);
+    }
+    for (key, value, slot) in [
+        (
+            "connect_timeout",
+            &raw.connect_timeout,
+            &mut p.connect_timeout,
+        ),
+        ("send_timeout", &raw.send_timeout, &mut p.send_timeout),
+        ("read_timeout", &raw.read_timeout, &mut p.read_timeout),
+    ] {
+        if let Some(t) = value {
+            *slot = at.key(key).time(t)?;
+        }
+    }
+    for (value, slot) in [
+        (raw.request_buffering, &mut p.request_buffering),
+        (raw.buffering, &mut p.buffering),
+        (raw.ssl_verify, &mut p.ssl_verify),
+        (raw.ssl_server_name, &mut p.ssl_server_name),
+    ] {
+        if let Some(v) = value {
+            *slot = v;
+        }
+    }
+    if let Some(v) = &raw.http_version {
+        p.http_version = match v.as_str() {
+            "1.0" => HttpVersion::Http10,
+            "1.1" => HttpVersion::Http11,
+            _ => {
+                return Err(at.key("http_version").err(format!(
+                    "invalid http_version \"{v}\", expected \"1.0\" or \"1.1\""
+                )))
+            }
+        };
+    }
+    if let Some(list) = &raw.set_header {
+        p.set_headers = list
+            .iter()
+            .map(|h| SetHeader {
+                name: h.name.clone(),
+                value: h.value.clone(),
+            })
+            .collect();
+    }
+    if let Some(list) = &raw.add_header {
+        p.add_headers = list
+            .iter()
+            .map(|h| AddHeader {
+                name: h.name.clone(),
+                value: h.value.clone(),
+                always: h.always.unwrap_or(false),
+            })
+            .collect();
+    }
+    if let Some(s) = &raw.client_max_body_size {
+        p.client_max_body_size = at.key("client_max_body_size").size(s)?;
+    }
+    if let Some(path) = &raw.ssl_trusted_certificate {
+        p.ssl_trusted_certificate = Some(path.into());
+    }
+    if let Some(log) = &raw.access_log {
+        p.access_log = match log {
+            RawAccessLog::Off => None,
+            RawAccessLog::Log(t) => Some(AccessLog {
+                path: t.path.clone().into(),
+                format: match t.format.as_deref() {
+                    None | Some("combined") => LogFormat::Combined,
+                    Some("json") => LogFormat::Json,
+                    Some(other) => {
+                        return Err(at.key("access_log").key("format").err(format!(
+                            "invalid log format \"{other}\", expected combined or json"
+                        )))
+                    }
+                },
+            }),
+        };
+    }
+    Ok(p)
+}
+
+fn next_upstream(words: &[String], at: &At<'_>) -> Result<NextUpstream, ConfigError> {
+    if words.is_empty() {
+        return Err(at.err("next_upstream lists nothing; write [\"off\"] to disable retries"));
+    }
+    if words.len() > 1 && words.iter().any(|w| w == "off") {
+        return Err(at.err("\"off\" cannot be combined with other values in next_upstream"));
+    }
+    for (i, w) in words.iter().enumerate() {
+        NextUpstream::parse_words([w.as_str()]).map_err(|e| at.index(i).err(e.to_string()))?;
+    }
+    NextUpstream::parse_words(words.iter().map(String::as_str)).map_err(|e| at.err(e.to_string()))
+}

@@ -1,0 +1,242 @@
+//! `[upstream.NAME]` → [`UpstreamConfig`], with the nginx front end's rules.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use super::at::At;
+use super::raw::{RawCheck, RawPeer, RawUpstream};
+use crate::config::{
+    validate, Balancer, CheckConfig, CheckKind, ConfigError, InitialState, Keepalive, Resolver,
+    ServerConfig, StatusClass, UpstreamConfig,
+};
+
+/// The balancer words of `balancer =`.
+const BALANCERS: &str =
+    "round_robin, least_conn, ip_hash, random or random_two (for hash, set hash = \"KEY\")";
+
+pub(super) fn upstream(
+    name: &str,
+    raw: &RawUpstream,
+    at: &At<'_>,
+    resolve: Resolver<'_>,
+) -> Result<UpstreamConfig, ConfigError> {
+    if name.is_empty() {
+        return Err(at.err("an upstream needs a name"));
+    }
+    let mut up = UpstreamConfig::new(name);
+    up.balancer = balancer(raw, at)?;
+    for (i, s) in raw.server.iter().enumerate() {
+        up.servers
+            .push(server(s, &at.key("server").index(i), resolve)?);
+    }
+    if up.servers.is_empty() {
+        return Err(at
+            .key("server")
+            .err(format!("no servers are inside upstream \"{name}\"")));
+    }
+    up.keepalive = keepalive(raw, at)?;
+    up.zone = raw.zone.clone();
+    if let Some(c) = &raw.check {
+        up.check = Some(check(c, &at.key("check"))?);
+    }
+    if !matches!(up.balancer, Balancer::RoundRobin | Balancer::LeastConn) {
+        if let Some(i) = up.servers.iter().position(|s| s.backup) {
+            return Err(at.key("server").index(i).key("backup").err(format!(
+                "\"backup\" cannot be used with the {} balancer in upstream \"{name}\" (nginx rejects this: hash, ip_hash and random have no backup tier)",
+                balancer_word(&up.balancer)
+            )));
+        }
+    }
+    Ok(up)
+}
+
+fn balancer(raw: &RawUpstream, at: &At<'_>) -> Result<Balancer, ConfigError> {
+    if let Some(key) = &raw.hash {
+        if let Some(b) = &raw.balancer {
+            return Err(at.key("balancer").err(format!(
+                "balancer = \"{b}\" conflicts with hash = \"{key}\": hash sets the balancing method; remove one"
+            )));
+        }
+        return Ok(Balancer::Hash {
+            key: key.clone(),
+            consistent: raw.consistent.unwrap_or(false),
+        });
+    }
+    if raw.consistent.is_some() {
+        return Err(at
+            .key("consistent")
+            .err("\"consistent\" applies only with hash = \"KEY\""));
+    }
+    Ok(match raw.balancer.as_deref() {
+        None | Some("round_robin") => Balancer::RoundRobin,
+        Some("least_conn") => Balancer::LeastConn,
+        Some("ip_hash") => Balancer::IpHash,
+        Some("random") => Balancer::Random { two: false },
+        Some("random_two") => Balancer::Random { two: true },
+        Some(other) => {
+            return Err(at.key("balancer").err(format!(
+                "invalid balancer \"{other}\", expected {BALANCERS}"
+            )))
+        }
+    })
+}
+
+/// The word naming `b` in messages.
+fn balancer_word(b: &Balancer) -> &'static str {
+    match b {
+        Balancer::RoundRobin => "round_robin",
+        Balancer::LeastConn => "least_conn",
+        Balancer::Hash { .. } => "hash",
+        Balancer::IpHash => "ip_hash",
+        Balancer::Random { two: false } => "random",
+        Balancer::Random { two: true } => "random_two",
+    }
+}
+
+fn server(raw: &RawPeer, at: &At<'_>, resolve: Resolver<'_>) -> Result<ServerConfig, ConfigError> {
+    let addr = at.key("address").resolve(resolve, &raw.address, 80)?;
+    let mut s = ServerConfig::new(raw.address.clone(), addr);
+    if let Some(w) = raw.weight {
+        s.weight = NonZeroU32::new(w)
+            .ok_or_else(|| at.key("weight").err("invalid weight 0, expected 1 or more"))?;
+    }
+    if let Some(n) = raw.max_fails {
+        s.max_fails = n;
+    }
+    if let Some(t) = &raw.fail_timeout {
+        s.fail_timeout = at.key("fail_timeout").time(t)?;
+    }
+    if let Some(n) = raw.max_conns {
+        s.max_conns = n;
+    }
+    s.backup = raw.backup.unwrap_or(false);
+    s.down = raw.down.unwrap_or(false);
+    if let Some(t) = &raw.slow_start {
+        s.slow_start = Some(at.key("slow_start").time(t)?);
+    }
+    Ok(s)
+}
+
+fn keepalive(raw: &RawUpstream, at: &At<'_>) -> Result<Option<Keepalive>, ConfigError> {
+    let Some(n) = raw.keepalive else {
+        for (key, set) in [
+            ("keepalive_timeout", raw.keepalive_timeout.is_some()),
+            ("keepalive_requests", raw.keepalive_requests.is_some()),
+        ] {
+            if set {
+                return Err(at
+                    .key(key)
+                    .err(format!("\"{key}\" has no effect without \"keepalive\"")));
+            }
+        }
+        return Ok(None);
+    };
+    let idle = NonZeroU32::new(n).ok_or_else(|| {
+        at.key("keepalive")
+            .err("invalid keepalive 0, expected a positive number of idle connections")
+    })?;
+    let timeout = match &raw.keepalive_timeout {
+        Some(t) => at.key("keepalive_timeout").time(t)?,
+        None => Duration::from_secs(60),
+    };
+    Ok(Some(Keepalive {
+        idle,
+        timeout,
+        requests: raw.keepalive_requests.unwrap_or(1000),
+        origin: Default::default(),
+    }))
+}
+
+fn check(raw: &RawCheck, at: &At<'_>) -> Result<CheckConfig, ConfigError> {
+    let mut c = CheckConfig::default();
+    if let Some(kind) = &raw.kind {
+        let at = at.key("type");
+        c.kind = match kind.as_str() {
+            "tcp" => CheckKind::Tcp,
+            "http" => CheckKind::Http,
+            "https" => CheckKind::Https,
+            "ssl_hello" | "mysql" | "ajp" | "fastcgi" => {
+                return Err(at.err(format!(
+                    "check type \"{kind}\" is not supported by vigil (tcp, http, https)"
+                )))
+            }
+            _ => {
+                return Err(at.err(format!(
+                    "invalid check type \"{kind}\", expected tcp, http or https"
+                )))
+            }
+        };
+    }
+    if let Some(t) = &raw.interval {
+        c.interval = at.key("interval").time(t)?;
+    }
+    if let Some(t) = &raw.timeout {
+        c.timeout = at.key("timeout").time(t)?;
+    }
+    if let Some(t) = &raw.jitter {
+        c.jitter = at.key("jitter").time(t)?;
+    }
+    for (key, value, slot) in [
+        ("rise", raw.rise, &mut c.rise),
+        ("fall", raw.fall, &mut c.fall),
+    ] {
+        if let Some(n) = value {
+            *slot = NonZeroU32::new(n).ok_or_else(|| {
+                at.key(key)
+                    .err(format!("invalid {key} 0, expected 1 or more"))
+            })?;
+        }
+    }
+    if let Some(p) = raw.port {
+        c.port = Some(u16::try_from(p).ok().filter(|p| *p != 0).ok_or_else(|| {
+            at.key("port")
+                .err(format!("invalid port {p}, expected 1..65535"))
+        })?);
+    }
+    if let Some(i) = &raw.initial {
+        c.initial = match i.as_str() {
+            "up" => InitialState::Up,
+            "down" => InitialState::Down,
+            "first-result" => InitialState::FirstResult,
+            _ => {
+                return Err(at.key("initial").err(format!(
+                    "invalid initial state \"{i}\", expected up, down or first-result"
+                )))
+            }
+        };
+    }
+    if let Some(s) = &raw.send {
+        c.http.send = s.clone();
+    }
+    if let Some(list) = &raw.expect {
+        let at = at.key("expect");
+        if list.is_empty() {
+            return Err(at.err("expect lists no status: every probe would fail"));
+        }
+        c.http.expect = list
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                StatusClass::parse(w).ok_or_else(|| {
+                    at.index(i).err(format!(
+                        "invalid status \"{w}\", expected http_1xx .. http_5xx or a status 100..599"
+                    ))
+                })
+            })
+            .collect::<Result<_, _>>()?;
+    }
+    c.http.body_contains = raw.body_contains.clone();
+    validate::check(&c).map_err(|m| at.key(failing_key(&c)).err(m))?;
+    Ok(c)
+}
+
+/// The key the shared [`validate::check`] objects to, to point at it.
+fn failing_key(c: &CheckConfig) -> &'static str {
+    if c.interval.is_zero() {
+        "interval"
+    } else if c.timeout.is_zero() || c.timeout >= c.interval {
+        "timeout"
+    } else {
+        "jitter"
+    }
+}

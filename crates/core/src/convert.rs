@@ -1,0 +1,64 @@
+//! nginx.conf → `vigil.toml`: the model an nginx.conf builds, written in
+//! the native schema (what `vigil convert` prints). Loading the output with
+//! [`config::toml::load_str`](crate::config::toml::load_str) gives a
+//! [`Config`](crate::config::Config) equal to the one the nginx.conf gave.
+
+use crate::config::nginx::Loaded;
+use crate::config::toml::to_toml_string;
+
+/// `loaded.config` as TOML, headed by a comment that lists the nginx
+/// directives that were accepted without effect (`loaded.ignored`) and so
+/// have no counterpart in the output.
+pub fn nginx_to_toml(loaded: &Loaded) -> String {
+    let mut out = String::from("# vigil configuration converted from nginx.conf.\n");
+    if loaded.ignored.is_empty() {
+        out.push_str("# Every nginx directive was carried over.\n");
+    } else {
+        out.push_str("# nginx directives with no meaning for vigil, not carried over:\n");
+        for (name, at) in &loaded.ignored {
+            out.push_str(&format!(
+                "#   {} (first at {})\n",
+                one_line(name),
+                one_line(at)
+            ));
+        }
+    }
+    out.push('\n');
+    out.push_str(&to_toml_string(&loaded.config));
+    out
+}
+
+/// `text` safe inside a `#` comment line.
+fn one_line(text: &str) -> String {
+    text.replace(['\n', '\r'], " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{literal_resolver, toml};
+    use std::path::Path;
+
+    #[test]
+    fn header_lists_ignored_directives_and_body_loads_back() {
+        let src = "worker_processes 1; events { worker_connections 1024; }\n\
+                   http { sendfile on; upstream u { server 127.0.0.1:8001; }\n\
+                   server { listen 8080; location / { proxy_pass http://u; } } }";
+        let loaded = crate::config::nginx::load_str(
+            src,
+            Path::new("nginx.conf"),
+            Path::new("."),
+            &literal_resolver,
+        )
+        .expect("nginx.conf loads");
+        let text = nginx_to_toml(&loaded);
+        assert!(
+            text.contains("#   worker_processes (first at nginx.conf:1:1)"),
+            "{text}"
+        );
+        assert!(text.contains("#   sendfile"), "{text}");
+        let back = toml::load_str(&text, Path::new("out.toml"), &literal_resolver)
+            .expect("converted TOML loads");
+        assert_eq!(back, loaded.config);
+    }
+}
