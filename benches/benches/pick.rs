@@ -4,6 +4,8 @@
 //!
 //! `cargo bench -p vigil-benches --bench pick`
 
+#![allow(missing_docs)] // criterion_group! generates undocumented items
+
 use std::hint::black_box;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};

@@ -77,12 +77,14 @@ pub enum EventKind {
     },
 }
 
+type Listener = Box<dyn Fn(&Event) + Send + Sync>;
+
 /// A bounded, multi-reader event log.
 pub struct EventBus {
     ring: Mutex<VecDeque<Event>>,
     capacity: usize,
     next_seq: AtomicU64,
-    listeners: RwLock<Vec<Box<dyn Fn(&Event) + Send + Sync>>>,
+    listeners: RwLock<Vec<Listener>>,
 }
 
 /// Events read from the bus after a sequence number.

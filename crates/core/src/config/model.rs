@@ -42,7 +42,7 @@ pub struct Config {
 }
 
 /// The admin API listener.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Default)]
 pub struct AdminConfig {
     /// Listen address; default `127.0.0.1:9901`.
     pub listen: Option<SocketAddr>,
@@ -376,15 +376,6 @@ impl fmt::Display for Origin {
 }
 
 // === impl defaults ===
-
-impl Default for AdminConfig {
-    fn default() -> Self {
-        Self {
-            listen: None,
-            token: None,
-        }
-    }
-}
 
 impl AdminConfig {
     /// The default admin listen address.

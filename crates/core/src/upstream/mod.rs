@@ -51,7 +51,7 @@ pub struct Upstream {
 }
 
 /// The retry limits of a location (`proxy_next_upstream*`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct RetryPolicy {
     /// Which failures may move the request on.
     pub next_upstream: NextUpstream,
@@ -751,15 +751,6 @@ impl RetryPolicy {
     }
 }
 
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        Self {
-            next_upstream: NextUpstream::nginx_default(),
-            tries: 0,
-            timeout: None,
-        }
-    }
-}
 
 impl Default for RequestFacts {
     fn default() -> Self {

@@ -122,8 +122,8 @@ impl Tier {
                     s.fails = s.fails.saturating_add(1);
                     s.accessed = now;
                     s.checked = now;
-                    if cfg.max_fails != 0 {
-                        s.effective -= i64::from(cfg.weight.get() / cfg.max_fails);
+                    if let Some(cut) = cfg.weight.get().checked_div(cfg.max_fails) {
+                        s.effective -= i64::from(cut);
                         if s.fails >= cfg.max_fails {
                             events.push((
                                 global as u32,
@@ -156,12 +156,10 @@ impl Tier {
 /// nginx's eligibility test for a non-single peer, minus `tried`.
 pub(crate) fn eligible(peer: &Peer, s: &Slot, now: Timestamp) -> bool {
     let cfg = peer.config();
-    !cfg.down
-        && peer.is_routable()
-        && !(cfg.max_fails != 0
-            && s.fails >= cfg.max_fails
-            && now.millis_since(s.checked) <= duration_ms(cfg.fail_timeout))
-        && !peer.is_full()
+    let excluded = cfg.max_fails != 0
+        && s.fails >= cfg.max_fails
+        && now.millis_since(s.checked) <= duration_ms(cfg.fail_timeout);
+    !cfg.down && peer.is_routable() && !excluded && !peer.is_full()
 }
 
 /// After a pick: `if (now - best->checked > best->fail_timeout) best->checked = now;`

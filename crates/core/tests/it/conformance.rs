@@ -125,13 +125,13 @@ impl Sim {
     }
 
     /// Play one request until it finishes or parks on a hanging peer (async).
-    fn request<'u>(
-        &'u self,
+    fn request(
+        &self,
         id: &str,
         method: &str,
         path: &str,
         park: bool,
-    ) -> Result<Outcome, Pending> {
+    ) -> Result<Outcome, Box<Pending>> {
         let loc = self.route(path);
         let pass = loc.proxy.pass.as_ref().expect("proxy_pass");
         let up = &self.upstreams[&pass.upstream];
@@ -175,13 +175,13 @@ impl Sim {
                 }
                 Mode::Hang if park => {
                     attempts.push(label.clone());
-                    return Err(Pending {
+                    return Err(Box::new(Pending {
                         id: id.to_string(),
                         peer: label,
                         sel,
                         guard,
                         attempts,
-                    });
+                    }));
                 }
                 Mode::Hang => {
                     self.clock.advance(loc.proxy.read_timeout);
@@ -309,7 +309,7 @@ fn replay(file: &Path) -> Vec<String> {
                                 Ok(out) => {
                                     got.insert(id.to_string(), out);
                                 }
-                                Err(p) => pending.push(p),
+                                Err(p) => pending.push(*p),
                             }
                         }
                         "req" => {

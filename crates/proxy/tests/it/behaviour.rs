@@ -24,6 +24,7 @@ async fn uri_part_of_proxy_pass_replaces_the_location_prefix() {
     for path in ["/join/item?x=1", "/keep/a", "/z"] {
         assert_eq!(get(p.addr, path).await.status, 200);
     }
+    assert!(b.requests().iter().all(|s| s.method == "GET"));
     let uris: Vec<String> = b.requests().into_iter().map(|s| s.uri).collect();
     assert_eq!(
         uris,
