@@ -39,6 +39,9 @@ pub struct Peer {
     name: Arc<str>,
     config: ServerConfig,
     conns: AtomicU32,
+    /// A copy of the passive `fails` (written under the tier lock), so a
+    /// success on a peer without failures needs no lock.
+    fails_hint: AtomicU32,
     admin: AtomicU8,
     admin_since: AtomicU64,
     health: ActiveHealth,
@@ -110,6 +113,7 @@ impl Peer {
             name: config.address.as_str().into(),
             config,
             conns: AtomicU32::new(0),
+            fails_hint: AtomicU32::new(0),
             admin: AtomicU8::new(AdminState::Up.as_u8()),
             admin_since: AtomicU64::new(0),
             health,
@@ -140,6 +144,14 @@ impl Peer {
     /// Requests in flight to this peer.
     pub fn conns(&self) -> u32 {
         self.conns.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn fails_hint(&self) -> u32 {
+        self.fails_hint.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_fails_hint(&self, fails: u32) {
+        self.fails_hint.store(fails, Ordering::Release);
     }
 
     pub(crate) fn acquire(&self) {

@@ -14,6 +14,7 @@ pub mod pool;
 pub mod route;
 pub mod server;
 pub mod vars;
+pub mod worker;
 
 pub use handler::AttemptRecord;
 pub use server::{bind, serve, Generation, Proxy};

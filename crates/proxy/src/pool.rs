@@ -15,9 +15,14 @@ use vigil_core::peer::PeerId;
 
 use crate::body::UpBody;
 
-/// Idle connections of one upstream.
+/// Worker shards; workers beyond this share shards.
+const SHARDS: usize = 64;
+
+/// Idle connections of one upstream, one shard per worker (as nginx keeps
+/// `keepalive N` per worker process): a connection is only reused by the
+/// worker whose event loop drives it.
 pub struct Pool {
-    idle: Mutex<VecDeque<Conn>>,
+    shards: Box<[Mutex<VecDeque<Conn>>]>,
     cap: usize,
     timeout: Duration,
     max_requests: u32,
@@ -40,8 +45,9 @@ impl Pool {
             .map_or((0, Duration::ZERO, 0), |k| {
                 (k.idle.get() as usize, k.timeout, k.requests)
             });
+        let shards = if cap == 0 { 1 } else { SHARDS };
         Self {
-            idle: Mutex::new(VecDeque::with_capacity(cap.min(1024))),
+            shards: (0..shards).map(|_| Mutex::new(VecDeque::new())).collect(),
             cap,
             timeout,
             max_requests,
@@ -53,9 +59,16 @@ impl Pool {
         self.cap > 0
     }
 
-    /// Idle connections held now.
+    /// Idle connections held now, over all workers.
     pub fn idle_count(&self) -> usize {
-        self.idle.lock().map_or(0, |q| q.len())
+        self.shards
+            .iter()
+            .map(|s| s.lock().map_or(0, |q| q.len()))
+            .sum()
+    }
+
+    fn shard(&self) -> &Mutex<VecDeque<Conn>> {
+        &self.shards[crate::worker::current() % self.shards.len()]
     }
 
     /// Take the most recently used idle connection to `peer`, if any.
@@ -63,11 +76,21 @@ impl Pool {
         if self.cap == 0 {
             return None;
         }
-        let mut q = self.idle.lock().ok()?;
+        let mut q = self.shard().lock().ok()?;
         let now = Instant::now();
-        q.retain(|c| !c.sender.is_closed() && now.duration_since(c.idle_since) < self.timeout);
-        let i = q.iter().rposition(|c| c.peer == peer)?;
-        q.remove(i)
+        // The oldest go first when they expire; the newest is reused first.
+        while q.front().is_some_and(|c| {
+            c.sender.is_closed() || now.duration_since(c.idle_since) >= self.timeout
+        }) {
+            q.pop_front();
+        }
+        loop {
+            let i = q.iter().rposition(|c| c.peer == peer)?;
+            let c = q.remove(i)?;
+            if !c.sender.is_closed() && now.duration_since(c.idle_since) < self.timeout {
+                return Some(c);
+            }
+        }
     }
 
     /// Give a connection back after a complete response.
@@ -79,7 +102,7 @@ impl Pool {
             return;
         }
         conn.idle_since = Instant::now();
-        if let Ok(mut q) = self.idle.lock() {
+        if let Ok(mut q) = self.shard().lock() {
             if q.len() >= self.cap {
                 q.pop_front();
             }

@@ -19,6 +19,7 @@
 //! }
 //! ```
 
+mod fast;
 mod pick;
 mod tier;
 mod tried;
@@ -244,8 +245,9 @@ impl Upstream {
             })
             .collect();
         let has_backup = peers.len() > n_primary;
-        let primary = Tier::new(&peers[..n_primary], 0, n_primary == 1 && !has_backup);
-        let backup = has_backup.then(|| Tier::new(&peers[n_primary..], n_primary, false));
+        let rr = config.balancer == crate::config::Balancer::RoundRobin;
+        let primary = Tier::new(&peers[..n_primary], 0, n_primary == 1 && !has_backup, rr);
+        let backup = has_backup.then(|| Tier::new(&peers[n_primary..], n_primary, false, rr));
         let primaries: Vec<_> = peers[..n_primary].iter().map(|p| p.config()).collect();
         let method = Method::build(&config.balancer, &primaries);
         let up = Self {
@@ -280,7 +282,6 @@ impl Upstream {
                 continue;
             };
             let slot = old_tier.slot(old.id().0 as usize - old_tier.offset);
-            new_tier.restore(peer.id().0 as usize - new_tier.offset, slot);
             let _ = peer.set_admin(old.admin(), old.admin_since());
             if same_check {
                 peer.health().inherit(old.health());
@@ -288,6 +289,31 @@ impl Upstream {
                     peer.set_last_probe(r);
                 }
             }
+            new_tier.restore(peer.id().0 as usize - new_tier.offset, slot, peer);
+        }
+    }
+
+    /// The same upstream without the round-robin fast path: nginx's scan on
+    /// every pick (the reference the fast path is tested against).
+    #[cfg(test)]
+    pub(crate) fn without_fast_path(mut self) -> Self {
+        for tier in std::iter::once(&mut self.primary).chain(self.backup.as_mut()) {
+            tier.disable_fast_path();
+        }
+        self
+    }
+
+    /// Whether the primary tier follows the precomputed cycle right now.
+    #[cfg(test)]
+    pub(crate) fn on_fast_path(&self) -> bool {
+        self.primary.lock().fast.is_some()
+    }
+
+    /// A peer's routability changed: the fast path must know.
+    fn refresh(&self, peer: &Peer) {
+        if let Some(tier) = self.tier_of(peer.id()) {
+            let mut st = tier.lock();
+            tier.refresh(&mut st, peer.id().0 as usize - tier.offset, peer);
         }
     }
 
@@ -493,6 +519,9 @@ impl Upstream {
         let peer = self.peers.get(id.0 as usize)?;
         let now = report.at;
         let t = peer.health().record(report.ok, now);
+        if t.is_some() {
+            self.refresh(peer);
+        }
         let detail = match report.phase {
             Some(phase) => format!(
                 "{phase}: {} ({} ms)",
@@ -523,6 +552,7 @@ impl Upstream {
         let peer = self.peers.get(id.0 as usize)?;
         let from = peer.set_admin(to, now);
         if from != to {
+            self.refresh(peer);
             self.emit(peer, EventKind::Admin { from, to }, now);
         }
         Some(from)
@@ -750,7 +780,6 @@ impl RetryPolicy {
         }
     }
 }
-
 
 impl Default for RequestFacts {
     fn default() -> Self {

@@ -5,7 +5,7 @@ use crate::balancer::{hash_step, ip_hash_step, Method};
 use crate::clock::Timestamp;
 use crate::event::EventKind;
 
-use super::tier::{eligible, mark_checked, Slot, Tier};
+use super::tier::{eligible, mark_checked, Tier, TierState};
 use super::{KeyState, Selection, Upstream};
 
 type Events = Vec<(u32, EventKind)>;
@@ -195,9 +195,23 @@ fn round_robin(
         sel.tried.insert(0);
         return Some(tier.offset);
     }
+    let fresh = sel.tried.is_empty();
+    if tier.plannable() {
+        if slots.impaired_count() == 0 && fresh {
+            if let Some(p) = tier.fast_pick(&mut slots) {
+                return Some(take(up, tier, &mut slots, &mut sel.tried, p, now, ev));
+            }
+        } else {
+            tier.materialize(&mut slots);
+        }
+    }
     let n = slots.len();
     let p = swrr(up, tier, &mut slots, &sel.tried, 0..n, now)?;
-    Some(take(up, tier, &mut slots, &mut sel.tried, p, now, ev))
+    let picked = take(up, tier, &mut slots, &mut sel.tried, p, now, ev);
+    if tier.plannable() && fresh {
+        tier.try_resume(&mut slots);
+    }
+    Some(picked)
 }
 
 /// `ngx_http_upstream_get_peer`: smooth weighted round robin over the
@@ -206,7 +220,7 @@ fn round_robin(
 fn swrr(
     up: &Upstream,
     tier: &Tier,
-    slots: &mut [Slot],
+    slots: &mut TierState,
     tried: &super::Tried,
     candidates: impl Iterator<Item = usize>,
     now: Timestamp,
@@ -225,11 +239,16 @@ fn swrr(
         let weight = i64::from(peer.config().weight.get());
         s.current += s.effective;
         total += s.effective;
+        let mut restored = false;
         if s.effective < weight {
             s.effective += 1;
+            restored = s.effective == weight;
         }
         if best.is_none_or(|(_, cur)| s.current > cur) {
             best = Some((i, s.current));
+        }
+        if restored {
+            tier.refresh(slots, i, peer);
         }
     }
     let (b, _) = best?;
@@ -281,7 +300,7 @@ fn least_conn(
 fn take(
     up: &Upstream,
     tier: &Tier,
-    slots: &mut [Slot],
+    slots: &mut TierState,
     tried: &mut super::Tried,
     p: usize,
     now: Timestamp,

@@ -712,3 +712,133 @@ proptest! {
         }
     }
 }
+
+#[derive(Clone, Debug)]
+enum FastOp {
+    /// A request; each attempt's result from the script (0 ok, 1 error, 2 listed 503, 3 404).
+    Request(Vec<u8>),
+    Advance(u16),
+    Probe(u8, bool),
+    Admin(u8, u8),
+    Status,
+}
+
+fn fast_op() -> impl Strategy<Value = FastOp> {
+    prop_oneof![
+        6 => proptest::collection::vec(0u8..4, 1..4).prop_map(FastOp::Request),
+        2 => (0u16..4000).prop_map(FastOp::Advance),
+        1 => (0u8..8, any::<bool>()).prop_map(|(p, ok)| FastOp::Probe(p, ok)),
+        1 => (0u8..8, 0u8..3).prop_map(|(p, a)| FastOp::Admin(p, a)),
+        1 => Just(FastOp::Status),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// The round-robin fast path picks exactly what nginx's scan picks,
+    /// through failures, exclusions, probe and admin changes, retries,
+    /// status reads and time.
+    #[test]
+    fn fast_path_equals_the_scan(
+        weights in proptest::collection::vec(1u32..6, 2..8),
+        down in proptest::collection::vec(any::<bool>(), 8),
+        backup in any::<bool>(),
+        ops in proptest::collection::vec(fast_op(), 1..150),
+    ) {
+        let mut servers: Vec<ServerConfig> = weights.iter().enumerate().map(|(i, w)| with(srv(i as u16 + 1), |s| {
+            s.weight = NonZeroU32::new(*w).unwrap_or(NonZeroU32::MIN);
+            s.max_fails = 1 + (i as u32 % 3);
+            s.fail_timeout = Duration::from_secs(2);
+            s.down = down[i] && i > 1;
+        })).collect();
+        if backup {
+            servers.push(with(srv(20), |s| s.backup = true));
+            servers.push(with(srv(21), |s| s.backup = true));
+        }
+        let mut cfg = UpstreamConfig::new("u");
+        cfg.servers = servers;
+        cfg.check = Some(CheckConfig { initial: crate::config::InitialState::Up, fall: NonZeroU32::MIN, rise: NonZeroU32::MIN, ..CheckConfig::default() });
+        let clock = Arc::new(ManualClock::at(1_000_000));
+        let fast = Arc::new(Upstream::new(cfg.clone(), Arc::new(EventBus::default()), clock.clone()));
+        let slow = Arc::new(Upstream::new(cfg, Arc::new(EventBus::default()), clock.clone()).without_fast_path());
+        let n = fast.peers().len();
+        let p = RetryPolicy { next_upstream: NextUpstream::nginx_default().with(FailureClass::Http503).with(FailureClass::Http404), ..RetryPolicy::default() };
+        let mut fast_picks = 0usize;
+        for op in ops {
+            let now = clock.now();
+            match op {
+                FastOp::Advance(ms) => clock.advance(Duration::from_millis(u64::from(ms))),
+                FastOp::Probe(i, ok) => {
+                    let id = PeerId(u32::from(i) % n as u32);
+                    let report = ProbeReport { ok, phase: None, latency: Duration::ZERO, detail: String::new(), at: now };
+                    fast.record_probe(id, report.clone());
+                    slow.record_probe(id, report);
+                }
+                FastOp::Admin(i, a) => {
+                    let id = PeerId(u32::from(i) % n as u32);
+                    let to = [AdminState::Up, AdminState::Down, AdminState::Drain][a as usize];
+                    fast.set_admin(id, to, now);
+                    slow.set_admin(id, to, now);
+                }
+                FastOp::Status => {
+                    let (a, b) = (fast.status(now), slow.status(now));
+                    for (x, y) in a.iter().zip(b.iter()) {
+                        prop_assert_eq!(x.passive, y.passive);
+                    }
+                }
+                FastOp::Request(script) => {
+                    let mut seqs = Vec::new();
+                    for up in [&fast, &slow] {
+                        if Arc::ptr_eq(up, &fast) && fast.on_fast_path() {
+                            fast_picks += 1;
+                        }
+                        let mut sel = up.begin(SelectKey::None, p, RequestFacts::default(), now);
+                        let mut seq = Vec::new();
+                        for step in script.iter() {
+                            let Ok(g) = up.select(&mut sel, now) else { seq.push(usize::MAX); break };
+                            seq.push(g.peer().id().0 as usize);
+                            let done = match step {
+                                0 => { drop(g); true }
+                                1 => sel.on_failure(g, error(), now) != FailureVerdict::Retry,
+                                2 => matches!(sel.on_status(g, 503, now), StatusVerdict::PassThrough(_)),
+                                _ => matches!(sel.on_status(g, 404, now), StatusVerdict::PassThrough(_)),
+                            };
+                            if done { break; }
+                        }
+                        seqs.push(seq);
+                    }
+                    prop_assert_eq!(&seqs[0], &seqs[1]);
+                }
+            }
+        }
+        let (a, b) = (fast.status(clock.now()), slow.status(clock.now()));
+        for (x, y) in a.iter().zip(b.iter()) {
+            prop_assert_eq!(x.passive, y.passive);
+        }
+        let _ = fast_picks;
+    }
+}
+
+#[test]
+fn a_healthy_round_robin_tier_follows_the_cycle_and_comes_back_to_it() {
+    let f = rr(vec![
+        with(srv(1), |s| s.weight = NonZeroU32::new(3).expect("3")),
+        srv(2),
+        srv(3),
+    ]);
+    assert!(f.up.on_fast_path());
+    f.get(|_| Be::Ok);
+    assert!(f.up.on_fast_path(), "healthy picks stay on the cycle");
+    f.until_a(|i| if i == 0 { Be::Fail(error()) } else { Be::Ok });
+    f.get(|_| Be::Ok);
+    assert!(!f.up.on_fast_path(), "a failure leaves it");
+    f.advance(10_001);
+    for _ in 0..50 {
+        f.get(|_| Be::Ok);
+    }
+    assert!(
+        f.up.on_fast_path(),
+        "after readmission the scan lands back on the cycle"
+    );
+}

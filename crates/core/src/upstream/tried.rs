@@ -33,6 +33,11 @@ impl Tried {
         }
     }
 
+    /// Whether no peer was tried.
+    pub fn is_empty(&self) -> bool {
+        self.inline == 0 && self.spill.iter().all(|w| *w == 0)
+    }
+
     /// Forget every peer (moving to the backup tier).
     pub fn clear(&mut self) {
         self.inline = 0;

@@ -1,0 +1,265 @@
+#!/usr/bin/env python3
+"""End-to-end load benchmark: the same wrk load through nginx and through vigil.
+
+Starts three fast backends (nginx, 1 worker each process, `GET /` -> "ok\\n",
+`GET /16k` -> 16 KiB), then for every round runs each target in turn
+(interleaved: nginx, vigil:1, vigil:2, nginx, ...) with the same nginx.conf
+(upstream keepalive 64, HTTP/1.1, round robin over the three backends),
+and prints req/s, p50/p99 latency, proxy CPU seconds per request and RSS,
+with paired ratios against nginx from the same round.
+
+    python3 benches/load/compare.py [--rounds 3] [--duration 10] [--pin split|none]
+
+Needs nginx and wrk (`apt-get install -y nginx wrk`) and a release build
+(`cargo build --release -p vigil`). Only 127.0.0.1 is used. PIN=split puts
+the proxy on CPU 0 and wrk + backends on CPU 1, as in
+shared/reference/perf-baseline.md.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+VIGIL = os.path.join(ROOT, "target", "release", "vigil")
+PROXY_PORT = 18080
+BACKEND_PORTS = [18081, 18082, 18083]
+
+BACKEND_CONF = """
+worker_processes 1; daemon off; pid {d}/backend.pid; error_log {d}/backend.err;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off; client_body_temp_path {d}/cb; proxy_temp_path {d}/pt; fastcgi_temp_path {d}/ft; uwsgi_temp_path {d}/ut; scgi_temp_path {d}/st;
+  keepalive_requests 1000000;
+  {servers}
+}}
+"""
+BACKEND_SERVER = """server {{ listen 127.0.0.1:{port}; root {d}/www;
+    location = / {{ default_type text/plain; return 200 "ok\\n"; }}
+    location = /16k {{ }} }}"""
+
+PROXY_CONF = """
+worker_processes 1; daemon off; pid {d}/proxy.pid; error_log {d}/proxy.err;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off; client_body_temp_path {d}/pcb; proxy_temp_path {d}/ppt; fastcgi_temp_path {d}/pft; uwsgi_temp_path {d}/put; scgi_temp_path {d}/pst;
+  keepalive_requests 1000000;
+  upstream backends {{
+    server 127.0.0.1:18081 max_fails=1 fail_timeout=10s;
+    server 127.0.0.1:18082 max_fails=1 fail_timeout=10s;
+    server 127.0.0.1:18083 max_fails=1 fail_timeout=10s;
+    keepalive 64;
+    keepalive_requests 1000000;
+  }}
+  server {{
+    listen 127.0.0.1:18080;
+    location / {{
+      proxy_pass http://backends;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_read_timeout 1s;
+      proxy_next_upstream error timeout;
+    }}
+  }}
+}}
+"""
+
+
+def nginx_bin():
+    for c in ("nginx", "/usr/sbin/nginx"):
+        p = shutil.which(c) or (c if os.path.exists(c) else None)
+        if p:
+            return p
+    sys.exit("nginx not found: apt-get install -y nginx")
+
+
+def taskset(cpu, pin):
+    return ["taskset", "-c", str(cpu)] if pin == "split" else []
+
+
+def wait_http(url, timeout=20):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} not ready")
+
+
+def wait_port_free(port, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        s = socket.socket()
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", port))
+            return
+        except OSError:
+            time.sleep(0.1)
+        finally:
+            s.close()
+
+
+def cpu_seconds(pid):
+    """utime+stime of a process and all its threads (and waited-for children)."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    pids = [pid]
+    try:
+        pids += [int(c) for c in open(f"/proc/{pid}/task/{pid}/children").read().split()]
+    except OSError:
+        pass
+    for p in pids:
+        try:
+            f = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
+            total += (int(f[11]) + int(f[12])) / tick
+        except OSError:
+            pass
+    return total
+
+
+def rss_kb(pid):
+    total = 0
+    pids = [pid]
+    try:
+        pids += [int(c) for c in open(f"/proc/{pid}/task/{pid}/children").read().split()]
+    except OSError:
+        pass
+    for p in pids:
+        try:
+            for line in open(f"/proc/{p}/status"):
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def parse_wrk(out):
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    reqs = int(re.search(r"(\d+) requests in", out).group(1))
+    lat = {}
+    for p, v, unit in re.findall(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s)\s*$", out, re.M):
+        lat[p] = float(v) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    sock = re.search(r"Socket errors: (.*)", out)
+    return rps, reqs, lat.get("50"), lat.get("99"), (int(errors.group(1)) if errors else 0), (sock.group(1) if sock else "")
+
+
+def start_proxy(target, d, pin):
+    conf = os.path.join(d, "proxy.conf")
+    if target == "nginx":
+        cmd = taskset(0, pin) + [nginx_bin(), "-p", d + "/", "-e", d + "/proxy.err", "-c", conf]
+    else:
+        threads = target.split(":")[1]
+        cmd = taskset(0, pin) + [VIGIL, "serve", "--nginx-conf", conf, "--threads", threads]
+    env = dict(os.environ, VIGIL_LOG="error")
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(os.path.join(d, target.replace(":", "_") + ".log"), "ab"),
+                         start_new_session=True, env=env)
+    wait_http(f"http://127.0.0.1:{PROXY_PORT}/")
+    return p
+
+
+def stop(p):
+    try:
+        os.killpg(p.pid, signal.SIGTERM)
+        p.wait(timeout=10)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    wait_port_free(PROXY_PORT)
+
+
+def run_one(target, path, d, pin, duration):
+    p = start_proxy(target, d, pin)
+    try:
+        url = f"http://127.0.0.1:{PROXY_PORT}{path}"
+        subprocess.run(taskset(1, pin) + ["wrk", "-t1", "-c64", "-d2s", url], capture_output=True, timeout=60)
+        c0 = cpu_seconds(p.pid)
+        out = subprocess.run(taskset(1, pin) + ["wrk", "-t1", "-c64", f"-d{duration}s", "--timeout", "2s", "--latency", url],
+                             capture_output=True, text=True, timeout=duration + 60).stdout
+        cpu = cpu_seconds(p.pid) - c0
+        rss = rss_kb(p.pid)
+    finally:
+        stop(p)
+    rps, reqs, p50, p99, errs, sock = parse_wrk(out)
+    return {"target": target, "path": path, "rps": rps, "requests": reqs, "p50_ms": p50, "p99_ms": p99,
+            "proxy_cpu_s": cpu, "req_per_cpu_s": reqs / cpu if cpu > 0 else None, "cpu_us_per_req": 1e6 * cpu / reqs if reqs else None,
+            "rss_mib": rss / 1024, "non_2xx": errs, "socket_errors": sock}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--duration", type=int, default=10)
+    ap.add_argument("--pin", choices=["split", "none"], default="split")
+    ap.add_argument("--targets", default="nginx,vigil:1,vigil:2")
+    ap.add_argument("--paths", default="/,/16k")
+    ap.add_argument("--json", help="append raw results here")
+    a = ap.parse_args()
+    if not os.path.exists(VIGIL):
+        sys.exit("build first: cargo build --release -p vigil")
+    d = tempfile.mkdtemp(prefix="vigil-load-")
+    os.makedirs(os.path.join(d, "www"))
+    with open(os.path.join(d, "www", "16k"), "wb") as f:
+        f.write(b"x" * 16384)
+    servers = "\n".join(BACKEND_SERVER.format(port=p, d=d) for p in BACKEND_PORTS)
+    with open(os.path.join(d, "backend.conf"), "w") as f:
+        f.write(BACKEND_CONF.format(d=d, servers=servers))
+    with open(os.path.join(d, "proxy.conf"), "w") as f:
+        f.write(PROXY_CONF.format(d=d))
+    backend = subprocess.Popen(taskset(1, a.pin) + [nginx_bin(), "-p", d + "/", "-e", d + "/backend.err", "-c", os.path.join(d, "backend.conf")],
+                               start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    results = []
+    try:
+        for port in BACKEND_PORTS:
+            wait_http(f"http://127.0.0.1:{port}/")
+        targets = a.targets.split(",")
+        for rnd in range(a.rounds):
+            for path in a.paths.split(","):
+                for t in targets:
+                    r = run_one(t, path, d, a.pin, a.duration)
+                    r["round"] = rnd
+                    results.append(r)
+                    print(json.dumps(r), file=sys.stderr, flush=True)
+    finally:
+        os.killpg(backend.pid, signal.SIGTERM)
+        backend.wait(timeout=10)
+    if a.json:
+        with open(a.json, "a") as f:
+            for r in results:
+                f.write(json.dumps(r) + "\n")
+    summarize(results, a)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def summarize(results, a):
+    print(f"\npin={a.pin} rounds={a.rounds} duration={a.duration}s wrk -t1 -c64, medians; ratios paired per round against nginx")
+    print(f"{'target':<10} {'path':<5} {'req/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'req/CPU-s':>10} {'µs CPU/req':>10} {'RSS MiB':>8} {'rps÷nginx':>9} {'eff÷nginx':>9} {'p99÷nginx':>9}")
+    for path in a.paths.split(","):
+        for t in a.targets.split(","):
+            rows = [r for r in results if r["target"] == t and r["path"] == path]
+            base = {r["round"]: r for r in results if r["target"] == "nginx" and r["path"] == path}
+            med = lambda k: statistics.median([r[k] for r in rows if r[k] is not None])
+            ratio = lambda k: statistics.median([r[k] / base[r["round"]][k] for r in rows if r[k] and base.get(r["round"], {}).get(k)])
+            print(f"{t:<10} {path:<5} {med('rps'):>8.0f} {med('p50_ms'):>7.2f} {med('p99_ms'):>7.2f} {med('req_per_cpu_s'):>10.0f} {med('cpu_us_per_req'):>10.1f} {med('rss_mib'):>8.1f} {ratio('rps'):>9.2f} {ratio('req_per_cpu_s'):>9.2f} {ratio('p99_ms'):>9.2f}")
+
+
+if __name__ == "__main__":
+    main()
