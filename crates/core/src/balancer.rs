@@ -184,14 +184,10 @@ pub fn ip_hash_key(ip: std::net::IpAddr) -> ([u8; 16], usize) {
             out[..3].copy_from_slice(&v4.octets()[..3]);
             (out, 3)
         }
+        // nginx hashes all 16 bytes of any AF_INET6 address, mapped IPv4 included.
         std::net::IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                out[..3].copy_from_slice(&v4.octets()[..3]);
-                (out, 3)
-            } else {
-                out.copy_from_slice(&v6.octets());
-                (out, 16)
-            }
+            out.copy_from_slice(&v6.octets());
+            (out, 16)
         }
     }
 }

@@ -2,7 +2,12 @@
 //! send the request, wait for the response header within
 //! `proxy_read_timeout`, and classify what went wrong in nginx's terms.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use http_body_util::BodyExt;
+use hyper::body::Body as _;
 
 use hyper::body::Incoming;
 use hyper::{Request, Response};
@@ -35,6 +40,7 @@ pub(crate) async fn run(
     route: &Route,
     peer: &Peer,
     tls: Option<&TlsSettings>,
+    replayable: bool,
     make_request: impl FnOnce() -> Result<Request<UpBody>, String>,
 ) -> Result<Answered, Failed> {
     let start = Instant::now();
@@ -81,27 +87,124 @@ pub(crate) async fn run(
         connect_time: Some(connect_time),
     })?;
     conn.requests += 1;
-    let sent = conn.sender.send_request(request);
-    match tokio::time::timeout(settings.read_timeout, sent).await {
-        Ok(Ok(response)) => Ok(Answered {
-            response,
-            conn,
-            connect_time,
-        }),
-        Ok(Err(e)) => Err(classify(e, cached, peer, connect_time)),
-        Err(_) => Err(Failed {
-            failure: TransportFailure {
-                class: FailureClass::Timeout,
-                request_sent: true,
-                cached_connection: cached,
-            },
-            detail: format!(
-                "upstream {} timed out ({}) while reading response header",
-                peer.name(),
-                fmt_duration(settings.read_timeout)
-            ),
-            connect_time: Some(connect_time),
-        }),
+    // nginx's two timers: proxy_send_timeout between two writes of the
+    // request, then proxy_read_timeout for the header once it is all sent.
+    let progress = Progress::new();
+    let request = request.map(|b| BodyExt::boxed(Tracked::new(b, progress.clone())));
+    let mut sent = std::pin::pin!(conn.sender.send_request(request));
+    loop {
+        let (deadline, phase) = progress.deadline(settings.send_timeout, settings.read_timeout);
+        tokio::select! {
+            r = &mut sent => {
+                return match r {
+                    Ok(response) => Ok(Answered { response, conn, connect_time }),
+                    Err(e) => Err(classify(e, cached, replayable, peer, connect_time)),
+                };
+            }
+            _ = tokio::time::sleep_until(deadline) => {
+                if progress.deadline(settings.send_timeout, settings.read_timeout).0 > tokio::time::Instant::now() {
+                    continue;
+                }
+                let (what, limit) = match phase {
+                    Phase::Sending => ("sending the request", settings.send_timeout),
+                    Phase::Waiting => ("reading response header", settings.read_timeout),
+                };
+                return Err(Failed {
+                    failure: TransportFailure {
+                        class: FailureClass::Timeout,
+                        request_sent: true,
+                        cached_connection: cached,
+                    },
+                    detail: format!("upstream {} timed out ({}) while {what}", peer.name(), fmt_duration(limit)),
+                    connect_time: Some(connect_time),
+                });
+            }
+        }
+    }
+}
+
+/// Which of nginx's two request timers runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Sending,
+    Waiting,
+}
+
+/// When hyper last took a piece of the request body, and whether it took all.
+#[derive(Clone)]
+struct Progress(Arc<(AtomicU64, AtomicBool, Instant)>);
+
+impl Progress {
+    fn new() -> Self {
+        Self(Arc::new((
+            AtomicU64::new(0),
+            AtomicBool::new(false),
+            Instant::now(),
+        )))
+    }
+
+    fn touch(&self) {
+        let ms = u64::try_from(self.0 .2.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.0 .0.store(ms, Ordering::Release);
+    }
+
+    fn finish(&self) {
+        self.touch();
+        self.0 .1.store(true, Ordering::Release);
+    }
+
+    fn deadline(&self, send: Duration, read: Duration) -> (tokio::time::Instant, Phase) {
+        let last = Duration::from_millis(self.0 .0.load(Ordering::Acquire));
+        let base = tokio::time::Instant::from_std(self.0 .2 + last);
+        if self.0 .1.load(Ordering::Acquire) {
+            (base + read, Phase::Waiting)
+        } else {
+            (base + send, Phase::Sending)
+        }
+    }
+}
+
+/// The request body, reporting each piece hyper takes.
+struct Tracked {
+    inner: UpBody,
+    progress: Progress,
+}
+
+impl Tracked {
+    fn new(inner: UpBody, progress: Progress) -> Self {
+        if inner.is_end_stream() {
+            progress.finish();
+        }
+        Self { inner, progress }
+    }
+}
+
+impl hyper::body::Body for Tracked {
+    type Data = bytes::Bytes;
+    type Error = crate::body::BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, Self::Error>>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        match &r {
+            std::task::Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => {
+                self.progress.finish()
+            }
+            std::task::Poll::Ready(Some(Ok(_))) => self.progress.touch(),
+            std::task::Poll::Ready(_) => self.progress.finish(),
+            std::task::Poll::Pending => {}
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -123,7 +226,13 @@ fn connect_failed(e: ConnectError) -> Failed {
 
 /// hyper's error in nginx's classes: a malformed header is
 /// `invalid_header`, a timeout `timeout`, anything else `error`.
-fn classify(e: hyper::Error, cached: bool, peer: &Peer, connect_time: f64) -> Failed {
+fn classify(
+    e: hyper::Error,
+    cached: bool,
+    replayable: bool,
+    peer: &Peer,
+    connect_time: f64,
+) -> Failed {
     let class = if e.is_parse() || e.is_parse_status() || e.is_parse_too_large() {
         FailureClass::InvalidHeader
     } else if is_timeout(&e) {
@@ -131,8 +240,9 @@ fn classify(e: hyper::Error, cached: bool, peer: &Peer, connect_time: f64) -> Fa
     } else {
         FailureClass::Error
     };
-    // A request on a kept-alive connection that hyper cancelled never left.
-    let request_sent = !(cached && e.is_canceled());
+    // A request on a kept-alive connection that hyper cancelled never left;
+    // but a streamed body was handed over and is gone either way.
+    let request_sent = !(cached && e.is_canceled() && replayable);
     let what = match class {
         FailureClass::InvalidHeader => "sent an invalid header",
         _ if e.is_incomplete_message() => "closed the connection prematurely",

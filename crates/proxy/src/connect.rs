@@ -73,14 +73,14 @@ pub struct TlsSettings {
 impl TlsSettings {
     /// Build from a location's settings: system roots plus an optional CA
     /// file, or no verification when `verify` is off.
-    pub fn new(verify: bool, ca_file: Option<&std::path::Path>) -> Result<Self, String> {
+    pub fn new(verify: bool, ca_file: Option<&std::path::Path>, sni: bool) -> Result<Self, String> {
         use rustls::pki_types::pem::PemObject;
         use rustls::pki_types::CertificateDer;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| e.to_string())?;
-        let config = if verify {
+        let mut config = if verify {
             let mut roots = rustls::RootCertStore::empty();
             let native = rustls_native_certs::load_native_certs();
             for c in native.certs {
@@ -107,6 +107,8 @@ impl TlsSettings {
                 .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
                 .with_no_client_auth()
         };
+        // proxy_ssl_server_name off: no SNI (vigil's default is on).
+        config.enable_sni = sni;
         Ok(Self {
             config: Arc::new(config),
         })

@@ -160,27 +160,33 @@ pub(crate) async fn handle(
             },
             ReqBody::Stream(_) => None,
         };
-        let result = attempt::run(&route, &peer, route.tls.as_ref(), || {
-            let b = match replay {
-                Some(b) => b,
-                None => match &mut body {
-                    ReqBody::Stream(s) => s
-                        .take()
-                        .map_or_else(body::empty, |i| i.map_err(Into::into).boxed()),
-                    ReqBody::Buffered(_) => body::empty(),
-                },
-            };
-            build_request(
-                &route,
-                &parts,
-                &upstream_uri,
-                b,
-                client,
-                local,
-                &body_len(&body),
-                upgrade,
-            )
-        })
+        let result = attempt::run(
+            &route,
+            &peer,
+            route.tls.as_ref(),
+            facts.body_replayable,
+            || {
+                let b = match replay {
+                    Some(b) => b,
+                    None => match &mut body {
+                        ReqBody::Stream(s) => s
+                            .take()
+                            .map_or_else(body::empty, |i| i.map_err(Into::into).boxed()),
+                        ReqBody::Buffered(_) => body::empty(),
+                    },
+                };
+                build_request(
+                    &route,
+                    &parts,
+                    &upstream_uri,
+                    b,
+                    client,
+                    local,
+                    &body_len(&body),
+                    upgrade,
+                )
+            },
+        )
         .await;
         match result {
             Ok(answered) => {

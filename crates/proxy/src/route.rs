@@ -226,6 +226,7 @@ impl Route {
                     crate::connect::TlsSettings::new(
                         loc.proxy.ssl_verify,
                         loc.proxy.ssl_trusted_certificate.as_deref(),
+                        loc.proxy.ssl_server_name,
                     )
                     .map_err(|e| err(format!("TLS settings: {e}")))?,
                 )

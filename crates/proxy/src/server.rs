@@ -146,7 +146,13 @@ pub async fn serve(
             return;
         }
     };
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // nginx's client_header_timeout (60s): a client that opens a connection
+    // and sends no complete header is cut off.
+    builder
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(60));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     loop {
         tokio::select! {

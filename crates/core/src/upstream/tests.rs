@@ -842,3 +842,158 @@ fn a_healthy_round_robin_tier_follows_the_cycle_and_comes_back_to_it() {
         "after readmission the scan lands back on the cycle"
     );
 }
+
+#[test]
+fn random_spreads_by_weight_and_skips_ineligible_peers() {
+    let f = fixture(
+        vec![
+            with(srv(1), |s| s.weight = NonZeroU32::new(3).expect("3")),
+            srv(2),
+            with(srv(3), |s| s.down = true),
+        ],
+        Balancer::Random { two: false },
+    );
+    let mut counts = [0usize; 3];
+    for seed in 0..4000u64 {
+        let mut sel = f.up.begin_seeded(
+            SelectKey::None,
+            RetryPolicy::default(),
+            RequestFacts::default(),
+            f.now(),
+            seed * 7919 + 1,
+        );
+        let g = f.up.select(&mut sel, f.now()).expect("peer");
+        counts[g.peer().id().0 as usize] += 1;
+    }
+    assert_eq!(counts[2], 0, "a down peer is never drawn");
+    let share = counts[0] as f64 / 4000.0;
+    assert!(
+        (0.70..0.80).contains(&share),
+        "weight 3 of 4 draws about 75%: {counts:?}"
+    );
+}
+
+#[test]
+fn random_two_keeps_the_less_loaded_and_the_second_draw_on_ties() {
+    let f = fixture(vec![srv(1), srv(2)], Balancer::Random { two: true });
+    // Load peer 0 with one request in flight: every pick must be peer 1.
+    let mut held = f.up.begin_seeded(
+        SelectKey::None,
+        RetryPolicy::default(),
+        RequestFacts::default(),
+        f.now(),
+        3,
+    );
+    let g0 = f.up.select(&mut held, f.now()).expect("peer");
+    let busy = g0.peer().id().0 as usize;
+    for seed in 1..200u64 {
+        let mut sel = f.up.begin_seeded(
+            SelectKey::None,
+            RetryPolicy::default(),
+            RequestFacts::default(),
+            f.now(),
+            seed,
+        );
+        let g = f.up.select(&mut sel, f.now()).expect("peer");
+        assert_ne!(
+            g.peer().id().0 as usize,
+            busy,
+            "two choices never keep the busier peer"
+        );
+    }
+    drop(g0);
+    // Equal load: both peers are picked (the second draw wins ties, so it is not always the first).
+    let mut seen = [false; 2];
+    for seed in 1..200u64 {
+        let mut sel = f.up.begin_seeded(
+            SelectKey::None,
+            RetryPolicy::default(),
+            RequestFacts::default(),
+            f.now(),
+            seed,
+        );
+        seen[f.up.select(&mut sel, f.now()).expect("peer").peer().id().0 as usize] = true;
+    }
+    assert_eq!(seen, [true, true]);
+}
+
+#[test]
+fn hashing_rehashes_past_an_ineligible_peer_and_falls_back_to_round_robin_after_20_tries() {
+    for balancer in [
+        Balancer::Hash {
+            key: "k".into(),
+            consistent: false,
+        },
+        Balancer::Hash {
+            key: "k".into(),
+            consistent: true,
+        },
+        Balancer::IpHash,
+    ] {
+        let f = fixture(vec![srv(1), srv(2), srv(3)], balancer.clone());
+        let key = |f: &Fixture| {
+            let mut sel = f.up.begin(
+                SelectKey::Hash(b"user-42"),
+                RetryPolicy::default(),
+                RequestFacts::default(),
+                f.now(),
+            );
+            if balancer == Balancer::IpHash {
+                sel = f.up.begin(
+                    SelectKey::Client("10.1.2.3".parse().expect("ip")),
+                    RetryPolicy::default(),
+                    RequestFacts::default(),
+                    f.now(),
+                );
+            }
+            let g = f.up.select(&mut sel, f.now()).expect("peer");
+            g.peer().id().0 as usize
+        };
+        let home = key(&f);
+        assert_eq!(key(&f), home, "{balancer:?}: a key keeps its peer");
+        // Take the home peer out: the key moves to another peer, deterministically.
+        f.up.set_admin(PeerId(home as u32), AdminState::Down, f.now());
+        let moved = key(&f);
+        assert_ne!(moved, home);
+        assert_eq!(key(&f), moved, "{balancer:?}: the rehash is deterministic");
+        // Only the home peer left eligible, then none: after 20 misses the
+        // hash gives up and round robin finds the one that is left.
+        for i in 0..3 {
+            f.up.set_admin(
+                PeerId(i),
+                if i as usize == home {
+                    AdminState::Up
+                } else {
+                    AdminState::Down
+                },
+                f.now(),
+            );
+        }
+        assert_eq!(key(&f), home);
+    }
+    // A single live peer behind many down ones: the hash misses 20 times
+    // (down peers keep their place in the hash), then round robin finds it.
+    let mut servers: Vec<ServerConfig> =
+        (1..=40).map(|i| with(srv(i), |s| s.down = true)).collect();
+    servers[17].down = false;
+    let f = fixture(
+        servers,
+        Balancer::Hash {
+            key: "k".into(),
+            consistent: false,
+        },
+    );
+    for k in 0..50u32 {
+        let key = k.to_string();
+        let mut sel = f.up.begin(
+            SelectKey::Hash(key.as_bytes()),
+            RetryPolicy::default(),
+            RequestFacts::default(),
+            f.now(),
+        );
+        assert_eq!(
+            f.up.select(&mut sel, f.now()).expect("peer").peer().id().0,
+            17
+        );
+    }
+}

@@ -84,7 +84,6 @@ weight = 3
 max_fails = 2
 fail_timeout = "5s"
 max_conns = 100
-slow_start = "30s"
 
 [[upstream.api.server]]
 address = "localhost:8002"
@@ -180,7 +179,7 @@ fn full_example_builds_the_expected_model() {
         (s0.weight, s0.max_fails, s0.fail_timeout, s0.max_conns),
         (nz(3), 2, secs(5), 100)
     );
-    assert_eq!(s0.slow_start, Some(secs(30)));
+    assert_eq!(s0.slow_start, None);
     let s1 = &api.servers[1];
     assert_eq!(s1.addr, addr("127.0.0.1:8002"));
     assert!(s1.backup && !s1.down);
@@ -574,7 +573,7 @@ http {
   upstream cache {
     hash $request_uri consistent;
     server 10.0.0.1:80 weight=2;
-    server 10.0.0.2:80 max_conns=50 slow_start=20s;
+    server 10.0.0.2:80 max_conns=50;
     server 10.0.0.3 down;
     zone cache 64k;
     keepalive 32; keepalive_timeout 120s; keepalive_requests 500;
@@ -786,7 +785,7 @@ fn server_strategy() -> impl Strategy<Value = ServerConfig> {
         0u32..=1000,
         any::<bool>(),
         any::<bool>(),
-        proptest::option::of(duration_ms(120_000)),
+        Just(None::<std::time::Duration>),
     )
         .prop_map(
             |(address, weight, max_fails, fail_timeout, max_conns, backup, down, slow_start)| {

@@ -186,3 +186,39 @@ async fn a_response_cut_after_the_header_is_truncated_not_retried() {
         "not excluded (nginx: state 0)"
     );
 }
+
+#[tokio::test]
+async fn proxy_send_timeout_stops_an_upload_the_upstream_does_not_read() {
+    // A backend that accepts and never reads: the write side stalls once the
+    // socket buffers are full, and only proxy_send_timeout can end it (the
+    // read timeout here is far longer than the test may take).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let baddr = listener.local_addr().expect("addr");
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = held.clone();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            keep.lock().expect("lock").push(s);
+        }
+    });
+    let p = start_proxy(&format!(
+        "http {{ upstream u {{ server {baddr}; }} server {{ listen {{LISTEN}}; client_max_body_size 64m;
+           location / {{ proxy_pass http://u; proxy_send_timeout 300ms; proxy_read_timeout 60s; }} }} }}"
+    ))
+    .await;
+    let big: &'static str = Box::leak("s".repeat(32 << 20).into_boxed_str());
+    let r = tokio::time::timeout(
+        Duration::from_secs(30),
+        send(p.addr, crate::support::request("PUT", "/", big)),
+    )
+    .await
+    .expect("answered by the send timeout, not the 60s read timeout");
+    assert_eq!(r.status, 504);
+    assert_eq!(
+        held.lock().expect("lock").len(),
+        1,
+        "one attempt: a single server is not retried"
+    );
+}

@@ -222,7 +222,7 @@ fn proxy_pass(cx: &mut Context<'_>, d: &Directive) -> Result<ProxyPass, ConfigEr
     })
 }
 
-fn listen_directive(cx: &Context<'_>, d: &Directive) -> Result<Listen, ConfigError> {
+fn listen_directive(cx: &mut Context<'_>, d: &Directive) -> Result<Listen, ConfigError> {
     let a = args(d, 1, 16)?;
     let text = a[0].value.as_str();
     let addr = if let Ok(port) = text.parse::<u16>() {
@@ -357,7 +357,11 @@ impl Level {
             "proxy_send_timeout" => p.send_timeout = time(d, one(d)?)?,
             "proxy_read_timeout" => p.read_timeout = time(d, one(d)?)?,
             "proxy_request_buffering" => p.request_buffering = on_off(d)?,
-            "proxy_buffering" => p.buffering = on_off(d)?,
+            "proxy_buffering" => {
+                // vigil streams responses (as proxy_buffering off); reported once.
+                p.buffering = on_off(d)?;
+                cx.ignore(d);
+            }
             "proxy_http_version" => {
                 let a = one(d)?;
                 p.http_version = match a.value.as_str() {

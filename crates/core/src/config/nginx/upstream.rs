@@ -189,7 +189,13 @@ fn server(cx: &Context<'_>, d: &Directive) -> Result<ServerConfig, ConfigError> 
             "max_fails" => s.max_fails = number(d, &value_arg(p, value))?,
             "max_conns" => s.max_conns = number(d, &value_arg(p, value))?,
             "fail_timeout" => s.fail_timeout = time(d, &value_arg(p, value))?,
-            "slow_start" => s.slow_start = Some(time(d, &value_arg(p, value))?),
+            "slow_start" => {
+                // Accepting it without ramping weights would silently change behaviour.
+                return Err(ConfigError::invalid(
+                    &p.span,
+                    "server parameter \"slow_start\" is not implemented by vigil yet (nginx open source rejects it too)",
+                ));
+            }
             "backup" if value.is_empty() => s.backup = true,
             "down" if value.is_empty() => s.down = true,
             "resolve" | "service" | "route" | "drain" => {

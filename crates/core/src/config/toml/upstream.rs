@@ -111,8 +111,12 @@ fn server(raw: &RawPeer, at: &At<'_>, resolve: Resolver<'_>) -> Result<ServerCon
     }
     s.backup = raw.backup.unwrap_or(false);
     s.down = raw.down.unwrap_or(false);
-    if let Some(t) = &raw.slow_start {
-        s.slow_start = Some(at.key("slow_start").time(t)?);
+    if raw.slow_start.is_some() {
+        // Accepting it without ramping weights would silently change
+        // behaviour from what the operator asked for.
+        return Err(at
+            .key("slow_start")
+            .err("slow_start is not implemented by vigil yet (nginx open source rejects it too)"));
     }
     Ok(s)
 }
