@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod api;
 pub mod balancer;
 pub mod clock;
 pub mod config;

@@ -1,0 +1,266 @@
+//! `vigil explain`: why a peer does or does not get traffic, in sentences,
+//! one per rule in force, with times.
+
+use super::{EventView, PeerView, UpstreamView};
+
+/// Sentences about `peer` of `up`, newest events last in `events`.
+pub fn explain(up: &UpstreamView, peer: &PeerView, events: &[EventView]) -> Vec<String> {
+    let mut out = Vec::new();
+    let addr = &peer.address;
+    let last_exclusion = events
+        .iter()
+        .rev()
+        .find(|e| e.upstream == up.name && &e.peer == addr && e.kind == "excluded");
+    for r in &peer.reasons {
+        let s = match r.rule.as_str() {
+            "down" => format!("{addr} gets no traffic: it is marked `down` in the configuration."),
+            "admin" if r.detail == "drain" => format!(
+                "{addr} gets no new requests: an operator set it to drain{}; the {} request(s) in flight finish. `vigil peer up {} {addr}` undoes it.",
+                at(r.since_unix_ms),
+                peer.conns,
+                up.name
+            ),
+            "admin" => format!(
+                "{addr} gets no traffic: an operator set it down{}. `vigil peer up {} {addr}` undoes it.",
+                at(r.since_unix_ms),
+                up.name
+            ),
+            "probe_down" => {
+                let probe = peer
+                    .active
+                    .as_ref()
+                    .and_then(|a| a.last_probe.as_ref())
+                    .map(|p| format!(" (last probe: {})", probe_text(p)))
+                    .unwrap_or_default();
+                let check = up
+                    .check
+                    .as_ref()
+                    .map(|c| format!(" (rise={}, a probe every {})", c.rise, dur(c.interval_ms)))
+                    .unwrap_or_default();
+                let since = match r.since_unix_ms {
+                    Some(t) => format!(" since {}", clock(t)),
+                    None => " from the start (the check starts peers down until they pass)".into(),
+                };
+                format!("{addr} gets no traffic: active checks say down{since}: {}{probe}; it comes back after passing probes{check}.", r.detail)
+            }
+            "excluded" => {
+                let cause = last_exclusion
+                    .map(|e| format!(" (last: {} at {})", cause_of(&e.text), clock(e.at_unix_ms)))
+                    .unwrap_or_default();
+                format!(
+                    "{addr} gets no traffic: {} failure(s){cause} reached max_fails={}; excluded until {} (fail_timeout={}); after that one request will test it, and only a success forgives the failures.",
+                    peer.fails,
+                    peer.max_fails,
+                    r.until_unix_ms.map(clock).unwrap_or_else(|| "?".into()),
+                    dur(peer.fail_timeout_ms)
+                )
+            }
+            "full" => format!(
+                "{addr} is skipped while at max_conns: {}; it gets requests again as soon as one finishes.",
+                r.detail
+            ),
+            _ => format!("{addr}: {} ({})", r.rule, r.detail),
+        };
+        out.push(s);
+    }
+    if peer.backup {
+        let primaries: Vec<&PeerView> = up.peers.iter().filter(|p| !p.backup).collect();
+        let live = primaries.iter().filter(|p| p.reasons.is_empty()).count();
+        out.push(format!(
+            "{addr} is a backup: it gets traffic only when no primary server is eligible (now {live} of {} primaries are).",
+            primaries.len()
+        ));
+    }
+    if up.single {
+        out.push(format!(
+            "{addr} is the only server of {}: nginx's single-server rule applies, so failures never exclude it and a failed request is not retried.",
+            up.name
+        ));
+    }
+    if peer.reasons.is_empty()
+        && !(peer.backup && up.peers.iter().any(|p| !p.backup && p.reasons.is_empty()))
+    {
+        let mut s = format!("{addr} is eligible");
+        if peer.fails > 0 && peer.max_fails > 0 {
+            s.push_str(&format!(
+                "; it carries {} unforgiven failure(s) of max_fails={} (a success more than fail_timeout={} after the last failure clears them)",
+                peer.fails,
+                peer.max_fails,
+                dur(peer.fail_timeout_ms)
+            ));
+        }
+        s.push_str(&pick_hint(up, peer));
+        s.push('.');
+        out.push(s);
+    }
+    if let Some(a) = &peer.active {
+        if a.state == "up" {
+            if let Some(p) = &a.last_probe {
+                out.push(format!(
+                    "Active checks say up: last probe {}.",
+                    probe_text(p)
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn pick_hint(up: &UpstreamView, peer: &PeerView) -> String {
+    let eligible: Vec<&PeerView> = up
+        .peers
+        .iter()
+        .filter(|p| p.reasons.is_empty() && p.backup == peer.backup)
+        .collect();
+    match up.balancer.as_str() {
+        "round_robin" => {
+            let total: u64 = eligible.iter().map(|p| u64::from(p.weight)).sum();
+            let n = total.div_ceil(u64::from(peer.weight.max(1)));
+            format!(
+                "; with weight {} of {total} it is picked about once every {n} request(s)",
+                peer.weight
+            )
+        }
+        "least_conn" => format!(
+            "; least_conn picks it when it has the fewest requests in flight per weight (now {} at weight {})",
+            peer.conns, peer.weight
+        ),
+        b if b.starts_with("hash") || b == "ip_hash" => "; it serves the keys that hash to it".into(),
+        _ => format!("; {} of {} eligible peers", 1, eligible.len()),
+    }
+}
+
+fn probe_text(p: &super::ProbeView) -> String {
+    let phase = p
+        .phase
+        .as_deref()
+        .map(|ph| format!("{ph}: "))
+        .unwrap_or_default();
+    format!(
+        "{}{phase}{} in {:.0} ms at {}",
+        if p.ok { "passed, " } else { "failed, " },
+        p.detail,
+        p.latency_ms,
+        clock(p.at_unix_ms)
+    )
+}
+
+fn cause_of(text: &str) -> String {
+    text.rsplit_once("(last: ")
+        .map(|(_, c)| c.trim_end_matches(')').to_string())
+        .unwrap_or_else(|| text.to_string())
+}
+
+fn at(t: Option<u64>) -> String {
+    t.map(|t| format!(" at {}", clock(t))).unwrap_or_default()
+}
+
+/// `HH:MM:SS` (UTC) of a Unix time in milliseconds.
+pub(crate) fn clock(unix_ms: u64) -> String {
+    let s = unix_ms / 1000 % 86_400;
+    format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+}
+
+fn dur(ms: u64) -> String {
+    crate::config::value::format_time(std::time::Duration::from_millis(ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use crate::config::{literal_resolver, nginx};
+    use crate::event::EventBus;
+    use crate::registry::Registry;
+    use crate::{
+        Clock, FailureClass, ManualClock, RequestFacts, RetryPolicy, SelectKey, TransportFailure,
+    };
+
+    fn setup(conf: &str) -> (Registry, Arc<ManualClock>, Arc<EventBus>) {
+        let loaded = nginx::load_str(conf, "t.conf".as_ref(), ".".as_ref(), &literal_resolver)
+            .expect("conf");
+        let clock = Arc::new(ManualClock::at(12 * 3_600_000 + 67_000));
+        let bus = Arc::new(EventBus::default());
+        let reg = Registry::build(&loaded.config, None, bus.clone(), clock.clone());
+        (reg, clock, bus)
+    }
+
+    #[test]
+    fn an_excluded_peer_is_explained_with_its_cause_and_times() {
+        let (reg, clock, bus) = setup("upstream api { server 10.0.0.1:80; server 10.0.0.2:8080; }");
+        let up = reg.get("api").expect("api").clone();
+        // 10.0.0.2 answers 503 with http_503 listed: one failure at 12:01:07.
+        let p = RetryPolicy {
+            next_upstream: crate::NextUpstream::nginx_default().with(FailureClass::Http503),
+            ..RetryPolicy::default()
+        };
+        let now = clock.now();
+        let mut sel = up.begin(SelectKey::None, p, RequestFacts::default(), now);
+        let g = up.select(&mut sel, now).expect("a");
+        drop(g);
+        let mut sel = up.begin(SelectKey::None, p, RequestFacts::default(), now);
+        let g = up.select(&mut sel, now).expect("b");
+        assert_eq!(&**g.peer().name(), "10.0.0.2:8080");
+        let _ = sel.on_status(g, 503, now);
+        let _ = TransportFailure {
+            class: FailureClass::Error,
+            request_sent: true,
+            cached_connection: false,
+        };
+        clock.advance(Duration::from_secs(1));
+        let doc = super::super::status(&reg, &*clock);
+        let events: Vec<_> = bus
+            .since(0, 100)
+            .events
+            .iter()
+            .map(super::super::event_view)
+            .collect();
+        let upv = &doc.upstreams[0];
+        let text = super::explain(upv, &upv.peers[1], &events).join(" ");
+        assert!(
+            text.contains("10.0.0.2:8080 gets no traffic: 1 failure(s) (last: http_503 at 12:01:07) reached max_fails=1; excluded until 12:01:17 (fail_timeout=10s); after that one request will test it"),
+            "{text}"
+        );
+        let healthy = super::explain(upv, &upv.peers[0], &events).join(" ");
+        assert!(healthy.contains("10.0.0.1:80 is eligible; with weight 1 of 1 it is picked about once every 1 request(s)"), "{healthy}");
+    }
+
+    #[test]
+    fn single_backup_and_admin_rules_are_named() {
+        let (reg, clock, _bus) = setup(
+            "upstream one { server 10.0.0.1:80; }
+             upstream two { server 10.0.0.1:80; server 10.0.0.2:80; server 10.0.0.3:80 backup; }",
+        );
+        let doc = super::super::status(&reg, &*clock);
+        let one = &doc.upstreams[0];
+        assert!(super::explain(one, &one.peers[0], &[])
+            .join(" ")
+            .contains("nginx's single-server rule applies"));
+        let two_up = reg.get("two").expect("two");
+        two_up.set_admin(
+            crate::peer::PeerId(1),
+            crate::peer::AdminState::Drain,
+            clock.now(),
+        );
+        let doc = super::super::status(&reg, &*clock);
+        let two = &doc.upstreams[1];
+        let drain = super::explain(two, &two.peers[1], &[]).join(" ");
+        assert!(
+            drain.contains("set it to drain at 12:01:07")
+                && drain.contains("vigil peer up two 10.0.0.2:80"),
+            "{drain}"
+        );
+        let backup = super::explain(two, &two.peers[2], &[]).join(" ");
+        assert!(backup.contains("is a backup: it gets traffic only when no primary server is eligible (now 1 of 2 primaries are)"), "{backup}");
+        assert!(
+            !backup.contains("10.0.0.3:80 is eligible"),
+            "a backup behind live primaries gets no traffic"
+        );
+    }
+
+    #[test]
+    fn clock_formats_utc() {
+        assert_eq!(super::clock(12 * 3_600_000 + 67_000), "12:01:07");
+    }
+}
