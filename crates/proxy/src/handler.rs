@@ -16,8 +16,10 @@ use vigil_core::{FailureVerdict, RequestFacts, SelectKey, StatusVerdict};
 
 use crate::attempt;
 use crate::body::{self, BodyError, Buffered, Streamed, UpBody};
+use crate::metrics::Outcome;
 use crate::route::Route;
 use crate::server::Proxy;
+use crate::telemetry::request::RequestObserver;
 use crate::vars::VarContext;
 
 /// One attempt as `$upstream_addr`, `$upstream_status`,
@@ -44,13 +46,42 @@ pub(crate) async fn handle(
     proxy: Arc<Proxy>,
     local: SocketAddr,
     client: SocketAddr,
-    mut req: Request<Incoming>,
+    req: Request<Incoming>,
 ) -> Response<UpBody> {
     let start = Instant::now();
     let generation = proxy.current();
     let Some(route) = generation.routes.find(local, req.uri().path()).cloned() else {
         return error_page(StatusCode::NOT_FOUND);
     };
+    let stats = generation
+        .stats()
+        .and_then(|g| g.upstream(route.upstream.name()))
+        .cloned();
+    drop(generation);
+    let mut obs = RequestObserver::new(
+        start,
+        stats,
+        proxy.tracer(),
+        req.method(),
+        &route.location.path,
+        route.upstream.name(),
+    );
+    let resp = proxy_request(&proxy, &route, local, client, req, start, &mut obs).await;
+    obs.finish(resp.status().as_u16());
+    resp
+}
+
+/// The request, routed: walk the upstream's peers until one answers or
+/// core's rules say stop.
+async fn proxy_request(
+    proxy: &Proxy,
+    route: &Route,
+    local: SocketAddr,
+    client: SocketAddr,
+    mut req: Request<Incoming>,
+    start: Instant,
+    obs: &mut RequestObserver<'_>,
+) -> Response<UpBody> {
     let upgrade = is_upgrade(req.headers());
     let on_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (parts, incoming) = req.into_parts();
@@ -59,7 +90,7 @@ pub(crate) async fn handle(
     let declared = content_length(&parts.headers);
     if max != 0 && declared.is_some_and(|n| n > max) {
         return finish(
-            &route,
+            route,
             &parts,
             client,
             local,
@@ -77,7 +108,7 @@ pub(crate) async fn handle(
             Ok(b) => ReqBody::Buffered(b),
             Err(BodyError::TooLarge(_)) => {
                 return finish(
-                    &route,
+                    route,
                     &parts,
                     client,
                     local,
@@ -130,6 +161,7 @@ pub(crate) async fn handle(
         let guard = match upstream.select(&mut sel, clock.now()) {
             Ok(g) => g,
             Err(_) => {
+                obs.no_live_upstreams();
                 tracing::error!(upstream = %upstream.name(), "no live upstreams");
                 attempts.push(AttemptRecord {
                     addr: upstream.name().to_string(),
@@ -138,7 +170,7 @@ pub(crate) async fn handle(
                     connect_time: None,
                 });
                 return finish(
-                    &route,
+                    route,
                     &parts,
                     client,
                     local,
@@ -161,7 +193,7 @@ pub(crate) async fn handle(
             ReqBody::Stream(_) => None,
         };
         let result = attempt::run(
-            &route,
+            route,
             &peer,
             route.tls.as_ref(),
             facts.body_replayable,
@@ -176,7 +208,7 @@ pub(crate) async fn handle(
                     },
                 };
                 build_request(
-                    &route,
+                    route,
                     &parts,
                     &upstream_uri,
                     b,
@@ -191,14 +223,31 @@ pub(crate) async fn handle(
         match result {
             Ok(answered) => {
                 let status = answered.response.status().as_u16();
+                let took = t0.elapsed();
                 attempts.push(AttemptRecord {
                     addr: peer.config().addr.to_string(),
                     status: Some(status),
-                    response_time: attempt::secs(t0.elapsed()),
+                    response_time: attempt::secs(took),
                     connect_time: Some(answered.connect_time),
                 });
+                let outcome = Outcome::of_status(status);
+                obs.attempt(
+                    &peer,
+                    outcome,
+                    Some(status),
+                    Some(answered.connect_time),
+                    took,
+                );
                 match sel.on_status(guard, status, clock.now()) {
-                    StatusVerdict::Retry => continue,
+                    StatusVerdict::Retry => {
+                        if let Outcome::Failed(class) = outcome {
+                            if class.is_counted() {
+                                obs.counted(&peer, class);
+                            }
+                        }
+                        obs.retry();
+                        continue;
+                    }
                     StatusVerdict::PassThrough(guard) => {
                         let (head, incoming) = answered.response.into_parts();
                         if head.status == StatusCode::SWITCHING_PROTOCOLS {
@@ -222,7 +271,7 @@ pub(crate) async fn handle(
                                     HeaderValue::from_static("upgrade"),
                                 );
                                 return finish(
-                                    &route, &parts, client, local, &attempts, start, resp,
+                                    route, &parts, client, local, &attempts, start, resp,
                                 );
                             }
                         }
@@ -234,24 +283,38 @@ pub(crate) async fn handle(
                             Streamed::new(incoming, settings.read_timeout, guard, pooled);
                         let mut resp = Response::from_parts(head, BodyExt::boxed(streamed));
                         strip_hop_by_hop(resp.headers_mut(), false);
-                        return finish(&route, &parts, client, local, &attempts, start, resp);
+                        return finish(route, &parts, client, local, &attempts, start, resp);
                     }
                 }
             }
             Err(failed) => {
                 tracing::warn!(upstream = %upstream.name(), peer = %peer.name(), class = %failed.failure.class, "{}", failed.detail);
+                let took = t0.elapsed();
+                let class = failed.failure.class;
                 attempts.push(AttemptRecord {
                     addr: peer.config().addr.to_string(),
-                    status: Some(failed.failure.class.final_status()),
-                    response_time: attempt::secs(t0.elapsed()),
+                    status: Some(class.final_status()),
+                    response_time: attempt::secs(took),
                     connect_time: failed.connect_time,
                 });
+                obs.attempt(
+                    &peer,
+                    Outcome::Failed(class),
+                    None,
+                    failed.connect_time,
+                    took,
+                );
+                // Core charges every transport failure (nginx's NGX_PEER_FAILED).
+                obs.counted(&peer, class);
                 match sel.on_failure(guard, failed.failure, clock.now()) {
-                    FailureVerdict::Retry => continue,
+                    FailureVerdict::Retry => {
+                        obs.retry();
+                        continue;
+                    }
                     FailureVerdict::Fail(status) => {
                         let code = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
                         return finish(
-                            &route,
+                            route,
                             &parts,
                             client,
                             local,

@@ -10,11 +10,15 @@ pub mod body;
 pub mod connect;
 mod handler;
 mod log;
+pub mod metrics;
 pub mod pool;
 pub mod route;
 pub mod server;
+pub mod telemetry;
 pub mod vars;
 pub mod worker;
 
 pub use handler::AttemptRecord;
+pub use metrics::ProxyMetrics;
 pub use server::{bind, serve, Generation, Proxy};
+pub use telemetry::{RequestTracer, Telemetry, TelemetryError};

@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -20,8 +21,10 @@ use vigil_core::event::EventBus;
 use vigil_core::registry::Registry;
 use vigil_core::Clock;
 
+use crate::metrics::{GenerationStats, ProxyMetrics};
 use crate::pool::Pool;
 use crate::route::{RouteError, Routes};
+use crate::telemetry::RequestTracer;
 
 /// One configuration, compiled: upstreams with their state, pools, routes.
 pub struct Generation {
@@ -32,6 +35,8 @@ pub struct Generation {
     /// Its routes.
     pub routes: Routes,
     pools: HashMap<String, Arc<Pool>>,
+    /// Its counters, once the proxy has metrics.
+    stats: OnceLock<Arc<GenerationStats>>,
 }
 
 /// The running proxy.
@@ -40,6 +45,9 @@ pub struct Proxy {
     clock: Arc<dyn Clock>,
     events: Arc<EventBus>,
     spool_dir: PathBuf,
+    metrics: Option<Arc<ProxyMetrics>>,
+    tracer: Option<RequestTracer>,
+    reloads: AtomicU64,
 }
 
 // === impl Generation ===
@@ -79,7 +87,13 @@ impl Generation {
             registry,
             routes,
             pools,
+            stats: OnceLock::new(),
         })
+    }
+
+    /// Its counters (None when the proxy has no metrics).
+    pub(crate) fn stats(&self) -> Option<&Arc<GenerationStats>> {
+        self.stats.get()
     }
 }
 
@@ -98,7 +112,48 @@ impl Proxy {
             clock,
             events,
             spool_dir,
+            metrics: None,
+            tracer: None,
+            reloads: AtomicU64::new(0),
         }
+    }
+
+    /// Count requests, attempts, retries and failures into `metrics`
+    /// (and exclusions from the event bus), from now on and across reloads.
+    pub fn with_metrics(mut self, metrics: Arc<ProxyMetrics>) -> Self {
+        let generation = self.current();
+        let _ = generation
+            .stats
+            .set(metrics.attach(&generation.registry, &self.clock));
+        let weak = Arc::downgrade(&metrics);
+        self.events.subscribe(move |e| {
+            if let Some(m) = weak.upgrade() {
+                m.on_event(e);
+            }
+        });
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Make a span per request (and one per attempt) with `tracer`.
+    pub fn with_tracer(mut self, tracer: RequestTracer) -> Self {
+        self.tracer = Some(tracer);
+        self
+    }
+
+    /// The metrics, if any.
+    pub fn metrics(&self) -> Option<&Arc<ProxyMetrics>> {
+        self.metrics.as_ref()
+    }
+
+    /// The request tracer, when traces are exported.
+    pub(crate) fn tracer(&self) -> Option<&RequestTracer> {
+        self.tracer.as_ref()
+    }
+
+    /// Reloads put in force since start.
+    pub fn reloads(&self) -> u64 {
+        self.reloads.load(Ordering::Relaxed)
     }
 
     /// The generation in force.
@@ -125,8 +180,12 @@ impl Proxy {
     pub fn reload(&self, config: Config) -> Result<u64, RouteError> {
         let old = self.current();
         let next = Generation::build(config, Some(&old), self.events.clone(), self.clock.clone())?;
+        if let Some(m) = &self.metrics {
+            let _ = next.stats.set(m.attach(&next.registry, &self.clock));
+        }
         let generation = next.registry.generation();
         self.current.store(Arc::new(next));
+        self.reloads.fetch_add(1, Ordering::Relaxed);
         Ok(generation)
     }
 }

@@ -39,6 +39,22 @@ pub struct Config {
     pub servers: Vec<ServerBlock>,
     /// The admin listener.
     pub admin: AdminConfig,
+    /// OpenTelemetry export (off unless an endpoint is set).
+    pub telemetry: TelemetryConfig,
+}
+
+/// OpenTelemetry export of the proxy's metrics and request traces
+/// (OTLP over HTTP with protobuf bodies).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TelemetryConfig {
+    /// The collector's OTLP/HTTP base URL, `http://HOST:PORT[/path]`:
+    /// traces go to `<base>/v1/traces`, metrics to `<base>/v1/metrics`.
+    /// None (the default): no export.
+    pub otlp_endpoint: Option<String>,
+    /// The `service.name` resource attribute; default `vigil`.
+    pub service_name: String,
+    /// Time between two metric exports; default 10s.
+    pub export_interval: Duration,
 }
 
 /// The admin API listener.
@@ -376,6 +392,28 @@ impl fmt::Display for Origin {
 }
 
 // === impl defaults ===
+
+impl TelemetryConfig {
+    /// The default `service.name`.
+    pub const DEFAULT_SERVICE_NAME: &'static str = "vigil";
+    /// The default time between metric exports.
+    pub const DEFAULT_EXPORT_INTERVAL: Duration = Duration::from_secs(10);
+
+    /// Whether anything is exported.
+    pub fn is_enabled(&self) -> bool {
+        self.otlp_endpoint.is_some()
+    }
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self {
+            otlp_endpoint: None,
+            service_name: Self::DEFAULT_SERVICE_NAME.to_string(),
+            export_interval: Self::DEFAULT_EXPORT_INTERVAL,
+        }
+    }
+}
 
 impl AdminConfig {
     /// The default admin listen address.

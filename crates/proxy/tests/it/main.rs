@@ -4,4 +4,5 @@
 mod behaviour;
 mod bodies;
 mod support;
+mod telemetry;
 mod tls;

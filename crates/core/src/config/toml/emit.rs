@@ -31,6 +31,7 @@ pub(super) fn config(c: &Config) -> RawConfig {
                 .collect(),
         ),
         server: c.servers.iter().map(server).collect(),
+        telemetry: super::telemetry::emit(&c.telemetry),
     }
 }
 

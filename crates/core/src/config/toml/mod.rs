@@ -18,6 +18,7 @@ mod http;
 mod ordered;
 mod origins;
 mod raw;
+mod telemetry;
 mod upstream;
 
 use std::net::SocketAddr;
@@ -68,6 +69,7 @@ pub fn to_toml_string(config: &Config) -> String {
 fn build(raw: &RawConfig, at: &At<'_>, resolve: Resolver<'_>) -> Result<Config, ConfigError> {
     let mut config = Config {
         admin: admin(raw.admin.as_ref(), &at.key("admin"), resolve)?,
+        telemetry: telemetry::build(raw.telemetry.as_ref(), &at.key("telemetry"))?,
         ..Config::default()
     };
     for (name, u) in &raw.upstream.0 {

@@ -20,6 +20,24 @@ pub(crate) struct RawConfig {
     /// `[[server]]`, in file order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) server: Vec<RawServer>,
+    /// `[telemetry]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) telemetry: Option<RawTelemetry>,
+}
+
+/// `[telemetry]`: OpenTelemetry export.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTelemetry {
+    /// OTLP/HTTP base URL (`http://HOST:PORT`); absent: no export.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) otlp_endpoint: Option<String>,
+    /// `service.name`, default `vigil`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) service_name: Option<String>,
+    /// Time between metric exports, default `10s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) export_interval: Option<String>,
 }
 
 /// `[admin]`.

@@ -1,0 +1,170 @@
+//! The proxy's request metrics: counters kept in atomics, registered once
+//! per configuration generation, written as Prometheus text on `/metrics`
+//! and read by the OpenTelemetry exporter ([`crate::telemetry`]) without
+//! counting anything twice.
+//!
+//! | name | type | labels | meaning |
+//! |------|------|--------|---------|
+//! | `vigil_requests_total` | counter | `upstream`, `status_class` | client requests routed to the upstream, by the class (`1xx`…`5xx`) of the status the client got (the upstream's, or vigil's 502/504/413/...) |
+//! | `vigil_request_duration_seconds` | histogram | `upstream` | time from the request's arrival to the response header sent to the client (not the body) |
+//! | `vigil_attempts_total` | counter | `upstream`, `peer`, `outcome` | attempts sent to a peer, by outcome: `ok` (a response header whose status `proxy_next_upstream` cannot name), `error`, `timeout`, `invalid_header` (no usable header), `http_500`…`http_429` (a header with that status, retried or not) |
+//! | `vigil_retries_total` | counter | `upstream` | attempts that moved the request to the next peer |
+//! | `vigil_failures_counted_total` | counter | `upstream`, `peer`, `class` | failures charged toward `max_fails`: every transport failure, and a listed status that was retried (never `http_403`/`http_404`) |
+//! | `vigil_no_live_upstreams_total` | counter | `upstream` | requests answered 502 because no peer was eligible ("no live upstreams") |
+//! | `vigil_exclusions_total` | counter | `upstream`, `peer` | times the peer reached `max_fails` and was excluded for `fail_timeout` |
+//! | `vigil_peer_active_connections` | gauge | `upstream`, `peer` | requests in flight to the peer now |
+//! | `vigil_peer_state` | gauge | `upstream`, `peer`, `state` | 1 for the peer's state now, 0 for the others: `eligible`, `excluded`, `probe_down`, `admin_down`, `draining`, `down` (in the config), `full` (`max_conns`); the first rule in force wins, as in `vigil status` |
+//! | `vigil_peer_fails` | gauge | `upstream`, `peer` | failures counted and not yet forgiven (nginx's `fails`) |
+//! | `vigil_reloads_total` | counter | — | configuration reloads put in force since start |
+//!
+//! `peer` is the server's address as written in the configuration (a
+//! second server line with the same address gets `#2`, and so on). Counters
+//! of an upstream or peer that survives a reload keep counting; those of
+//! a removed one disappear from the output.
+
+mod render;
+mod stats;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use arc_swap::ArcSwapOption;
+use vigil_core::event::{Event, EventKind};
+use vigil_core::registry::Registry;
+use vigil_core::Clock;
+
+pub(crate) use render::{help, state_index, STATES as PEER_STATES};
+pub(crate) use stats::{class_index, Outcome, PeerStats, UpstreamStats, BUCKETS, STATUS_CLASSES};
+
+/// The proxy's metrics over every configuration generation it served.
+#[derive(Default)]
+pub struct ProxyMetrics {
+    current: ArcSwapOption<GenerationStats>,
+    attaching: Mutex<()>,
+    reloads: AtomicU64,
+}
+
+/// The counters of one generation, aligned with its registry's upstreams.
+pub(crate) struct GenerationStats {
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) upstreams: Vec<Arc<UpstreamStats>>,
+    by_name: HashMap<Arc<str>, usize>,
+}
+
+// === impl ProxyMetrics ===
+
+impl ProxyMetrics {
+    /// Metrics with no generation yet ([`crate::Proxy::with_metrics`] attaches them).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Append every metric in Prometheus text format (with `# HELP` and
+    /// `# TYPE` lines): pass this to the status page's extra metrics.
+    pub fn write_prometheus(&self, out: &mut String) {
+        let current = self.current.load_full();
+        render::write(out, current.as_deref(), self.reloads());
+    }
+
+    /// Reloads put in force since the first generation.
+    pub fn reloads(&self) -> u64 {
+        self.reloads.load(Ordering::Relaxed)
+    }
+
+    /// The counters for `registry`'s generation: made on first sight,
+    /// keeping the counters of every upstream and peer (by name) that the
+    /// previous generation had. A new registry after the first counts as a reload.
+    pub(crate) fn attach(
+        &self,
+        registry: &Arc<Registry>,
+        clock: &Arc<dyn Clock>,
+    ) -> Arc<GenerationStats> {
+        let _one_at_a_time = self
+            .attaching
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let previous = self.current.load_full();
+        if let Some(p) = previous
+            .as_ref()
+            .filter(|p| Arc::ptr_eq(&p.registry, registry))
+        {
+            return p.clone();
+        }
+        let next = Arc::new(GenerationStats::build(
+            registry,
+            clock.clone(),
+            previous.as_deref(),
+        ));
+        if previous.is_some() {
+            self.reloads.fetch_add(1, Ordering::Relaxed);
+        }
+        self.current.store(Some(next.clone()));
+        next
+    }
+
+    /// The generation in force, if any was attached.
+    pub(crate) fn current(&self) -> Option<Arc<GenerationStats>> {
+        self.current.load_full()
+    }
+
+    /// Count an exclusion (called for every event on the bus).
+    pub(crate) fn on_event(&self, event: &Event) {
+        if !matches!(event.kind, EventKind::Excluded { .. }) {
+            return;
+        }
+        let current = self.current.load();
+        let peer = current
+            .as_ref()
+            .and_then(|g| g.upstream(&event.upstream))
+            .and_then(|u| u.peers.iter().find(|p| p.addr == event.peer));
+        if let Some(p) = peer {
+            p.exclusions.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl std::fmt::Debug for ProxyMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let current = self.current.load();
+        f.debug_struct("ProxyMetrics")
+            .field(
+                "generation",
+                &current.as_ref().map(|g| g.registry.generation()),
+            )
+            .field("reloads", &self.reloads())
+            .finish()
+    }
+}
+
+// === impl GenerationStats ===
+
+impl GenerationStats {
+    fn build(
+        registry: &Arc<Registry>,
+        clock: Arc<dyn Clock>,
+        previous: Option<&GenerationStats>,
+    ) -> Self {
+        let mut upstreams = Vec::with_capacity(registry.upstreams().len());
+        let mut by_name = HashMap::new();
+        for up in registry.upstreams() {
+            let old = previous.and_then(|p| p.upstream(up.name()));
+            by_name.insert(up.name().clone(), upstreams.len());
+            upstreams.push(Arc::new(UpstreamStats::build(up, old.map(|o| &**o))));
+        }
+        Self {
+            registry: registry.clone(),
+            clock,
+            upstreams,
+            by_name,
+        }
+    }
+
+    /// The counters of the upstream called `name`.
+    pub(crate) fn upstream(&self, name: &str) -> Option<&Arc<UpstreamStats>> {
+        self.by_name.get(name).and_then(|&i| self.upstreams.get(i))
+    }
+}

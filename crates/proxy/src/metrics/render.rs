@@ -1,0 +1,228 @@
+//! The Prometheus text of [`super::ProxyMetrics`]: counters from the
+//! atomics, gauges read from core's peer status at scrape time.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+
+use vigil_core::peer::AdminState;
+use vigil_core::upstream::{Ineligible, PeerStatus};
+use vigil_core::FailureClass;
+
+use super::stats::{class_index, Outcome, STATUS_CLASSES};
+use super::{GenerationStats, BUCKETS};
+
+/// The values of `vigil_peer_state`'s `state` label.
+pub(crate) const STATES: [&str; 7] = [
+    "eligible",
+    "excluded",
+    "probe_down",
+    "admin_down",
+    "draining",
+    "down",
+    "full",
+];
+
+/// The `# HELP` texts, shared with the OpenTelemetry descriptions.
+pub(crate) mod help {
+    pub(crate) const RELOADS: &str = "Configuration reloads put in force since start.";
+    pub(crate) const REQUESTS: &str =
+        "Client requests routed to an upstream, by the class of the status answered.";
+    pub(crate) const DURATION: &str =
+        "Time from a request's arrival to the response header sent to the client.";
+    pub(crate) const ATTEMPTS: &str =
+        "Attempts sent to a peer, by outcome (ok, or nginx's failure class).";
+    pub(crate) const RETRIES: &str = "Attempts that moved a request to the next peer.";
+    pub(crate) const COUNTED: &str = "Failures charged to a peer toward max_fails, by class.";
+    pub(crate) const NO_LIVE: &str =
+        "Requests answered 502 because no peer of the upstream was eligible.";
+    pub(crate) const EXCLUSIONS: &str =
+        "Times a peer reached max_fails and was excluded for fail_timeout.";
+    pub(crate) const CONNS: &str = "Requests in flight to the peer.";
+    pub(crate) const STATE: &str =
+        "1 for the peer's current state (the first rule in force), 0 for the others.";
+    pub(crate) const FAILS: &str = "Failures counted against the peer and not yet forgiven.";
+}
+
+/// Write every metric; with no generation only `vigil_reloads_total`.
+pub(super) fn write(out: &mut String, g: Option<&GenerationStats>, reloads: u64) {
+    if let Some(g) = g {
+        counters(out, g);
+        gauges(out, g);
+    }
+    header(out, "vigil_reloads_total", "counter", help::RELOADS);
+    let _ = writeln!(out, "vigil_reloads_total {reloads}");
+}
+
+fn counters(out: &mut String, g: &GenerationStats) {
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    header(out, "vigil_requests_total", "counter", help::REQUESTS);
+    for u in &g.upstreams {
+        let t = &u.totals;
+        for (class, n) in STATUS_CLASSES.iter().zip(&t.requests) {
+            let _ = writeln!(
+                out,
+                "vigil_requests_total{{{},status_class=\"{class}\"}} {}",
+                t.label,
+                load(n)
+            );
+        }
+    }
+    header(
+        out,
+        "vigil_request_duration_seconds",
+        "histogram",
+        help::DURATION,
+    );
+    for u in &g.upstreams {
+        let t = &u.totals;
+        let mut cumulative = 0;
+        for (le, n) in BUCKETS.iter().zip(&t.buckets) {
+            cumulative += load(n);
+            let _ = writeln!(
+                out,
+                "vigil_request_duration_seconds_bucket{{{},le=\"{le}\"}} {cumulative}",
+                t.label
+            );
+        }
+        cumulative += t.buckets.last().map_or(0, load);
+        let l = &t.label;
+        let _ = writeln!(
+            out,
+            "vigil_request_duration_seconds_bucket{{{l},le=\"+Inf\"}} {cumulative}"
+        );
+        let sum = load(&t.sum_us) as f64 / 1e6;
+        let _ = writeln!(out, "vigil_request_duration_seconds_sum{{{l}}} {sum}");
+        let _ = writeln!(
+            out,
+            "vigil_request_duration_seconds_count{{{l}}} {cumulative}"
+        );
+    }
+    header(out, "vigil_attempts_total", "counter", help::ATTEMPTS);
+    for p in g.upstreams.iter().flat_map(|u| u.peers.iter()) {
+        for o in Outcome::ALL {
+            let _ = writeln!(
+                out,
+                "vigil_attempts_total{{{},outcome=\"{}\"}} {}",
+                p.label,
+                o.as_str(),
+                load(&p.attempts[o.index()])
+            );
+        }
+    }
+    header(out, "vigil_retries_total", "counter", help::RETRIES);
+    for u in &g.upstreams {
+        let t = &u.totals;
+        let _ = writeln!(
+            out,
+            "vigil_retries_total{{{}}} {}",
+            t.label,
+            load(&t.retries)
+        );
+    }
+    header(
+        out,
+        "vigil_failures_counted_total",
+        "counter",
+        help::COUNTED,
+    );
+    for p in g.upstreams.iter().flat_map(|u| u.peers.iter()) {
+        for c in FailureClass::ALL.into_iter().filter(|c| c.is_counted()) {
+            let _ = writeln!(
+                out,
+                "vigil_failures_counted_total{{{},class=\"{c}\"}} {}",
+                p.label,
+                load(&p.counted[class_index(c)])
+            );
+        }
+    }
+    header(
+        out,
+        "vigil_no_live_upstreams_total",
+        "counter",
+        help::NO_LIVE,
+    );
+    for u in &g.upstreams {
+        let t = &u.totals;
+        let _ = writeln!(
+            out,
+            "vigil_no_live_upstreams_total{{{}}} {}",
+            t.label,
+            load(&t.no_live)
+        );
+    }
+    header(out, "vigil_exclusions_total", "counter", help::EXCLUSIONS);
+    for p in g.upstreams.iter().flat_map(|u| u.peers.iter()) {
+        let _ = writeln!(
+            out,
+            "vigil_exclusions_total{{{}}} {}",
+            p.label,
+            load(&p.exclusions)
+        );
+    }
+}
+
+fn gauges(out: &mut String, g: &GenerationStats) {
+    let now = g.clock.now();
+    let mut conns = String::new();
+    let mut states = String::new();
+    let mut fails = String::new();
+    for (up, stats) in g.registry.upstreams().iter().zip(&g.upstreams) {
+        for (s, p) in up.status(now).iter().zip(stats.peers.iter()) {
+            let l = &p.label;
+            let _ = writeln!(
+                conns,
+                "vigil_peer_active_connections{{{l}}} {}",
+                s.peer.conns()
+            );
+            let current = state_index(s);
+            for (i, name) in STATES.iter().enumerate() {
+                let _ = writeln!(
+                    states,
+                    "vigil_peer_state{{{l},state=\"{name}\"}} {}",
+                    u8::from(i == current)
+                );
+            }
+            let _ = writeln!(fails, "vigil_peer_fails{{{l}}} {}", s.passive.fails);
+        }
+    }
+    header(out, "vigil_peer_active_connections", "gauge", help::CONNS);
+    out.push_str(&conns);
+    header(out, "vigil_peer_state", "gauge", help::STATE);
+    out.push_str(&states);
+    header(out, "vigil_peer_fails", "gauge", help::FAILS);
+    out.push_str(&fails);
+}
+
+/// The position in [`STATES`] of the first rule keeping the peer out, as
+/// the admin API names it.
+pub(crate) fn state_index(s: &PeerStatus) -> usize {
+    match s.reasons.first() {
+        None => 0,
+        Some(Ineligible::Excluded { .. }) => 1,
+        Some(Ineligible::ProbeDown { .. }) => 2,
+        Some(Ineligible::Admin { state, .. }) if *state == AdminState::Drain => 4,
+        Some(Ineligible::Admin { .. }) => 3,
+        Some(Ineligible::ConfigDown) => 5,
+        Some(Ineligible::Full { .. }) => 6,
+    }
+}
+
+/// `# HELP` and `# TYPE` lines.
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// A Prometheus label value, escaped (`\`, `"` and newline).
+pub(crate) fn escape(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}

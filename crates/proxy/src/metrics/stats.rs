@@ -1,0 +1,243 @@
+//! The atomics behind the metrics: per upstream (requests by status class,
+//! retries, the duration histogram) and per peer (attempts by outcome,
+//! failures counted, exclusions). Label text is made once, when a
+//! generation is attached; recording is a `fetch_add`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use vigil_core::peer::PeerId;
+use vigil_core::{FailureClass, Upstream};
+
+use super::render::escape;
+
+/// Upper bounds of the request-duration buckets, in seconds (the last,
+/// 60 s, is nginx's default `proxy_read_timeout`).
+pub(crate) const BUCKETS: [f64; 14] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0,
+];
+
+/// The status classes of `vigil_requests_total`.
+pub(crate) const STATUS_CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+/// What one attempt came to: `ok` or one of nginx's failure classes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// A response header with a status `proxy_next_upstream` cannot name.
+    Ok,
+    /// A transport failure, or a header whose status has a class.
+    Failed(FailureClass),
+}
+
+/// Counters of one upstream in one generation: its own totals (shared
+/// with the previous generation when the upstream kept its name) and one
+/// entry per peer, indexed by [`PeerId`].
+pub(crate) struct UpstreamStats {
+    pub(crate) totals: Arc<UpstreamTotals>,
+    pub(crate) peers: Box<[Arc<PeerStats>]>,
+}
+
+/// Per-upstream counters.
+pub(crate) struct UpstreamTotals {
+    pub(crate) name: Arc<str>,
+    /// `upstream="NAME"`, escaped.
+    pub(crate) label: Box<str>,
+    pub(crate) requests: [AtomicU64; 5],
+    pub(crate) retries: AtomicU64,
+    pub(crate) no_live: AtomicU64,
+    /// Non-cumulative counts per bucket of [`BUCKETS`], then the overflow.
+    pub(crate) buckets: [AtomicU64; 15],
+    pub(crate) sum_us: AtomicU64,
+}
+
+/// Per-peer counters.
+pub(crate) struct PeerStats {
+    /// The address as configured (what events name).
+    pub(crate) addr: Arc<str>,
+    /// The `peer` label value (the address, `#N` on a repeated one).
+    pub(crate) peer: Arc<str>,
+    /// `upstream="NAME",peer="ADDR"`, escaped.
+    pub(crate) label: Box<str>,
+    /// By [`Outcome::index`].
+    pub(crate) attempts: [AtomicU64; 11],
+    /// By [`FailureClass`] order.
+    pub(crate) counted: [AtomicU64; 10],
+    pub(crate) exclusions: AtomicU64,
+}
+
+// === impl Outcome ===
+
+impl Outcome {
+    /// Every outcome, in [`Outcome::index`] order.
+    pub(crate) const ALL: [Outcome; 11] = [
+        Outcome::Ok,
+        Outcome::Failed(FailureClass::Error),
+        Outcome::Failed(FailureClass::Timeout),
+        Outcome::Failed(FailureClass::InvalidHeader),
+        Outcome::Failed(FailureClass::Http500),
+        Outcome::Failed(FailureClass::Http502),
+        Outcome::Failed(FailureClass::Http503),
+        Outcome::Failed(FailureClass::Http504),
+        Outcome::Failed(FailureClass::Http403),
+        Outcome::Failed(FailureClass::Http404),
+        Outcome::Failed(FailureClass::Http429),
+    ];
+
+    /// The outcome of a response header with `status`.
+    pub(crate) fn of_status(status: u16) -> Self {
+        FailureClass::of_status(status).map_or(Outcome::Ok, Outcome::Failed)
+    }
+
+    /// Position in [`Outcome::ALL`].
+    pub(crate) fn index(self) -> usize {
+        match self {
+            Outcome::Ok => 0,
+            Outcome::Failed(c) => 1 + class_index(c),
+        }
+    }
+
+    /// The label value.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Failed(c) => c.as_str(),
+        }
+    }
+}
+
+/// Position of `class` in [`FailureClass::ALL`].
+pub(crate) fn class_index(class: FailureClass) -> usize {
+    match class {
+        FailureClass::Error => 0,
+        FailureClass::Timeout => 1,
+        FailureClass::InvalidHeader => 2,
+        FailureClass::Http500 => 3,
+        FailureClass::Http502 => 4,
+        FailureClass::Http503 => 5,
+        FailureClass::Http504 => 6,
+        FailureClass::Http403 => 7,
+        FailureClass::Http404 => 8,
+        FailureClass::Http429 => 9,
+    }
+}
+
+// === impl UpstreamStats ===
+
+impl UpstreamStats {
+    /// Counters for `up`, reusing `old`'s totals and the counters of every
+    /// peer whose label is unchanged.
+    pub(crate) fn build(up: &Upstream, old: Option<&UpstreamStats>) -> Self {
+        let totals = old.map_or_else(
+            || Arc::new(UpstreamTotals::new(up.name().clone())),
+            |o| o.totals.clone(),
+        );
+        let kept: HashMap<&str, &Arc<PeerStats>> = old
+            .map(|o| o.peers.iter().map(|p| (&*p.peer, p)).collect())
+            .unwrap_or_default();
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        let peers = up
+            .peers()
+            .iter()
+            .map(|p| {
+                let n = seen.entry(&**p.name()).or_insert(0);
+                *n += 1;
+                let peer: Arc<str> = if *n == 1 {
+                    p.name().clone()
+                } else {
+                    format!("{}#{n}", p.name()).into()
+                };
+                match kept.get(&*peer) {
+                    Some(s) => Arc::clone(s),
+                    None => Arc::new(PeerStats::new(up.name(), p.name().clone(), peer)),
+                }
+            })
+            .collect();
+        Self { totals, peers }
+    }
+
+    /// A client request finished with `status` after `elapsed`.
+    pub(crate) fn request(&self, status: u16, elapsed: Duration) {
+        let t = &self.totals;
+        let class = usize::from((status / 100).clamp(1, 5) - 1);
+        t.requests[class].fetch_add(1, Ordering::Relaxed);
+        let secs = elapsed.as_secs_f64();
+        let i = BUCKETS
+            .iter()
+            .position(|le| secs <= *le)
+            .unwrap_or(BUCKETS.len());
+        t.buckets[i].fetch_add(1, Ordering::Relaxed);
+        let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        t.sum_us.fetch_add(us, Ordering::Relaxed);
+    }
+
+    /// One attempt on `peer` ended with `outcome`.
+    pub(crate) fn attempt(&self, peer: PeerId, outcome: Outcome) {
+        if let Some(p) = self.peer(peer) {
+            p.attempts[outcome.index()].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Core charged `peer` a failure of `class`.
+    pub(crate) fn counted(&self, peer: PeerId, class: FailureClass) {
+        if let Some(p) = self.peer(peer) {
+            p.counted[class_index(class)].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The request moved to the next peer.
+    pub(crate) fn retry(&self) {
+        self.totals.retries.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// No peer was eligible.
+    pub(crate) fn no_live_upstreams(&self) {
+        self.totals.no_live.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn peer(&self, id: PeerId) -> Option<&PeerStats> {
+        self.peers.get(id.0 as usize).map(|p| &**p)
+    }
+}
+
+// === impl UpstreamTotals ===
+
+impl UpstreamTotals {
+    fn new(name: Arc<str>) -> Self {
+        Self {
+            label: format!("upstream=\"{}\"", escape(&name)).into(),
+            name,
+            requests: Default::default(),
+            retries: AtomicU64::new(0),
+            no_live: AtomicU64::new(0),
+            buckets: Default::default(),
+            sum_us: AtomicU64::new(0),
+        }
+    }
+
+    /// Requests observed by the histogram (the sum of its buckets).
+    pub(crate) fn count(&self) -> u64 {
+        self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum()
+    }
+}
+
+// === impl PeerStats ===
+
+impl PeerStats {
+    fn new(upstream: &str, addr: Arc<str>, peer: Arc<str>) -> Self {
+        Self {
+            label: format!(
+                "upstream=\"{}\",peer=\"{}\"",
+                escape(upstream),
+                escape(&peer)
+            )
+            .into(),
+            addr,
+            peer,
+            attempts: Default::default(),
+            counted: Default::default(),
+            exclusions: AtomicU64::new(0),
+        }
+    }
+}

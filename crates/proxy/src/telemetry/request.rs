@@ -1,0 +1,184 @@
+//! What the handler tells about one client request: each attempt's
+//! outcome, each failure core counted, each retry, the final status. The
+//! counters are bumped at once (no allocation); the spans, only when a
+//! tracer is set, are built when the request's answer is ready, from the
+//! times noted on the way.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use http::Method;
+use opentelemetry::trace::{Span as _, SpanKind, Status, TraceContextExt, Tracer as _};
+use opentelemetry::{Context, KeyValue};
+use vigil_core::peer::Peer;
+use vigil_core::FailureClass;
+
+use super::RequestTracer;
+use crate::metrics::{Outcome, UpstreamStats};
+
+/// Metrics and (optionally) the trace of one request.
+pub(crate) struct RequestObserver<'a> {
+    stats: Option<Arc<UpstreamStats>>,
+    trace: Option<Box<RequestTrace<'a>>>,
+    start: Instant,
+}
+
+struct RequestTrace<'a> {
+    tracer: &'a RequestTracer,
+    method: Method,
+    location: String,
+    upstream: Arc<str>,
+    attempts: Vec<AttemptTrace>,
+}
+
+struct AttemptTrace {
+    peer: Arc<str>,
+    addr: SocketAddr,
+    outcome: Outcome,
+    status: Option<u16>,
+    connect_time: Option<f64>,
+    duration: Duration,
+    end: SystemTime,
+}
+
+// === impl RequestObserver ===
+
+impl<'a> RequestObserver<'a> {
+    /// Observe a request that arrived at `start`, routed to `location` and
+    /// `upstream`. `stats` are the upstream's counters (None without
+    /// metrics), `tracer` is set when traces are exported.
+    pub(crate) fn new(
+        start: Instant,
+        stats: Option<Arc<UpstreamStats>>,
+        tracer: Option<&'a RequestTracer>,
+        method: &Method,
+        location: &str,
+        upstream: &Arc<str>,
+    ) -> Self {
+        let trace = tracer.map(|tracer| {
+            Box::new(RequestTrace {
+                tracer,
+                method: method.clone(),
+                location: location.to_string(),
+                upstream: upstream.clone(),
+                attempts: Vec::new(),
+            })
+        });
+        Self {
+            stats,
+            trace,
+            start,
+        }
+    }
+
+    /// An attempt on `peer` took `duration` and came to `outcome` (with
+    /// the response's `status` when a header arrived).
+    pub(crate) fn attempt(
+        &mut self,
+        peer: &Peer,
+        outcome: Outcome,
+        status: Option<u16>,
+        connect_time: Option<f64>,
+        duration: Duration,
+    ) {
+        if let Some(s) = &self.stats {
+            s.attempt(peer.id(), outcome);
+        }
+        if let Some(t) = &mut self.trace {
+            t.attempts.push(AttemptTrace {
+                peer: peer.name().clone(),
+                addr: peer.config().addr,
+                outcome,
+                status,
+                connect_time,
+                duration,
+                end: SystemTime::now(),
+            });
+        }
+    }
+
+    /// Core charged `peer` a failure of `class` toward `max_fails`.
+    pub(crate) fn counted(&self, peer: &Peer, class: FailureClass) {
+        if let Some(s) = &self.stats {
+            s.counted(peer.id(), class);
+        }
+    }
+
+    /// The request moves to the next peer.
+    pub(crate) fn retry(&self) {
+        if let Some(s) = &self.stats {
+            s.retry();
+        }
+    }
+
+    /// No peer was eligible.
+    pub(crate) fn no_live_upstreams(&self) {
+        if let Some(s) = &self.stats {
+            s.no_live_upstreams();
+        }
+    }
+
+    /// The client is answered with `status`.
+    pub(crate) fn finish(self, status: u16) {
+        let elapsed = self.start.elapsed();
+        if let Some(s) = &self.stats {
+            s.request(status, elapsed);
+        }
+        if let Some(t) = self.trace {
+            (*t).emit(status, elapsed);
+        }
+    }
+}
+
+// === impl RequestTrace ===
+
+impl RequestTrace<'_> {
+    fn emit(self, status: u16, elapsed: Duration) {
+        let end = SystemTime::now();
+        let tracer = &self.tracer.0;
+        let request = tracer
+            .span_builder("request")
+            .with_kind(SpanKind::Server)
+            .with_start_time(end.checked_sub(elapsed).unwrap_or(end))
+            .with_attributes([
+                KeyValue::new("http.request.method", self.method.as_str().to_string()),
+                KeyValue::new("http.route", self.location),
+                KeyValue::new("vigil.upstream", self.upstream),
+                KeyValue::new("http.response.status_code", i64::from(status)),
+                KeyValue::new("vigil.attempts", self.attempts.len() as i64),
+            ])
+            .start(tracer);
+        let cx = Context::new().with_span(request);
+        for a in self.attempts {
+            let mut attributes = vec![
+                KeyValue::new("vigil.peer", a.peer),
+                KeyValue::new("network.peer.address", a.addr.ip().to_string()),
+                KeyValue::new("network.peer.port", i64::from(a.addr.port())),
+                KeyValue::new("vigil.outcome", a.outcome.as_str()),
+                KeyValue::new("vigil.duration_s", a.duration.as_secs_f64()),
+            ];
+            if let Some(c) = a.connect_time {
+                attributes.push(KeyValue::new("vigil.connect_time_s", c));
+            }
+            if let Some(s) = a.status {
+                attributes.push(KeyValue::new("http.response.status_code", i64::from(s)));
+            }
+            let span = tracer
+                .span_builder("attempt")
+                .with_kind(SpanKind::Client)
+                .with_start_time(a.end.checked_sub(a.duration).unwrap_or(a.end))
+                .with_attributes(attributes);
+            let mut span = span.start_with_context(tracer, &cx);
+            if a.outcome != Outcome::Ok {
+                span.set_status(Status::error(a.outcome.as_str()));
+            }
+            span.end_with_timestamp(a.end);
+        }
+        let request = cx.span();
+        if status >= 500 {
+            request.set_status(Status::error(format!("answered {status}")));
+        }
+        request.end_with_timestamp(end);
+    }
+}
