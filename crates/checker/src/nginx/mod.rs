@@ -1,0 +1,302 @@
+//! `vigil check`: the checker beside a stock nginx, which has no active
+//! checks and no runtime API. The operator keeps tengine-style upstream
+//! blocks in a source file nginx does not read; vigil probes their
+//! servers and renders one stock-nginx `upstream` file per block into a
+//! directory that nginx.conf includes, marking `down` the servers the
+//! probes took out (never all of them), then tests and reloads nginx.
+//!
+//! - [`source`]: the source file → model + renderable lines;
+//! - [`render`]: one block → file text (deterministic, `down` marks, guard);
+//! - [`sync`]: write atomically, test, roll back, reload (debounced,
+//!   rate-limited, verified, retried);
+//! - [`control`]: the nginx commands and the reload proof.
+
+pub mod control;
+mod error;
+mod files;
+pub mod render;
+pub mod source;
+pub mod sync;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use vigil_core::config::{system_resolver, CheckConfig};
+use vigil_core::event::{EventBus, EventKind};
+use vigil_core::registry::Registry;
+use vigil_core::{Clock, SystemClock};
+
+use crate::status::StatusPage;
+use crate::{Checker, CheckerOptions, UpdateSummary};
+pub use control::{CommandLine, Nginx, NginxControl};
+pub use error::SyncError;
+pub use render::Guard;
+pub use sync::{Snapshot, SyncOptions, SyncStatus, Syncer};
+
+/// Everything `vigil check` needs.
+#[derive(Clone, Debug)]
+pub struct CheckOnlyOptions {
+    /// The upstreams source (nginx syntax, or `.toml`).
+    pub source: PathBuf,
+    /// Check settings for upstreams without a `check`.
+    pub default_check: Option<CheckConfig>,
+    /// The nginx commands.
+    pub control: NginxControl,
+    /// Render directory, guard, debounce, rate limit, retries.
+    pub sync: SyncOptions,
+    /// The scheduler's settings.
+    pub checker: CheckerOptions,
+    /// Where to serve `/status` and `/metrics`.
+    pub status_listen: Option<SocketAddr>,
+}
+
+/// The running checker-only mode.
+pub struct CheckOnly {
+    options: CheckOnlyOptions,
+    checker: Arc<Checker>,
+    snapshot: Arc<ArcSwap<Snapshot>>,
+    status: Arc<Mutex<SyncStatus>>,
+    wake: Arc<Notify>,
+    events: Arc<EventBus>,
+    clock: Arc<dyn Clock>,
+    cancel: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+    status_addr: Option<SocketAddr>,
+}
+
+/// Render every file as in the source, test, keep it if it passes (no
+/// reload): to prepare the files before nginx first starts.
+pub async fn render_once(options: &CheckOnlyOptions) -> Result<(), SyncError> {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let snapshot = load(options, None, &Arc::default(), &clock)?;
+    let mut syncer = Syncer::new(
+        options.sync.clone(),
+        Arc::new(options.control.clone()),
+        Arc::new(ArcSwap::from_pointee(snapshot)),
+        Arc::default(),
+    )?;
+    syncer.converge(true).await.map(|_| ())
+}
+
+/// Load the source into a snapshot; with `previous`, unchanged peers keep
+/// their state.
+fn load(
+    options: &CheckOnlyOptions,
+    previous: Option<&Registry>,
+    events: &Arc<EventBus>,
+    clock: &Arc<dyn Clock>,
+) -> Result<Snapshot, SyncError> {
+    let source = source::load(
+        &options.source,
+        options.default_check.as_ref(),
+        &system_resolver,
+    )?;
+    let registry = Arc::new(Registry::build(
+        &source.config,
+        previous,
+        events.clone(),
+        clock.clone(),
+    ));
+    Ok(Snapshot {
+        blocks: source.blocks,
+        registry,
+    })
+}
+
+// === impl CheckOnly ===
+
+impl CheckOnly {
+    /// Load the source, render it as written, test, reload once (a failed
+    /// reload is reported and retried; a failed test is an error), then
+    /// start probing, syncing and serving the status page.
+    pub async fn start(options: CheckOnlyOptions) -> Result<Self, SyncError> {
+        let events = Arc::new(EventBus::default());
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+        let first = load(&options, None, &events, &clock)?;
+        let registry = first.registry.clone();
+        let snapshot = Arc::new(ArcSwap::from_pointee(first));
+        let status = Arc::new(Mutex::new(SyncStatus::default()));
+        let mut syncer = Syncer::new(
+            options.sync.clone(),
+            Arc::new(options.control.clone()),
+            snapshot.clone(),
+            status.clone(),
+        )?;
+        syncer.converge(true).await?;
+        let reload_pending = syncer.reload().await.is_err();
+
+        let checker = Arc::new(Checker::start(
+            registry,
+            clock.clone(),
+            options.checker.clone(),
+        )?);
+        let wake = Arc::new(Notify::new());
+        let w = wake.clone();
+        events.subscribe(move |e| {
+            if matches!(
+                e.kind,
+                EventKind::ProbeUp { .. } | EventKind::ProbeDown { .. }
+            ) {
+                w.notify_one();
+            }
+        });
+        let cancel = CancellationToken::new();
+        let mut tasks = vec![tokio::spawn(syncer.run(
+            wake.clone(),
+            cancel.clone(),
+            reload_pending,
+        ))];
+        let mut status_addr = None;
+        if let Some(addr) = options.status_listen {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| SyncError::io(format!("status listener {addr}"), e))?;
+            status_addr = listener.local_addr().ok();
+            let st = status.clone();
+            let page = StatusPage::for_checker(checker.clone())
+                .with_extra_metrics(move |out| write_sync_metrics(&st, out));
+            tasks.push(tokio::spawn(page.serve(listener, cancel.clone())));
+        }
+        Ok(Self {
+            options,
+            checker,
+            snapshot,
+            status,
+            wake,
+            events,
+            clock,
+            cancel,
+            tasks,
+            status_addr,
+        })
+    }
+
+    /// Re-read the source (SIGHUP): unchanged peers keep their state and
+    /// probe loops, new servers render as written until probed.
+    pub async fn reload_source(&self) -> Result<UpdateSummary, SyncError> {
+        let old = self.snapshot.load_full();
+        let snap = load(
+            &self.options,
+            Some(&old.registry),
+            &self.events,
+            &self.clock,
+        )?;
+        let registry = snap.registry.clone();
+        let summary = self.checker.update(registry)?;
+        self.snapshot.store(Arc::new(snap));
+        self.wake.notify_one();
+        Ok(summary)
+    }
+
+    /// What the sync loop has done so far.
+    pub fn status(&self) -> SyncStatus {
+        self.status.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// The checker.
+    pub fn checker(&self) -> &Arc<Checker> {
+        &self.checker
+    }
+
+    /// The event bus transitions are published on.
+    pub fn events(&self) -> &Arc<EventBus> {
+        &self.events
+    }
+
+    /// The clock transitions are stamped with.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Where the status page listens, if it does.
+    pub fn status_addr(&self) -> Option<SocketAddr> {
+        self.status_addr
+    }
+
+    /// Stop probing and syncing; waits for the loops to end.
+    pub async fn shutdown(self) {
+        self.cancel.cancel();
+        self.checker.shutdown();
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+impl std::fmt::Debug for CheckOnly {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckOnly")
+            .field("source", &self.options.source)
+            .finish()
+    }
+}
+
+fn write_sync_metrics(status: &Mutex<SyncStatus>, out: &mut String) {
+    use std::fmt::Write as _;
+    let Ok(s) = status.lock().map(|s| s.clone()) else {
+        return;
+    };
+    let h = crate::metrics::header;
+    h(
+        out,
+        "vigil_nginx_renders_total",
+        "counter",
+        "Rendered file sets by nginx -t result.",
+    );
+    let _ = writeln!(
+        out,
+        "vigil_nginx_renders_total{{result=\"ok\"}} {}",
+        s.applied
+    );
+    let _ = writeln!(
+        out,
+        "vigil_nginx_renders_total{{result=\"rejected\"}} {}",
+        s.test_failures
+    );
+    h(
+        out,
+        "vigil_nginx_reloads_total",
+        "counter",
+        "nginx reloads by result (failed includes unverified).",
+    );
+    let _ = writeln!(
+        out,
+        "vigil_nginx_reloads_total{{result=\"ok\"}} {}",
+        s.reloads
+    );
+    let _ = writeln!(
+        out,
+        "vigil_nginx_reloads_total{{result=\"failed\"}} {}",
+        s.reload_failures
+    );
+    h(
+        out,
+        "vigil_nginx_reload_pending",
+        "gauge",
+        "1 while a reload is owed to nginx.",
+    );
+    let _ = writeln!(
+        out,
+        "vigil_nginx_reload_pending {}",
+        u8::from(s.reload_pending)
+    );
+    h(
+        out,
+        "vigil_nginx_marked_down",
+        "gauge",
+        "Servers marked down in the rendered files.",
+    );
+    let _ = writeln!(out, "vigil_nginx_marked_down {}", s.marked.len());
+    h(
+        out,
+        "vigil_nginx_guarded_upstreams",
+        "gauge",
+        "Upstreams where the minimum-healthy guard holds marks back.",
+    );
+    let _ = writeln!(out, "vigil_nginx_guarded_upstreams {}", s.guarded.len());
+}

@@ -1,0 +1,312 @@
+//! The HTTP exchange of an `http`/`https` probe: raw request bytes out,
+//! status line (and, for a body match, headers and up to 64 KiB of body) in.
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use vigil_core::health::ProbePhase;
+
+use super::{Deadline, FailureKind, ProbeFailure, ProbeResult, Target};
+
+/// Longest accepted status line plus headers.
+const MAX_HEAD: usize = 16 * 1024;
+/// How much of the body a body match reads (nginx Plus reads 256 KiB,
+/// HAProxy 16 KiB).
+pub(crate) const BODY_LIMIT: usize = 64 * 1024;
+
+/// Send the request, read and judge the response.
+pub(super) async fn exchange<S>(mut s: S, t: &Target, deadline: &Deadline) -> ProbeResult
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let send = async {
+        s.write_all(t.http.send.as_bytes()).await?;
+        s.flush().await
+    };
+    deadline
+        .within(ProbePhase::Send, "sending the request", send)
+        .await?
+        .map_err(|e| ProbeFailure::io(ProbePhase::Send, &e))?;
+
+    let mut buf = Vec::with_capacity(1024);
+    let n = read_more(
+        &mut s,
+        &mut buf,
+        deadline,
+        ProbePhase::FirstByte,
+        "waiting for the first byte",
+    )
+    .await?;
+    if n == 0 {
+        return Err(ProbeFailure::new(
+            ProbePhase::FirstByte,
+            FailureKind::Io,
+            "connection closed before the first byte",
+        ));
+    }
+    while !buf.contains(&b'\n') {
+        if buf.len() > MAX_HEAD {
+            return Err(protocol("status line longer than 16 KiB"));
+        }
+        let n = read_more(
+            &mut s,
+            &mut buf,
+            deadline,
+            ProbePhase::Status,
+            "reading the status line",
+        )
+        .await?;
+        if n == 0 {
+            return Err(protocol("connection closed inside the status line"));
+        }
+    }
+    let line_end = buf.iter().position(|&b| b == b'\n').unwrap_or(buf.len());
+    let status = parse_status_line(&buf[..line_end])?;
+    if !t.http.expect.iter().any(|c| c.accepts(status)) {
+        let words: Vec<String> = t.http.expect.iter().map(|c| c.word()).collect();
+        return Err(ProbeFailure::new(
+            ProbePhase::Status,
+            FailureKind::Status,
+            format!("status {status} not in {}", words.join(" ")),
+        ));
+    }
+    let Some(needle) = t.http.body_contains.as_deref() else {
+        return Ok(format!("HTTP {status}"));
+    };
+    let head_end = loop {
+        if let Some(i) = find(&buf, b"\r\n\r\n") {
+            break i + 4;
+        }
+        if let Some(i) = find(&buf, b"\n\n") {
+            break i + 2;
+        }
+        if buf.len() > MAX_HEAD {
+            return Err(protocol("response header longer than 16 KiB"));
+        }
+        let n = read_more(
+            &mut s,
+            &mut buf,
+            deadline,
+            ProbePhase::Status,
+            "reading the response header",
+        )
+        .await?;
+        if n == 0 {
+            return Err(protocol("connection closed inside the response header"));
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let framing = Framing::of(&head, status, t.http.send.starts_with("HEAD "));
+    let mut raw = buf.split_off(head_end);
+    loop {
+        let (body, complete) = framing.decode(&raw);
+        let body = &body[..body.len().min(BODY_LIMIT)];
+        if find(body, needle.as_bytes()).is_some() {
+            return Ok(format!("HTTP {status}, body contains \"{needle}\""));
+        }
+        if complete || body.len() >= BODY_LIMIT {
+            return Err(ProbeFailure::new(
+                ProbePhase::Body,
+                FailureKind::Body,
+                format!(
+                    "body does not contain \"{needle}\" ({} bytes read)",
+                    body.len()
+                ),
+            ));
+        }
+        let n = read_more(
+            &mut s,
+            &mut raw,
+            deadline,
+            ProbePhase::Body,
+            "reading the body",
+        )
+        .await?;
+        if n == 0 {
+            if let Framing::Length(_) | Framing::Chunked = framing {
+                return Err(ProbeFailure::new(
+                    ProbePhase::Body,
+                    FailureKind::Io,
+                    "connection closed before the end of the body",
+                ));
+            }
+            let (body, _) = Framing::Close.decode(&raw);
+            let body = &body[..body.len().min(BODY_LIMIT)];
+            if find(body, needle.as_bytes()).is_some() {
+                return Ok(format!("HTTP {status}, body contains \"{needle}\""));
+            }
+            return Err(ProbeFailure::new(
+                ProbePhase::Body,
+                FailureKind::Body,
+                format!(
+                    "body does not contain \"{needle}\" ({} bytes read)",
+                    body.len()
+                ),
+            ));
+        }
+    }
+}
+
+fn protocol(detail: &str) -> ProbeFailure {
+    ProbeFailure::new(ProbePhase::Status, FailureKind::Protocol, detail)
+}
+
+async fn read_more<S: AsyncRead + Unpin>(
+    s: &mut S,
+    buf: &mut Vec<u8>,
+    deadline: &Deadline,
+    phase: ProbePhase,
+    doing: &str,
+) -> Result<usize, ProbeFailure> {
+    let mut chunk = [0u8; 4096];
+    let n = deadline
+        .within(phase, doing, s.read(&mut chunk))
+        .await?
+        .map_err(|e| ProbeFailure::io(phase, &e))?;
+    buf.extend_from_slice(&chunk[..n]);
+    Ok(n)
+}
+
+/// `HTTP/1.x NNN reason` → NNN.
+pub(crate) fn parse_status_line(line: &[u8]) -> Result<u16, ProbeFailure> {
+    let text = String::from_utf8_lossy(line);
+    let text = text.trim_end_matches(['\r', '\n']);
+    let bad = || protocol(&format!("invalid status line \"{}\"", shorten(text)));
+    let rest = text.strip_prefix("HTTP/").ok_or_else(bad)?;
+    let (version, rest) = rest.split_once(' ').ok_or_else(bad)?;
+    if version.is_empty() || !version.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return Err(bad());
+    }
+    let code = rest.get(..3).ok_or_else(bad)?;
+    if !code.bytes().all(|b| b.is_ascii_digit())
+        || rest.as_bytes().get(3).is_some_and(|b| *b != b' ')
+    {
+        return Err(bad());
+    }
+    let status: u16 = code.parse().map_err(|_| bad())?;
+    if !(100..=599).contains(&status) {
+        return Err(bad());
+    }
+    Ok(status)
+}
+
+fn shorten(s: &str) -> String {
+    s.chars().take(80).collect()
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() {
+        return Some(0);
+    }
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// How the body ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Framing {
+    /// No body (HEAD, 1xx, 204, 304).
+    Empty,
+    /// `Content-Length: n`.
+    Length(usize),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+    /// Until the connection closes.
+    Close,
+}
+
+impl Framing {
+    fn of(head: &str, status: u16, head_request: bool) -> Self {
+        if head_request || status < 200 || status == 204 || status == 304 {
+            return Framing::Empty;
+        }
+        let mut length = None;
+        for line in head.lines().skip(1) {
+            let Some((name, value)) = line.split_once(':') else {
+                continue;
+            };
+            let (name, value) = (name.trim(), value.trim());
+            if name.eq_ignore_ascii_case("transfer-encoding")
+                && value.to_ascii_lowercase().contains("chunked")
+            {
+                return Framing::Chunked;
+            }
+            if name.eq_ignore_ascii_case("content-length") {
+                length = value.parse::<usize>().ok();
+            }
+        }
+        length.map_or(Framing::Close, Framing::Length)
+    }
+
+    /// The body decoded from the raw bytes read so far, and whether it is complete.
+    fn decode(self, raw: &[u8]) -> (Vec<u8>, bool) {
+        match self {
+            Framing::Empty => (Vec::new(), true),
+            Framing::Length(n) => (raw[..raw.len().min(n)].to_vec(), raw.len() >= n),
+            Framing::Close => (raw.to_vec(), false),
+            Framing::Chunked => dechunk(raw),
+        }
+    }
+}
+
+/// Decode as much of a chunked body as `raw` holds.
+fn dechunk(raw: &[u8]) -> (Vec<u8>, bool) {
+    let mut out = Vec::new();
+    let mut i = 0;
+    loop {
+        let Some(eol) = find(&raw[i..], b"\r\n") else {
+            return (out, false);
+        };
+        let size_text = String::from_utf8_lossy(&raw[i..i + eol]);
+        let size_text = size_text.split(';').next().unwrap_or("").trim();
+        let Ok(size) = usize::from_str_radix(size_text, 16) else {
+            // Not chunked after all: treat what is there as the body.
+            return (raw.to_vec(), true);
+        };
+        if size == 0 {
+            return (out, true);
+        }
+        let start = i + eol + 2;
+        let end = start.saturating_add(size);
+        if raw.len() < end {
+            out.extend_from_slice(&raw[start..]);
+            return (out, false);
+        }
+        out.extend_from_slice(&raw[start..end]);
+        if out.len() >= BODY_LIMIT {
+            return (out, false);
+        }
+        i = end + 2;
+        if i > raw.len() {
+            return (out, false);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_lines() {
+        assert_eq!(parse_status_line(b"HTTP/1.1 200 OK\r\n"), Ok(200));
+        assert_eq!(parse_status_line(b"HTTP/1.0 503"), Ok(503));
+        assert!(parse_status_line(b"HTTP/1.1 20 OK").is_err());
+        assert!(parse_status_line(b"SSH-2.0-OpenSSH").is_err());
+        assert!(parse_status_line(b"HTTP/1.1 2000 OK").is_err());
+        let e = parse_status_line(b"garbage").unwrap_err();
+        assert_eq!(e.phase(), ProbePhase::Status);
+        assert_eq!(e.kind(), FailureKind::Protocol);
+    }
+
+    #[test]
+    fn framing_and_chunks() {
+        let head = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
+        assert_eq!(Framing::of(head, 200, false), Framing::Length(5));
+        assert_eq!(Framing::of(head, 200, true), Framing::Empty);
+        let head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert_eq!(Framing::of(head, 200, false), Framing::Chunked);
+        assert_eq!(
+            dechunk(b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"),
+            (b"abcde".to_vec(), true)
+        );
+        assert_eq!(dechunk(b"3\r\nabc\r\n2\r\nd"), (b"abcd".to_vec(), false));
+    }
+}

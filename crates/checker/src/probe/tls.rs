@@ -1,0 +1,291 @@
+//! TLS for `https` probes: rustls with verification on by default (system
+//! roots plus an optional CA file), SNI from the server's host name, and an
+//! optional client certificate.
+//!
+//! The check model (`CheckConfig`) has no TLS fields, so these settings
+//! come from the checker: `vigil check` flags, or in `vigil serve` the
+//! `proxy_ssl_verify` / `proxy_ssl_trusted_certificate` of the location
+//! that proxies to the upstream over https ([`TlsPolicy::from_config`]).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use vigil_core::config::Config;
+use vigil_core::health::ProbePhase;
+
+use super::{Deadline, FailureKind, ProbeFailure, Target};
+use crate::CheckerError;
+
+/// TLS settings of `https` probes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TlsOptions {
+    /// Verify the certificate chain and name (default on).
+    pub verify: bool,
+    /// Extra trusted CA certificates (PEM), added to the system roots.
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate chain (PEM), for servers that ask for one.
+    pub client_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    pub client_key: Option<PathBuf>,
+}
+
+/// Which [`TlsOptions`] each upstream's `https` probes use.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TlsPolicy {
+    /// For upstreams not listed in `per_upstream`.
+    pub default: TlsOptions,
+    /// By upstream name.
+    pub per_upstream: HashMap<String, TlsOptions>,
+}
+
+/// Built rustls configurations, one per distinct [`TlsOptions`].
+#[derive(Default)]
+pub(crate) struct TlsCache {
+    built: Mutex<HashMap<TlsOptions, Arc<rustls::ClientConfig>>>,
+}
+
+// === impl TlsOptions ===
+
+impl Default for TlsOptions {
+    fn default() -> Self {
+        Self {
+            verify: true,
+            ca_file: None,
+            client_cert: None,
+            client_key: None,
+        }
+    }
+}
+
+impl TlsOptions {
+    /// Build the rustls client configuration.
+    pub fn client_config(&self) -> Result<rustls::ClientConfig, CheckerError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| CheckerError::Tls(e.to_string()))?;
+        let builder = if self.verify {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in rustls_native_certs::load_native_certs().certs {
+                let _ = roots.add(c);
+            }
+            if let Some(path) = &self.ca_file {
+                for c in read_certs(path)? {
+                    roots.add(c).map_err(|e| file_error(path, e))?;
+                }
+            }
+            builder.with_root_certificates(roots)
+        } else {
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
+        };
+        match (&self.client_cert, &self.client_key) {
+            (None, None) => Ok(builder.with_no_client_auth()),
+            (Some(cert), Some(key)) => {
+                let chain = read_certs(cert)?;
+                let key = PrivateKeyDer::from_pem_file(key).map_err(|e| file_error(key, e))?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| file_error(cert, e))
+            }
+            (Some(p), None) | (None, Some(p)) => Err(CheckerError::TlsFile {
+                path: p.clone(),
+                message: "a client certificate needs both the certificate and the key".into(),
+            }),
+        }
+    }
+}
+
+fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, CheckerError> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| file_error(path, e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| file_error(path, e))?;
+    if certs.is_empty() {
+        return Err(file_error(path, "no certificates in the file"));
+    }
+    Ok(certs)
+}
+
+fn file_error(path: &Path, e: impl std::fmt::Display) -> CheckerError {
+    CheckerError::TlsFile {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    }
+}
+
+// === impl TlsPolicy ===
+
+impl TlsPolicy {
+    /// Every upstream with `default`.
+    pub fn uniform(default: TlsOptions) -> Self {
+        Self {
+            default,
+            per_upstream: HashMap::new(),
+        }
+    }
+
+    /// In `vigil serve`: an upstream proxied over https by some location
+    /// is probed with that location's `proxy_ssl_verify` and
+    /// `proxy_ssl_trusted_certificate` (the first such location in file
+    /// order); every other upstream verifies against the system roots.
+    pub fn from_config(config: &Config) -> Self {
+        let mut per_upstream = HashMap::new();
+        for server in &config.servers {
+            for loc in &server.locations {
+                let Some(pass) = loc.proxy.pass.as_ref().filter(|p| p.tls) else {
+                    continue;
+                };
+                per_upstream
+                    .entry(pass.upstream.clone())
+                    .or_insert_with(|| TlsOptions {
+                        verify: loc.proxy.ssl_verify,
+                        ca_file: loc.proxy.ssl_trusted_certificate.clone(),
+                        client_cert: None,
+                        client_key: None,
+                    });
+            }
+        }
+        Self {
+            default: TlsOptions::default(),
+            per_upstream,
+        }
+    }
+
+    /// The options for `upstream`.
+    pub fn for_upstream(&self, upstream: &str) -> &TlsOptions {
+        self.per_upstream.get(upstream).unwrap_or(&self.default)
+    }
+}
+
+// === impl TlsCache ===
+
+impl TlsCache {
+    pub(crate) fn get(
+        &self,
+        options: &TlsOptions,
+    ) -> Result<Arc<rustls::ClientConfig>, CheckerError> {
+        if let Ok(built) = self.built.lock() {
+            if let Some(c) = built.get(options) {
+                return Ok(c.clone());
+            }
+        }
+        let config = Arc::new(options.client_config()?);
+        if let Ok(mut built) = self.built.lock() {
+            built.insert(options.clone(), config.clone());
+        }
+        Ok(config)
+    }
+}
+
+/// The host part of a server address as written (`api.internal:8443` →
+/// `api.internal`, `[::1]:443` → `::1`).
+pub fn host_of(address: &str) -> &str {
+    if let Some(rest) = address.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    match address.rsplit_once(':') {
+        Some((host, port)) if !host.contains(':') && port.bytes().all(|b| b.is_ascii_digit()) => {
+            host
+        }
+        _ => address,
+    }
+}
+
+/// The TLS handshake of an `https` probe.
+pub(super) async fn handshake(
+    tcp: TcpStream,
+    t: &Target,
+    deadline: &Deadline,
+) -> Result<TlsStream<TcpStream>, ProbeFailure> {
+    let fail = |detail: String| ProbeFailure::new(ProbePhase::Tls, FailureKind::Tls, detail);
+    let Some(config) = t.tls.clone() else {
+        return Err(fail("no TLS settings for an https probe".into()));
+    };
+    let name = match t.server_name.parse::<IpAddr>() {
+        Ok(ip) => ServerName::IpAddress(ip.into()),
+        Err(_) => ServerName::try_from(t.server_name.clone())
+            .map_err(|_| fail(format!("invalid server name \"{}\"", t.server_name)))?,
+    };
+    let connector = tokio_rustls::TlsConnector::from(config);
+    deadline
+        .within(
+            ProbePhase::Tls,
+            "during the TLS handshake",
+            connector.connect(name, tcp),
+        )
+        .await?
+        .map_err(|e| match e.get_ref() {
+            Some(inner) => fail(format!("TLS handshake failed: {inner}")),
+            None => ProbeFailure::io(ProbePhase::Tls, &e),
+        })
+}
+
+/// Verification off: any certificate (still a real handshake).
+#[derive(Debug)]
+struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for NoVerify {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_of;
+
+    #[test]
+    fn hosts() {
+        assert_eq!(host_of("api.internal:8443"), "api.internal");
+        assert_eq!(host_of("api.internal"), "api.internal");
+        assert_eq!(host_of("127.0.0.1:80"), "127.0.0.1");
+        assert_eq!(host_of("[::1]:443"), "::1");
+    }
+}

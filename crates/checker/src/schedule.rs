@@ -1,0 +1,357 @@
+//! The scheduler: one probe loop per distinct target, shared by every peer
+//! that names it; a global cap on probes in flight; an initial spread and
+//! per-interval jitter so that probes do not fire in lockstep; reload that
+//! keeps the loops (and, in core, the streaks) of unchanged targets.
+//!
+//! A loop runs its probes one after the other, so one target never has two
+//! probes in flight; a probe that would start late (the cap was full) starts
+//! when it can and the next one is planned from that start, so missed
+//! probes are skipped, never queued.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use vigil_core::health::{HealthState, ProbeReport};
+use vigil_core::registry::Registry;
+use vigil_core::Clock;
+
+use crate::metrics::TargetStats;
+use crate::probe::tls::{TlsCache, TlsPolicy};
+use crate::probe::{NetProber, Prober, Target};
+use crate::target::{plan, Member};
+use crate::{CheckerError, Metrics, TargetKey};
+
+/// Settings of the scheduler itself (the check settings come from each
+/// upstream's `check`).
+#[derive(Clone, Debug)]
+pub struct CheckerOptions {
+    /// Probes in flight at once, over all targets (default 256).
+    pub max_concurrent: usize,
+    /// Share one probe among all peers with the same address and check
+    /// definition (default on). Off: one probe per peer (benchmarks).
+    pub dedup: bool,
+    /// Seed of the spread and jitter draws (default: random).
+    pub seed: Option<u64>,
+    /// Log every transition (default on; `vigil serve` logs them from the
+    /// event bus instead).
+    pub log_transitions: bool,
+    /// TLS settings of `https` probes.
+    pub tls: TlsPolicy,
+}
+
+/// What an [`Checker::update`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UpdateSummary {
+    /// Loops kept (with their streaks and schedule).
+    pub kept: usize,
+    /// Loops started.
+    pub started: usize,
+    /// Loops stopped.
+    pub stopped: usize,
+}
+
+/// The running checker. Dropping it stops every probe loop.
+pub struct Checker {
+    shared: Arc<Shared>,
+    root: CancellationToken,
+    state: Mutex<State>,
+    registry: ArcSwap<Registry>,
+    tls_cache: TlsCache,
+    dedup: bool,
+    seed: Option<u64>,
+}
+
+/// What the loops share.
+struct Shared {
+    prober: Arc<dyn Prober>,
+    clock: Arc<dyn Clock>,
+    permits: Arc<Semaphore>,
+    metrics: Arc<Metrics>,
+    log_transitions: bool,
+}
+
+struct State {
+    loops: HashMap<TargetKey, Loop>,
+    tls: TlsPolicy,
+}
+
+struct Loop {
+    members: Arc<ArcSwap<Vec<Member>>>,
+    cancel: CancellationToken,
+}
+
+// === impl CheckerOptions ===
+
+impl Default for CheckerOptions {
+    fn default() -> Self {
+        Self {
+            max_concurrent: 256,
+            dedup: true,
+            seed: None,
+            log_transitions: true,
+            tls: TlsPolicy::default(),
+        }
+    }
+}
+
+// === impl Checker ===
+
+impl Checker {
+    /// Start probing every checked peer of `registry` over the network.
+    /// Must be called inside a tokio runtime.
+    pub fn start(
+        registry: Arc<Registry>,
+        clock: Arc<dyn Clock>,
+        options: CheckerOptions,
+    ) -> Result<Self, CheckerError> {
+        Self::with_prober(registry, clock, options, Arc::new(NetProber))
+    }
+
+    /// [`Checker::start`] with another prober (tests, simulations).
+    pub fn with_prober(
+        registry: Arc<Registry>,
+        clock: Arc<dyn Clock>,
+        options: CheckerOptions,
+        prober: Arc<dyn Prober>,
+    ) -> Result<Self, CheckerError> {
+        let checker = Self {
+            shared: Arc::new(Shared {
+                prober,
+                clock,
+                permits: Arc::new(Semaphore::new(options.max_concurrent.max(1))),
+                metrics: Arc::new(Metrics::default()),
+                log_transitions: options.log_transitions,
+            }),
+            root: CancellationToken::new(),
+            state: Mutex::new(State {
+                loops: HashMap::new(),
+                tls: options.tls,
+            }),
+            registry: ArcSwap::new(registry.clone()),
+            tls_cache: TlsCache::default(),
+            dedup: options.dedup,
+            seed: options.seed,
+        };
+        checker.update(registry)?;
+        Ok(checker)
+    }
+
+    /// Follow a reloaded registry: loops of unchanged targets keep running
+    /// (their peers now the new registry's, which core built with the old
+    /// streaks), removed targets stop, new ones start.
+    pub fn update(&self, registry: Arc<Registry>) -> Result<UpdateSummary, CheckerError> {
+        let tls = match self.state.lock() {
+            Ok(s) => s.tls.clone(),
+            Err(_) => TlsPolicy::default(),
+        };
+        self.update_with_tls(registry, tls)
+    }
+
+    /// [`Checker::update`] with new TLS settings.
+    pub fn update_with_tls(
+        &self,
+        registry: Arc<Registry>,
+        tls: TlsPolicy,
+    ) -> Result<UpdateSummary, CheckerError> {
+        let planned = plan(&registry, self.dedup, &tls, &self.tls_cache)?;
+        let Ok(mut state) = self.state.lock() else {
+            return Ok(UpdateSummary::default());
+        };
+        let mut summary = UpdateSummary::default();
+        let mut loops = HashMap::with_capacity(planned.len());
+        let mut keys = HashSet::with_capacity(planned.len());
+        for p in planned {
+            keys.insert(p.key.clone());
+            if let Some(l) = state.loops.remove(&p.key) {
+                l.members.store(Arc::new(p.members));
+                loops.insert(p.key, l);
+                summary.kept += 1;
+                continue;
+            }
+            let members = Arc::new(ArcSwap::from_pointee(p.members));
+            let cancel = self.root.child_token();
+            let stats = self.shared.metrics.target(&p.key);
+            let rng = self.rng(&p.key);
+            tokio::spawn(probe_loop(
+                self.shared.clone(),
+                p.target,
+                members.clone(),
+                stats,
+                cancel.clone(),
+                rng,
+            ));
+            loops.insert(p.key, Loop { members, cancel });
+            summary.started += 1;
+        }
+        for (_, l) in state.loops.drain() {
+            l.cancel.cancel();
+            summary.stopped += 1;
+        }
+        state.loops = loops;
+        state.tls = tls;
+        self.shared.metrics.retain(&keys);
+        self.registry.store(registry);
+        Ok(summary)
+    }
+
+    fn rng(&self, key: &TargetKey) -> StdRng {
+        match self.seed {
+            Some(seed) => {
+                let mut h = DefaultHasher::new();
+                key.hash(&mut h);
+                StdRng::seed_from_u64(seed ^ h.finish())
+            }
+            None => StdRng::from_rng(&mut rand::rng()),
+        }
+    }
+
+    /// The registry being probed.
+    pub fn registry(&self) -> Arc<Registry> {
+        self.registry.load_full()
+    }
+
+    /// Probe counters.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.shared.metrics
+    }
+
+    /// Distinct targets being probed.
+    pub fn targets(&self) -> usize {
+        self.state.lock().map_or(0, |s| s.loops.len())
+    }
+
+    /// Stop every probe loop.
+    pub fn shutdown(&self) {
+        self.root.cancel();
+    }
+}
+
+impl Drop for Checker {
+    fn drop(&mut self) {
+        self.root.cancel();
+    }
+}
+
+impl std::fmt::Debug for Checker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checker")
+            .field("targets", &self.targets())
+            .finish()
+    }
+}
+
+/// A uniform draw in `[0, d)`.
+fn below(rng: &mut StdRng, d: Duration) -> Duration {
+    let n = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    if n == 0 {
+        return Duration::ZERO;
+    }
+    Duration::from_nanos(rng.random_range(0..n))
+}
+
+/// A uniform draw in `[0, d]`.
+fn up_to(rng: &mut StdRng, d: Duration) -> Duration {
+    let n = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    Duration::from_nanos(rng.random_range(0..=n))
+}
+
+async fn probe_loop(
+    shared: Arc<Shared>,
+    target: Arc<Target>,
+    members: Arc<ArcSwap<Vec<Member>>>,
+    stats: Arc<TargetStats>,
+    cancel: CancellationToken,
+    mut rng: StdRng,
+) {
+    // tengine fires the first probe at a random point of the first
+    // interval; so does vigil.
+    let mut next = Instant::now() + below(&mut rng, target.interval);
+    loop {
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep_until(next) => {}
+        }
+        let permit = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return,
+            p = shared.permits.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+        };
+        let started = Instant::now();
+        let result = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return,
+            r = shared.prober.probe(&target) => r,
+        };
+        drop(permit);
+        let latency = started.elapsed();
+        let (ok, phase, detail) = match result {
+            Ok(d) => (true, None, d),
+            Err(f) => (false, Some(f.phase()), f.detail().to_string()),
+        };
+        stats.record(phase, latency);
+        let report = ProbeReport {
+            ok,
+            phase,
+            latency,
+            detail,
+            at: shared.clock.now(),
+        };
+        for m in members.load().iter() {
+            record(&shared, m, report.clone());
+        }
+        next = (started + target.interval + up_to(&mut rng, target.jitter)).max(Instant::now());
+    }
+}
+
+/// Record one result into one peer; a transition is one log line.
+fn record(shared: &Shared, m: &Member, report: ProbeReport) {
+    let cause = match report.phase {
+        Some(phase) => format!(
+            "{phase}: {} ({} ms)",
+            report.detail,
+            report.latency.as_millis()
+        ),
+        None => format!("{} ({} ms)", report.detail, report.latency.as_millis()),
+    };
+    let Some(t) = m.upstream.record_probe(m.peer, report) else {
+        return;
+    };
+    shared.metrics.transition(t.to == HealthState::Up);
+    if !shared.log_transitions {
+        return;
+    }
+    let server = m
+        .upstream
+        .peers()
+        .get(m.peer.0 as usize)
+        .map(|p| p.name().clone())
+        .unwrap_or_else(|| "?".into());
+    let upstream = m.upstream.name();
+    let what = if t.to == HealthState::Up {
+        "passes"
+    } else {
+        "failures"
+    };
+    let line = format!(
+        "upstream {upstream} server {server}: {} -> {} after {} {what}: {cause}",
+        t.from, t.to, t.streak
+    );
+    if t.to == HealthState::Down {
+        tracing::warn!(target: "vigil::checker", %upstream, %server, from = %t.from, to = %t.to, streak = t.streak, %cause, "{line}");
+    } else {
+        tracing::info!(target: "vigil::checker", %upstream, %server, from = %t.from, to = %t.to, streak = t.streak, %cause, "{line}");
+    }
+}

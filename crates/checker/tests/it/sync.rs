@@ -1,0 +1,252 @@
+//! The sync loop in paused time with a fake nginx: debounce, rate limit,
+//! rollback on a failed test, retried reloads, no surprise `down`.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use vigil_checker::nginx::control::NginxFuture;
+use vigil_checker::nginx::{source, Nginx, Snapshot, SyncError, SyncOptions, SyncStatus, Syncer};
+use vigil_core::clock::Timestamp;
+use vigil_core::config::literal_resolver;
+use vigil_core::health::ProbeReport;
+use vigil_core::peer::PeerId;
+use vigil_core::registry::Registry;
+
+#[derive(Default)]
+struct FakeNginx {
+    tests: AtomicUsize,
+    test_fails: AtomicBool,
+    reloads: Mutex<Vec<Instant>>,
+    reload_failures_left: AtomicUsize,
+}
+
+impl Nginx for FakeNginx {
+    fn test(&self) -> NginxFuture<'_> {
+        Box::pin(async move {
+            self.tests.fetch_add(1, Ordering::SeqCst);
+            if self.test_fails.load(Ordering::SeqCst) {
+                return Err(SyncError::TestFailed {
+                    command: "nginx -t".into(),
+                    output: "invalid parameter".into(),
+                });
+            }
+            Ok(())
+        })
+    }
+
+    fn reload(&self) -> NginxFuture<'_> {
+        Box::pin(async move {
+            self.reloads.lock().expect("test step").push(Instant::now());
+            if self
+                .reload_failures_left
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                return Err(SyncError::ReloadUnverified("no new worker".into()));
+            }
+            Ok(())
+        })
+    }
+}
+
+struct Rig {
+    dir: tempfile::TempDir,
+    registry: Arc<Registry>,
+    nginx: Arc<FakeNginx>,
+    status: Arc<Mutex<SyncStatus>>,
+    wake: Arc<Notify>,
+    cancel: CancellationToken,
+}
+
+const SRC: &str = "upstream app {\n    server 127.0.0.1:9001;\n    server 127.0.0.1:9002;\n    server 127.0.0.1:9003;\n    check interval=1000 rise=2 fall=2 timeout=500;\n}\n";
+
+async fn rig(nginx: FakeNginx) -> Rig {
+    let dir = tempfile::tempdir().expect("test step");
+    let src = dir.path().join("src.conf");
+    std::fs::write(&src, SRC).expect("test step");
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).expect("test step");
+    let s = source::load(&src, None, &literal_resolver).expect("test step");
+    let (registry, _, _) = crate::support::registry(SRC);
+    let snapshot = Arc::new(ArcSwap::from_pointee(Snapshot {
+        blocks: s.blocks,
+        registry: registry.clone(),
+    }));
+    let mut o = SyncOptions::new(out);
+    o.debounce = Duration::from_millis(500);
+    o.max_delay = Duration::from_secs(3);
+    o.min_reload_interval = Duration::from_secs(5);
+    o.poll = Duration::from_millis(200);
+    let nginx = Arc::new(nginx);
+    let status = Arc::new(Mutex::new(SyncStatus::default()));
+    let mut syncer = Syncer::new(o, nginx.clone(), snapshot, status.clone()).expect("test step");
+    syncer.converge(true).await.expect("test step");
+    syncer.reload().await.expect("test step");
+    let wake = Arc::new(Notify::new());
+    let cancel = CancellationToken::new();
+    tokio::spawn(syncer.run(wake.clone(), cancel.clone(), false));
+    Rig {
+        dir,
+        registry,
+        nginx,
+        status,
+        wake,
+        cancel,
+    }
+}
+
+impl Rig {
+    fn file(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("out/app.conf")).expect("test step")
+    }
+
+    fn probe(&self, peer: u32, ok: bool) {
+        let up = self.registry.get("app").expect("test step");
+        let t = up.record_probe(
+            PeerId(peer),
+            ProbeReport {
+                ok,
+                phase: None,
+                latency: Duration::ZERO,
+                detail: String::new(),
+                at: Timestamp(1),
+            },
+        );
+        if t.is_some() {
+            self.wake.notify_one();
+        }
+    }
+
+    fn reloads(&self) -> Vec<Instant> {
+        self.nginx.reloads.lock().expect("test step").clone()
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+fn marked(text: &str) -> usize {
+    text.matches(" down; # vigil").count()
+}
+
+async fn settle(d: Duration) {
+    tokio::time::sleep(d).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn startup_renders_the_source_and_first_passes_mark_nothing() {
+    let r = rig(FakeNginx::default()).await;
+    assert_eq!(marked(&r.file()), 0);
+    assert!(r.file().contains("    server 127.0.0.1:9001;\n"));
+    assert_eq!(r.reloads().len(), 1, "one reload at startup");
+    // default_down peers with one pass each are still down in core, but
+    // they never failed: no surprise down.
+    for p in 0..3 {
+        r.probe(p, true);
+    }
+    settle(Duration::from_secs(2)).await;
+    assert_eq!(marked(&r.file()), 0);
+    // A peer whose first result fails is marked (it was never proven).
+    r.probe(2, false);
+    settle(Duration::from_secs(2)).await;
+    assert_eq!(marked(&r.file()), 1);
+    assert!(r.file().contains("server 127.0.0.1:9003 down;"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_of_transitions_gives_one_reload_after_the_debounce() {
+    let r = rig(FakeNginx::default()).await;
+    for p in 0..3 {
+        r.probe(p, true);
+        r.probe(p, true);
+    }
+    settle(Duration::from_secs(6)).await;
+    let base = r.reloads().len();
+    let t0 = Instant::now();
+    for p in 0..2 {
+        r.probe(p, false);
+        settle(Duration::from_millis(100)).await;
+        r.probe(p, false);
+        settle(Duration::from_millis(100)).await;
+    }
+    settle(Duration::from_secs(3)).await;
+    let reloads = r.reloads();
+    assert_eq!(reloads.len(), base + 1, "one reload for the burst");
+    assert!(
+        reloads[base] - t0 >= Duration::from_millis(500),
+        "after the quiet period"
+    );
+    assert_eq!(marked(&r.file()), 2);
+    assert_eq!(r.status.lock().expect("test step").marked.len(), 2);
+    // Another change right away waits for the rate limit.
+    r.probe(0, true);
+    r.probe(0, true);
+    settle(Duration::from_secs(10)).await;
+    let again = r.reloads();
+    assert_eq!(again.len(), base + 2);
+    assert!(again[base + 1] - reloads[base] >= Duration::from_secs(5));
+    assert_eq!(marked(&r.file()), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_server_failing_marks_none_down() {
+    let r = rig(FakeNginx::default()).await;
+    for p in 0..3 {
+        r.probe(p, false);
+        r.probe(p, false);
+    }
+    settle(Duration::from_secs(3)).await;
+    assert_eq!(marked(&r.file()), 0);
+    assert!(r.file().contains("none marked down (fail-open guard"));
+    assert_eq!(
+        r.status.lock().expect("test step").guarded,
+        vec!["app".to_string()]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rejected_render_is_rolled_back_and_not_reloaded() {
+    let r = rig(FakeNginx::default()).await;
+    let before = r.file();
+    let reloads = r.reloads().len();
+    r.nginx.test_fails.store(true, Ordering::SeqCst);
+    r.probe(0, false);
+    settle(Duration::from_secs(3)).await;
+    assert_eq!(r.file(), before, "previous file restored");
+    let prev = std::fs::read_to_string(r.dir.path().join("out/app.conf.prev")).expect("test step");
+    assert_eq!(prev, before);
+    let st = r.status.lock().expect("test step").clone();
+    assert_eq!(st.test_failures, 1, "the same render is not retried");
+    assert!(st.last_error.expect("test step").contains("rolled back"));
+    assert_eq!(r.reloads().len(), reloads);
+    assert!(!Path::new(&r.dir.path().join("out/.app.conf.tmp")).exists());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_reload_is_retried_with_backoff() {
+    let r = rig(FakeNginx::default()).await;
+    r.nginx.reload_failures_left.store(2, Ordering::SeqCst);
+    let base = r.reloads().len();
+    r.probe(0, false);
+    settle(Duration::from_secs(30)).await;
+    let reloads = r.reloads();
+    assert_eq!(reloads.len(), base + 3, "two failures, then success");
+    let gaps: Vec<Duration> = reloads[base..].windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        gaps[0] >= Duration::from_secs(5),
+        "rate limit also spaces retries"
+    );
+    assert!(gaps[1] >= gaps[0]);
+    let st = r.status.lock().expect("test step").clone();
+    assert_eq!(st.reload_failures, 2);
+    assert!(!st.reload_pending);
+}
