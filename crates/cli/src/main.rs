@@ -7,8 +7,11 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+mod admin;
+mod client;
 mod cmd;
 mod load;
+mod stack;
 
 use std::process::ExitCode;
 
@@ -30,6 +33,18 @@ enum Command {
     Lint(cmd::lint::Args),
     /// Print the vigil TOML equivalent of an nginx.conf.
     Convert(cmd::convert::Args),
+    /// Run the active checker beside a stock nginx: probe, render upstream files, reload.
+    Check(Box<cmd::check::Args>),
+    /// Show every upstream and peer of a running vigil.
+    Status(cmd::status::Args),
+    /// Explain, in sentences, why a peer does or does not get traffic.
+    Explain(cmd::explain::Args),
+    /// Print the transition log (`--follow` to keep watching).
+    Events(cmd::events::Args),
+    /// Set a peer down, up or draining.
+    Peer(cmd::peer::Args),
+    /// Run the embedded demo: three misbehaving backends behind vigil, with the admin API.
+    Demo(cmd::demo::Args),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +53,12 @@ fn main() -> ExitCode {
         Command::Serve(a) => cmd::serve::run(a),
         Command::Lint(a) => cmd::lint::run(a),
         Command::Convert(a) => cmd::convert::run(a),
+        Command::Check(a) => cmd::check::run(*a),
+        Command::Status(a) => cmd::status::run(a),
+        Command::Explain(a) => cmd::explain::run(a),
+        Command::Events(a) => cmd::events::run(a),
+        Command::Peer(a) => cmd::peer::run(a),
+        Command::Demo(a) => cmd::demo::run(a),
     };
     match result {
         Ok(code) => code,

@@ -1,8 +1,14 @@
 //! One module per subcommand, each with its `Args` and `run`.
 
+pub(crate) mod check;
 pub(crate) mod convert;
+pub(crate) mod demo;
+pub(crate) mod events;
+pub(crate) mod explain;
 pub(crate) mod lint;
+pub(crate) mod peer;
 pub(crate) mod serve;
+pub(crate) mod status;
 
 /// Logs to stderr: human-readable by default, JSON with `VIGIL_LOG_FORMAT=json`;
 /// the level from `VIGIL_LOG` (default `info`).

@@ -7,12 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use tokio_util::sync::CancellationToken;
-use vigil_core::event::EventBus;
-use vigil_core::{Clock, SystemClock};
-use vigil_proxy::{Generation, Proxy};
 
 use crate::load::{self, Kind};
+use crate::stack;
 
 /// Arguments of `vigil serve`.
 #[derive(Debug, clap::Args)]
@@ -29,7 +26,7 @@ pub(crate) struct Args {
     /// Replace the first `listen` of the first server block.
     #[arg(long, value_name = "ADDR")]
     listen: Option<SocketAddr>,
-    /// Worker threads (default: one per core).
+    /// Worker threads, each one event loop with its own accept queue (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
     /// How long in-flight requests may take to finish at shutdown.
@@ -38,6 +35,15 @@ pub(crate) struct Args {
     /// Directory for spooled request bodies (default: the system temp dir).
     #[arg(long, value_name = "DIR")]
     spool_dir: Option<PathBuf>,
+    /// Admin API address (default: the config's admin.listen, else 127.0.0.1:9901).
+    #[arg(long, value_name = "ADDR")]
+    admin_listen: Option<SocketAddr>,
+    /// Bearer token for the admin API's write endpoints.
+    #[arg(long, env = "VIGIL_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// Do not serve the admin API.
+    #[arg(long)]
+    no_admin: bool,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -51,11 +57,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     for (name, at) in &loaded.ignored {
         tracing::info!(directive = %name, at = %at, "directive has no meaning for vigil and is ignored");
     }
-    let threads = args
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    // The control runtime: signals, reloads, probes. Requests run on the
+    // workers (one single-threaded event loop per thread, see vigil_proxy::worker).
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads.max(1))
+        .worker_threads(1)
         .enable_all()
         .build()
         .context("starting the runtime")?;
@@ -91,43 +96,50 @@ async fn serve(
     kind: Kind,
     config: vigil_core::config::Config,
 ) -> anyhow::Result<ExitCode> {
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
-    let events = Arc::new(EventBus::default());
-    events.subscribe(|e| tracing::warn!(upstream = %e.upstream, peer = %e.peer, event = e.kind.name(), "{}", e.kind));
-    let listens = vigil_proxy::route::Routes::listeners(&config);
-    if listens.is_empty() {
-        anyhow::bail!("{}: no server block with a listen address", path.display());
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let stack = Arc::new(
+        stack::start(
+            config,
+            stack::Options {
+                threads,
+                grace: args.grace,
+                spool_dir: args.spool_dir.clone().unwrap_or_else(std::env::temp_dir),
+                admin_listen: args.admin_listen,
+                admin_token: args.admin_token.clone(),
+                no_admin: args.no_admin,
+            },
+        )
+        .await
+        .with_context(|| format!("starting {}", path.display()))?,
+    );
+    let listen = args.listen;
+    if let Some(admin) = &stack.admin {
+        let (st, p) = (stack.clone(), path.clone());
+        admin.set_reload(move || {
+            let loaded = load_with_override(&p, kind, listen).map_err(|e| format!("{e:#}"))?;
+            st.reload(loaded.config)
+        });
     }
-    let generation = Generation::build(config, None, events.clone(), clock.clone())?;
-    let spool = args.spool_dir.clone().unwrap_or_else(std::env::temp_dir);
-    let proxy = Arc::new(Proxy::new(generation, events, clock, spool));
-    let shutdown = CancellationToken::new();
-    let mut tasks = Vec::new();
-    for l in &listens {
-        let listener = vigil_proxy::bind(l.addr, l.reuseport, l.backlog)
-            .with_context(|| format!("cannot listen on {}", l.addr))?;
-        tracing::info!(addr = %l.addr, "listening");
-        tasks.push(tokio::spawn(vigil_proxy::serve(
-            proxy.clone(),
-            listener,
-            shutdown.clone(),
-            args.grace,
-        )));
-    }
-    signals(proxy.clone(), path, kind, args.listen, shutdown.clone()).await?;
-    for t in tasks {
-        let _ = t.await;
+    signals(&stack, &path, kind, listen).await?;
+    match Arc::try_unwrap(stack) {
+        Ok(stack) => stack.stop().await,
+        Err(stack) => {
+            // The admin API still holds a reference: stop the parts it does not own.
+            stack.shutdown.cancel();
+            stack.checker.shutdown();
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// Wait for signals: SIGHUP reloads, SIGTERM/SIGQUIT/SIGINT stop.
 async fn signals(
-    proxy: Arc<Proxy>,
-    path: PathBuf,
+    stack: &stack::Stack,
+    path: &std::path::Path,
     kind: Kind,
     listen: Option<SocketAddr>,
-    shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut hup = signal(SignalKind::hangup()).context("installing SIGHUP handler")?;
@@ -137,10 +149,14 @@ async fn signals(
     loop {
         tokio::select! {
             _ = hup.recv() => {
-                match load_with_override(&path, kind, listen).map(|l| proxy.reload(l.config)) {
-                    Ok(Ok(generation)) => tracing::info!(generation, "configuration reloaded"),
-                    Ok(Err(e)) => tracing::error!(error = %e, "reload failed; keeping the running configuration"),
-                    Err(e) => tracing::error!(error = %format!("{e:#}"), "reload failed; keeping the running configuration"),
+                let r = load_with_override(path, kind, listen)
+                    .map_err(|e| format!("{e:#}"))
+                    .and_then(|l| stack.reload(l.config));
+                if let Err(e) = &r {
+                    tracing::error!(error = %e, "reload failed; keeping the running configuration");
+                }
+                if let Some(admin) = &stack.admin {
+                    admin.record_reload(&r);
                 }
             }
             _ = term.recv() => break,
@@ -148,7 +164,5 @@ async fn signals(
             _ = int.recv() => break,
         }
     }
-    tracing::info!("shutting down");
-    shutdown.cancel();
     Ok(())
 }

@@ -1,0 +1,169 @@
+//! The running pieces of `vigil serve` (and `vigil demo`): the proxy's
+//! workers, the active checker writing into the same peer records, and the
+//! admin API, with reload and graceful shutdown.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+use vigil_core::config::Config;
+use vigil_core::event::EventBus;
+use vigil_core::{Clock, SystemClock};
+use vigil_proxy::{Generation, Proxy, ProxyMetrics, Telemetry};
+
+use crate::admin::Admin;
+
+/// How to run the stack.
+pub(crate) struct Options {
+    pub(crate) threads: usize,
+    pub(crate) grace: Duration,
+    pub(crate) spool_dir: PathBuf,
+    /// Admin listen address (None: the config's, else 127.0.0.1:9901).
+    pub(crate) admin_listen: Option<SocketAddr>,
+    /// Admin token (overrides the config's).
+    pub(crate) admin_token: Option<String>,
+    /// Turn the admin API off.
+    pub(crate) no_admin: bool,
+}
+
+/// A running stack.
+pub(crate) struct Stack {
+    pub(crate) proxy: Arc<Proxy>,
+    pub(crate) checker: Arc<vigil_checker::Checker>,
+    pub(crate) admin: Option<Admin>,
+    pub(crate) admin_addr: Option<SocketAddr>,
+    pub(crate) shutdown: CancellationToken,
+    workers: Vec<std::thread::JoinHandle<()>>,
+    telemetry: Option<Telemetry>,
+}
+
+/// Start everything on the current (control) runtime.
+pub(crate) async fn start(config: Config, opts: Options) -> anyhow::Result<Stack> {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let events = Arc::new(EventBus::default());
+    events.subscribe(|e| tracing::warn!(upstream = %e.upstream, peer = %e.peer, event = e.kind.name(), "{}", e.kind));
+    let listens = vigil_proxy::route::Routes::listeners(&config);
+    if listens.is_empty() {
+        anyhow::bail!("no server block with a listen address");
+    }
+    let admin_cfg = config.admin.clone();
+    let generation = Generation::build(config, None, events.clone(), clock.clone())?;
+    // Active checks write into the same peer records the proxy reads;
+    // transitions are logged by the event-bus subscriber above.
+    let checker = Arc::new(vigil_checker::Checker::start(
+        generation.registry.clone(),
+        clock.clone(),
+        vigil_checker::CheckerOptions {
+            log_transitions: false,
+            tls: vigil_checker::TlsPolicy::from_config(&generation.config),
+            ..vigil_checker::CheckerOptions::default()
+        },
+    )?);
+    let metrics = Arc::new(ProxyMetrics::new());
+    // Export requests are spawned on this (control) runtime.
+    let telemetry = Telemetry::start(&generation.config.telemetry, metrics.clone())
+        .context("cannot start OpenTelemetry export")?;
+    let mut proxy = Proxy::new(generation, events.clone(), clock.clone(), opts.spool_dir)
+        .with_metrics(metrics.clone());
+    if let Some(t) = &telemetry {
+        proxy = proxy.with_tracer(t.tracer());
+        tracing::info!("exporting metrics and traces over OTLP");
+    }
+    let proxy = Arc::new(proxy);
+    let shutdown = CancellationToken::new();
+    let mut admin = None;
+    let mut admin_addr = None;
+    if !opts.no_admin {
+        let explicit = opts.admin_listen.or(admin_cfg.listen);
+        let addr = explicit.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9901)));
+        let token = opts.admin_token.clone().or(admin_cfg.token.clone());
+        let p = proxy.clone();
+        let m = metrics.clone();
+        let status = vigil_checker::status::StatusPage::new(move || p.current().registry.clone())
+            .with_metrics(checker.metrics().clone())
+            .with_extra_metrics(move |out| m.write_prometheus(out));
+        let p2 = proxy.clone();
+        let a = Admin::new(
+            move || p2.current().registry.clone(),
+            clock.clone(),
+            events.clone(),
+            token,
+            status,
+        );
+        match a.clone().listen(addr, shutdown.clone()).await {
+            Ok(bound) => {
+                admin = Some(a);
+                admin_addr = Some(bound);
+            }
+            // The default address being taken (another vigil on this host)
+            // must not keep the proxy down; an address asked for must work.
+            Err(crate::admin::AdminError::Bind { addr, source }) if explicit.is_none() => {
+                tracing::warn!(%addr, error = %source, "admin API not started (set admin.listen or --admin-listen)");
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let workers = vigil_proxy::worker::spawn(
+        proxy.clone(),
+        &listens,
+        opts.threads,
+        shutdown.clone(),
+        opts.grace,
+    )
+    .with_context(|| {
+        let addrs: Vec<String> = listens.iter().map(|l| l.addr.to_string()).collect();
+        format!("cannot listen on {}", addrs.join(", "))
+    })?;
+    for l in &listens {
+        tracing::info!(addr = %l.addr, workers = opts.threads, "listening");
+    }
+    Ok(Stack {
+        proxy,
+        checker,
+        admin,
+        admin_addr,
+        shutdown,
+        workers,
+        telemetry,
+    })
+}
+
+impl Stack {
+    /// Swap in a new configuration; probes follow.
+    pub(crate) fn reload(&self, config: Config) -> Result<u64, String> {
+        let generation = self.proxy.reload(config).map_err(|e| e.to_string())?;
+        let current = self.proxy.current();
+        let tls = vigil_checker::TlsPolicy::from_config(&current.config);
+        match self.checker.update_with_tls(current.registry.clone(), tls) {
+            Ok(s) => tracing::info!(
+                kept = s.kept,
+                started = s.started,
+                stopped = s.stopped,
+                "active checks updated"
+            ),
+            Err(e) => {
+                tracing::error!(error = %e, "active checks not updated; probing the previous targets")
+            }
+        }
+        tracing::info!(generation, "configuration reloaded");
+        Ok(generation)
+    }
+
+    /// Stop accepting, let requests finish, stop probing.
+    pub(crate) async fn stop(self) {
+        tracing::info!("shutting down");
+        self.shutdown.cancel();
+        self.checker.shutdown();
+        for w in self.workers {
+            let _ = tokio::task::spawn_blocking(move || w.join()).await;
+        }
+        if let Some(t) = self.telemetry {
+            if let Err(e) = t.shutdown().await {
+                tracing::warn!(error = %e, "OpenTelemetry export did not flush");
+            }
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! `vigil` binary tests: the real executable, on 127.0.0.1.
+
+mod demo;
