@@ -83,16 +83,16 @@ pub(crate) struct Args {
     #[arg(long)]
     fail_closed: bool,
     /// Quiet time after the last transition before rendering.
-    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "TIME")]
+    #[arg(long, default_value = "1s", value_parser = crate::cmd::parse_duration, value_name = "TIME")]
     debounce: Duration,
     /// Longest a burst of transitions may delay a render.
-    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "TIME")]
+    #[arg(long, default_value = "5s", value_parser = crate::cmd::parse_duration, value_name = "TIME")]
     max_delay: Duration,
     /// Least time between two reloads.
-    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "TIME")]
+    #[arg(long, default_value = "5s", value_parser = crate::cmd::parse_duration, value_name = "TIME")]
     reload_min_interval: Duration,
     /// How long a reload may take to show new nginx workers.
-    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "TIME")]
+    #[arg(long, default_value = "10s", value_parser = crate::cmd::parse_duration, value_name = "TIME")]
     reload_verify_timeout: Duration,
     /// Probes in flight at once.
     #[arg(long, default_value_t = 256, value_name = "N")]
@@ -115,10 +115,6 @@ pub(crate) struct Args {
     /// Render the files as written in SRC, test them, and exit (before nginx first starts).
     #[arg(long)]
     once: bool,
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    vigil_core::config::value::parse_time(s).map_err(|e| e.to_string())
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -172,20 +168,18 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn signals(running: &CheckOnly) -> anyhow::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut hup = signal(SignalKind::hangup()).context("installing SIGHUP handler")?;
-    let mut term = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
-    let mut quit = signal(SignalKind::quit()).context("installing SIGQUIT handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
-    loop {
-        tokio::select! {
-            _ = hup.recv() => match running.reload_source().await {
-                Ok(s) => tracing::info!(kept = s.kept, started = s.started, stopped = s.stopped, "upstreams source reloaded"),
-                Err(e) => tracing::error!(error = %e, "reload of the upstreams source failed; keeping the running one"),
-            },
-            _ = term.recv() => break,
-            _ = quit.recv() => break,
-            _ = int.recv() => break,
+    let mut signals = crate::cmd::Signals::install()?;
+    while let crate::cmd::SignalAction::Reload = signals.next().await {
+        match running.reload_source().await {
+            Ok(s) => tracing::info!(
+                kept = s.kept,
+                started = s.started,
+                stopped = s.stopped,
+                "upstreams source reloaded"
+            ),
+            Err(e) => {
+                tracing::error!(error = %e, "reload of the upstreams source failed; keeping the running one")
+            }
         }
     }
     tracing::info!("shutting down");

@@ -34,15 +34,15 @@ pub(crate) struct Args {
     #[arg(long, default_value = "127.0.0.1:9901")]
     admin_listen: SocketAddr,
     /// Length of one failure cycle of the demo backends.
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = parse_cycle)]
     cycle: Duration,
     /// Built-in load in requests per second (0: none).
     #[arg(long, default_value_t = 4)]
     rate: u32,
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    match vigil_core::config::value::parse_time(s) {
+fn parse_cycle(s: &str) -> Result<Duration, String> {
+    match crate::cmd::parse_duration(s) {
         Ok(d) if d >= Duration::from_secs(2) => Ok(d),
         Ok(_) => Err("the cycle must be at least 2s".into()),
         Err(e) => Err(e.to_string()),

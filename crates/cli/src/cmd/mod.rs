@@ -25,3 +25,48 @@ pub(crate) fn init_logging() {
         builder.try_init()
     };
 }
+
+/// A duration argument in nginx's notation (`500ms`, `10s`, `1m30s`).
+pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    vigil_core::config::value::parse_time(s).map_err(|e| e.to_string())
+}
+
+/// Shutdown and reload signals, as one stream.
+pub(crate) struct Signals {
+    hup: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    quit: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+/// What a signal asks for.
+pub(crate) enum SignalAction {
+    /// SIGHUP.
+    Reload,
+    /// SIGTERM, SIGQUIT or SIGINT.
+    Stop,
+}
+
+impl Signals {
+    /// Install the handlers.
+    pub(crate) fn install() -> anyhow::Result<Self> {
+        use anyhow::Context;
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Self {
+            hup: signal(SignalKind::hangup()).context("installing SIGHUP handler")?,
+            term: signal(SignalKind::terminate()).context("installing SIGTERM handler")?,
+            quit: signal(SignalKind::quit()).context("installing SIGQUIT handler")?,
+            int: signal(SignalKind::interrupt()).context("installing SIGINT handler")?,
+        })
+    }
+
+    /// The next signal.
+    pub(crate) async fn next(&mut self) -> SignalAction {
+        tokio::select! {
+            _ = self.hup.recv() => SignalAction::Reload,
+            _ = self.term.recv() => SignalAction::Stop,
+            _ = self.quit.recv() => SignalAction::Stop,
+            _ = self.int.recv() => SignalAction::Stop,
+        }
+    }
+}

@@ -30,7 +30,7 @@ pub(crate) struct Args {
     #[arg(long)]
     threads: Option<usize>,
     /// How long in-flight requests may take to finish at shutdown.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = crate::cmd::parse_duration)]
     grace: Duration,
     /// Directory for spooled request bodies (default: the system temp dir).
     #[arg(long, value_name = "DIR")]
@@ -44,10 +44,6 @@ pub(crate) struct Args {
     /// Do not serve the admin API.
     #[arg(long)]
     no_admin: bool,
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    vigil_core::config::value::parse_time(s).map_err(|e| e.to_string())
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -141,27 +137,16 @@ async fn signals(
     kind: Kind,
     listen: Option<SocketAddr>,
 ) -> anyhow::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut hup = signal(SignalKind::hangup()).context("installing SIGHUP handler")?;
-    let mut term = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
-    let mut quit = signal(SignalKind::quit()).context("installing SIGQUIT handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
-    loop {
-        tokio::select! {
-            _ = hup.recv() => {
-                let r = load_with_override(path, kind, listen)
-                    .map_err(|e| format!("{e:#}"))
-                    .and_then(|l| stack.reload(l.config));
-                if let Err(e) = &r {
-                    tracing::error!(error = %e, "reload failed; keeping the running configuration");
-                }
-                if let Some(admin) = &stack.admin {
-                    admin.record_reload(&r);
-                }
-            }
-            _ = term.recv() => break,
-            _ = quit.recv() => break,
-            _ = int.recv() => break,
+    let mut signals = crate::cmd::Signals::install()?;
+    while let crate::cmd::SignalAction::Reload = signals.next().await {
+        let r = load_with_override(path, kind, listen)
+            .map_err(|e| format!("{e:#}"))
+            .and_then(|l| stack.reload(l.config));
+        if let Err(e) = &r {
+            tracing::error!(error = %e, "reload failed; keeping the running configuration");
+        }
+        if let Some(admin) = &stack.admin {
+            admin.record_reload(&r);
         }
     }
     Ok(())

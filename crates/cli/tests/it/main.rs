@@ -1,3 +1,4 @@
 //! `vigil` binary tests: the real executable, on 127.0.0.1.
 
 mod demo;
+mod serve;
