@@ -379,3 +379,28 @@ async fn http2_clients_are_served() {
     assert_eq!(resp.status(), 200);
     assert_eq!(b.requests().len(), 1);
 }
+
+#[tokio::test]
+async fn the_access_log_records_every_attempt_as_json() {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let dead_addr = dead.local_addr().expect("addr");
+    drop(dead);
+    let good = Backend::named("good").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("access.log");
+    let p = start_proxy(&format!(
+        "http {{ upstream u {{ server {dead_addr}; server {}; }}
+           server {{ listen {{LISTEN}}; access_log {} json; location / {{ proxy_pass http://u; }} }} }}",
+        good.addr,
+        log.display()
+    ))
+    .await;
+    assert_eq!(get(p.addr, "/logged?x=1").await.status, 200);
+    eventually("a log line", || std::fs::read_to_string(&log).is_ok_and(|s| s.ends_with('\n'))).await;
+    let line = std::fs::read_to_string(&log).expect("log");
+    let v: serde_json::Value = serde_json::from_str(line.trim()).expect("one JSON line");
+    assert_eq!(v["uri"], "/logged?x=1");
+    assert_eq!(v["status"], 200);
+    assert_eq!(v["upstream_addr"], serde_json::json!([dead_addr.to_string(), good.addr.to_string()]));
+    assert_eq!(v["upstream_status"], serde_json::json!([502, 200]));
+}
