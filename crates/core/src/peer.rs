@@ -37,6 +37,7 @@ pub struct Peer {
     id: PeerId,
     upstream: Arc<str>,
     name: Arc<str>,
+    addr_text: Arc<str>,
     config: ServerConfig,
     conns: AtomicU32,
     /// A copy of the passive `fails` (written under the tier lock), so a
@@ -111,6 +112,7 @@ impl Peer {
             id,
             upstream,
             name: config.address.as_str().into(),
+            addr_text: config.addr.to_string().into(),
             config,
             conns: AtomicU32::new(0),
             fails_hint: AtomicU32::new(0),
@@ -134,6 +136,11 @@ impl Peer {
     /// The address as configured.
     pub fn name(&self) -> &Arc<str> {
         &self.name
+    }
+
+    /// The resolved socket address as text (`$upstream_addr`), made once.
+    pub fn addr_text(&self) -> &Arc<str> {
+        &self.addr_text
     }
 
     /// The server's configuration.

@@ -2,6 +2,7 @@
 //! send the request, wait for the response header within
 //! `proxy_read_timeout`, and classify what went wrong in nginx's terms.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -89,36 +90,65 @@ pub(crate) async fn run(
     conn.requests += 1;
     // nginx's two timers: proxy_send_timeout between two writes of the
     // request, then proxy_read_timeout for the header once it is all sent.
-    let progress = Progress::new();
-    let request = request.map(|b| BodyExt::boxed(Tracked::new(b, progress.clone())));
-    let mut sent = std::pin::pin!(conn.sender.send_request(request));
-    loop {
-        let (deadline, phase) = progress.deadline(settings.send_timeout, settings.read_timeout);
-        tokio::select! {
-            r = &mut sent => {
-                return match r {
-                    Ok(response) => Ok(Answered { response, conn, connect_time }),
-                    Err(e) => Err(classify(e, cached, replayable, peer, connect_time)),
-                };
-            }
-            _ = tokio::time::sleep_until(deadline) => {
-                if progress.deadline(settings.send_timeout, settings.read_timeout).0 > tokio::time::Instant::now() {
-                    continue;
+    // A request without a body is all sent with its header: only the read
+    // timer runs, and nothing needs tracking.
+    let sent_at = tokio::time::Instant::now();
+    let progress = (!request.body().is_end_stream()).then(Progress::new);
+    let request = match &progress {
+        Some(p) => request.map(|b| BodyExt::boxed(Tracked::new(b, p.clone()))),
+        None => request,
+    };
+    let deadline = |progress: &Option<Progress>| match progress {
+        Some(p) => p.deadline(settings.send_timeout, settings.read_timeout),
+        None => (sent_at + settings.read_timeout, Phase::Waiting),
+    };
+    let outcome = {
+        let mut sent = std::pin::pin!(conn.sender.send_request(request));
+        loop {
+            let (deadline_at, phase) = deadline(&progress);
+            let mut sleep = std::pin::pin!(tokio::time::sleep_until(deadline_at));
+            let r = std::future::poll_fn(|cx| {
+                if let std::task::Poll::Ready(r) = sent.as_mut().poll(cx) {
+                    return std::task::Poll::Ready(Some(r));
                 }
-                let (what, limit) = match phase {
-                    Phase::Sending => ("sending the request", settings.send_timeout),
-                    Phase::Waiting => ("reading response header", settings.read_timeout),
-                };
-                return Err(Failed {
-                    failure: TransportFailure {
-                        class: FailureClass::Timeout,
-                        request_sent: true,
-                        cached_connection: cached,
-                    },
-                    detail: format!("upstream {} timed out ({}) while {what}", peer.name(), fmt_duration(limit)),
-                    connect_time: Some(connect_time),
-                });
+                if sleep.as_mut().poll(cx).is_ready() {
+                    return std::task::Poll::Ready(None);
+                }
+                std::task::Poll::Pending
+            })
+            .await;
+            match r {
+                Some(r) => break Ok(r),
+                None if deadline(&progress).0 > tokio::time::Instant::now() => continue,
+                None => break Err(phase),
             }
+        }
+    };
+    match outcome {
+        Ok(Ok(response)) => Ok(Answered {
+            response,
+            conn,
+            connect_time,
+        }),
+        Ok(Err(e)) => Err(classify(e, cached, replayable, peer, connect_time)),
+        Err(phase) => {
+            let (what, limit) = match phase {
+                Phase::Sending => ("sending the request", settings.send_timeout),
+                Phase::Waiting => ("reading response header", settings.read_timeout),
+            };
+            Err(Failed {
+                failure: TransportFailure {
+                    class: FailureClass::Timeout,
+                    request_sent: true,
+                    cached_connection: cached,
+                },
+                detail: format!(
+                    "upstream {} timed out ({}) while {what}",
+                    peer.name(),
+                    fmt_duration(limit)
+                ),
+                connect_time: Some(connect_time),
+            })
         }
     }
 }

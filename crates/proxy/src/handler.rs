@@ -27,7 +27,7 @@ use crate::vars::VarContext;
 #[derive(Clone, Debug)]
 pub struct AttemptRecord {
     /// The peer's address, or the upstream's name for "no live upstreams".
-    pub addr: String,
+    pub addr: Arc<str>,
     /// The status the attempt produced (upstream's, or 502/504).
     pub status: Option<u16>,
     /// Seconds from the start of the attempt to its header or failure.
@@ -164,7 +164,7 @@ async fn proxy_request(
                 obs.no_live_upstreams();
                 tracing::error!(upstream = %upstream.name(), "no live upstreams");
                 attempts.push(AttemptRecord {
-                    addr: upstream.name().to_string(),
+                    addr: upstream.name().clone(),
                     status: Some(502),
                     response_time: 0.0,
                     connect_time: None,
@@ -225,7 +225,7 @@ async fn proxy_request(
                 let status = answered.response.status().as_u16();
                 let took = t0.elapsed();
                 attempts.push(AttemptRecord {
-                    addr: peer.config().addr.to_string(),
+                    addr: peer.addr_text().clone(),
                     status: Some(status),
                     response_time: attempt::secs(took),
                     connect_time: Some(answered.connect_time),
@@ -256,6 +256,7 @@ async fn proxy_request(
                                     head.clone(),
                                     incoming,
                                 ));
+
                                 tokio::spawn(async move {
                                     let _guard = guard;
                                     if let (Ok(a), Ok(b)) = (client_up.await, upstream_up.await) {
@@ -292,7 +293,7 @@ async fn proxy_request(
                 let took = t0.elapsed();
                 let class = failed.failure.class;
                 attempts.push(AttemptRecord {
-                    addr: peer.config().addr.to_string(),
+                    addr: peer.addr_text().clone(),
                     status: Some(class.final_status()),
                     response_time: attempt::secs(took),
                     connect_time: failed.connect_time,
@@ -339,6 +340,18 @@ fn body_len(body: &ReqBody) -> Option<u64> {
 /// Hop-by-hop headers (RFC 9110 §7.6.1) are not forwarded; neither is any
 /// header the `Connection` header names.
 fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
+    if !headers.contains_key(header::CONNECTION) && !headers.contains_key(header::TE) {
+        // The common case: nothing hop-by-hop but what hyper already took.
+        for n in [header::TRAILER, header::TRANSFER_ENCODING] {
+            headers.remove(n);
+        }
+        if !keep_upgrade {
+            headers.remove(header::UPGRADE);
+        }
+        headers.remove("keep-alive");
+        headers.remove("proxy-connection");
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()

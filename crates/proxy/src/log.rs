@@ -61,7 +61,7 @@ fn combined(cx: &VarContext<'_>, parts: &Parts) -> String {
             .unwrap_or("-")
             .to_string()
     };
-    let addrs = join(cx, |a| a.addr.clone()).join(", ");
+    let addrs = join(cx, |a| a.addr.to_string()).join(", ");
     let statuses = join(cx, |a| a.status.map_or("-".to_string(), |s| s.to_string())).join(", ");
     let times = join(cx, |a| format!("{:.3}", a.response_time)).join(", ");
     format!(
@@ -89,7 +89,7 @@ fn json(cx: &VarContext<'_>, parts: &Parts) -> String {
         "uri": parts.uri.path_and_query().map_or("/", |p| p.as_str()),
         "status": cx.status,
         "request_time": cx.request_time,
-        "upstream_addr": join(cx, |a| a.addr.clone()),
+        "upstream_addr": join(cx, |a| a.addr.to_string()),
         "upstream_status": join(cx, |a| a.status),
         "upstream_response_time": join(cx, |a| a.response_time),
     });

@@ -396,11 +396,17 @@ async fn the_access_log_records_every_attempt_as_json() {
     ))
     .await;
     assert_eq!(get(p.addr, "/logged?x=1").await.status, 200);
-    eventually("a log line", || std::fs::read_to_string(&log).is_ok_and(|s| s.ends_with('\n'))).await;
+    eventually("a log line", || {
+        std::fs::read_to_string(&log).is_ok_and(|s| s.ends_with('\n'))
+    })
+    .await;
     let line = std::fs::read_to_string(&log).expect("log");
     let v: serde_json::Value = serde_json::from_str(line.trim()).expect("one JSON line");
     assert_eq!(v["uri"], "/logged?x=1");
     assert_eq!(v["status"], 200);
-    assert_eq!(v["upstream_addr"], serde_json::json!([dead_addr.to_string(), good.addr.to_string()]));
+    assert_eq!(
+        v["upstream_addr"],
+        serde_json::json!([dead_addr.to_string(), good.addr.to_string()])
+    );
     assert_eq!(v["upstream_status"], serde_json::json!([502, 200]));
 }
