@@ -15,9 +15,13 @@ pub(crate) mod status;
 pub(crate) fn init_logging() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("VIGIL_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    // Colour only on a terminal (and not with NO_COLOR): log files stay plain.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     let json = std::env::var("VIGIL_LOG_FORMAT").is_ok_and(|v| v == "json");
     let _ = if json {
         builder.json().try_init()
