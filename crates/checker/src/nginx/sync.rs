@@ -160,10 +160,17 @@ impl Syncer {
                 let p = up?.peers().get(peer.0 as usize)?;
                 let v = p.health().view();
                 let key = (block.name.clone(), p.name().to_string());
-                let down = v.state == Some(HealthState::Down)
+                let probed_down = v.state == Some(HealthState::Down)
                     && v.decided
                     && (v.fail_streak > 0 || self.sticky.contains(&key));
-                down.then_some(key)
+                // `vigil peer down|drain` through the admin API is rendered
+                // too (stock nginx has no drain: the peer is marked down and
+                // requests in flight finish on the old workers).
+                let admin_down = p.admin() != vigil_core::peer::AdminState::Up;
+                if probed_down {
+                    return Some(key);
+                }
+                admin_down.then_some((block.name.clone(), format!("{}#admin", p.name())))
             };
             let marks: BTreeSet<_> = block
                 .lines
@@ -179,7 +186,10 @@ impl Syncer {
                 self.options.guard,
             );
             for (_, key) in marks {
-                sticky.insert(key);
+                // Only probe verdicts are sticky; admin marks follow the admin state.
+                if !key.1.ends_with("#admin") {
+                    sticky.insert(key);
+                }
             }
             for m in &r.marked {
                 out.marked.push((block.name.clone(), m.clone()));

@@ -250,3 +250,22 @@ async fn a_failed_reload_is_retried_with_backoff() {
     assert_eq!(st.reload_failures, 2);
     assert!(!st.reload_pending);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_admin_down_or_drain_is_rendered_and_undone() {
+    let r = rig(FakeNginx::default()).await;
+    let up = r.registry.get("app").expect("app").clone();
+    up.set_admin(PeerId(1), vigil_core::peer::AdminState::Drain, Timestamp(1));
+    r.wake.notify_one();
+    settle(Duration::from_secs(6)).await;
+    assert!(
+        r.file().contains("server 127.0.0.1:9002 down;"),
+        "{}",
+        r.file()
+    );
+    assert_eq!(marked(&r.file()), 1);
+    up.set_admin(PeerId(1), vigil_core::peer::AdminState::Up, Timestamp(2));
+    r.wake.notify_one();
+    settle(Duration::from_secs(6)).await;
+    assert_eq!(marked(&r.file()), 0, "back up: no mark");
+}
