@@ -21,6 +21,8 @@
 
 mod fast;
 mod pick;
+mod selection;
+mod status;
 mod tier;
 mod tried;
 
@@ -28,13 +30,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::balancer::{ip_hash_key, Method};
-use crate::clock::{duration_ms, Clock, Timestamp};
+use crate::clock::{Clock, Timestamp};
 use crate::config::{InitialState, UpstreamConfig};
 use crate::event::{Event, EventBus, EventKind};
 use crate::health::{ActiveHealth, HealthPolicy, ProbeReport};
-use crate::outcome::{FailureClass, NextUpstream, PeerOutcome, RequestFacts, TransportFailure};
+use crate::outcome::{NextUpstream, PeerOutcome, RequestFacts};
 use crate::peer::{AdminState, Peer, PeerId};
 
+pub use status::{Ineligible, PeerStatus};
 pub use tier::PassiveView;
 use tier::Tier;
 pub use tried::Tried;
@@ -143,64 +146,6 @@ pub enum FailureVerdict {
     Retry,
     /// Stop and answer with this status (502 or 504).
     Fail(u16),
-}
-
-/// Why a peer gets no new requests right now.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Ineligible {
-    /// `down` in the config.
-    ConfigDown,
-    /// Set down or draining through the admin API.
-    Admin {
-        /// The state.
-        state: AdminState,
-        /// Since when.
-        since: Timestamp,
-    },
-    /// Active checks say down.
-    ProbeDown {
-        /// Since when (0 = initial state, no result yet).
-        since: Timestamp,
-        /// Consecutive failed probes.
-        fail_streak: u32,
-        /// Passes still needed.
-        rise_needed: u32,
-    },
-    /// Passive: `fails >= max_fails` inside `fail_timeout` of the last failure.
-    Excluded {
-        /// Failures counted.
-        fails: u32,
-        /// The threshold.
-        max_fails: u32,
-        /// The last failure (or trial request).
-        since: Timestamp,
-        /// When one request will be let through to test it.
-        until: Timestamp,
-    },
-    /// `max_conns` reached.
-    Full {
-        /// In flight.
-        conns: u32,
-        /// The limit.
-        max_conns: u32,
-    },
-}
-
-/// Everything known about one peer at one moment.
-#[derive(Clone, Debug)]
-pub struct PeerStatus {
-    /// The peer.
-    pub peer: Arc<Peer>,
-    /// Passive accounting.
-    pub passive: PassiveView,
-    /// Active-check state.
-    pub health: crate::health::HealthView,
-    /// The last probe.
-    pub last_probe: Option<ProbeReport>,
-    /// Whether it is a backup.
-    pub backup: bool,
-    /// Why it would not be picked now (empty: eligible).
-    pub reasons: Vec<Ineligible>,
 }
 
 // === impl Upstream ===
@@ -558,70 +503,6 @@ impl Upstream {
         Some(from)
     }
 
-    /// The state of every peer, with the reasons each is not eligible.
-    pub fn status(&self, now: Timestamp) -> Vec<PeerStatus> {
-        self.peers
-            .iter()
-            .map(|peer| {
-                let i = peer.id().0 as usize;
-                let backup = i >= self.primary.len();
-                let tier = if backup {
-                    self.backup.as_ref()
-                } else {
-                    Some(&self.primary)
-                };
-                let passive = tier.map(|t| t.view(i - t.offset)).unwrap_or_default();
-                let mut reasons = Vec::new();
-                let cfg = peer.config();
-                if cfg.down {
-                    reasons.push(Ineligible::ConfigDown);
-                }
-                if peer.admin() != AdminState::Up {
-                    reasons.push(Ineligible::Admin {
-                        state: peer.admin(),
-                        since: peer.admin_since(),
-                    });
-                }
-                let health = peer.health().view();
-                if !peer.health().allows_traffic() {
-                    let rise = peer.health().policy().map_or(0, |p| p.rise);
-                    reasons.push(Ineligible::ProbeDown {
-                        since: health.since,
-                        fail_streak: health.fail_streak,
-                        rise_needed: rise.saturating_sub(health.ok_streak),
-                    });
-                }
-                let single = !backup && self.primary.single;
-                if !single
-                    && cfg.max_fails != 0
-                    && passive.fails >= cfg.max_fails
-                    && now.millis_since(passive.checked) <= duration_ms(cfg.fail_timeout)
-                {
-                    reasons.push(Ineligible::Excluded {
-                        fails: passive.fails,
-                        max_fails: cfg.max_fails,
-                        since: passive.checked,
-                        until: passive.checked.after(cfg.fail_timeout),
-                    });
-                }
-                if peer.is_full() {
-                    reasons.push(Ineligible::Full {
-                        conns: peer.conns(),
-                        max_conns: cfg.max_conns,
-                    });
-                }
-                PeerStatus {
-                    peer: peer.clone(),
-                    passive,
-                    health,
-                    last_probe: peer.last_probe(),
-                    backup,
-                    reasons,
-                }
-            })
-            .collect()
-    }
-
     /// Whether the check configuration starts peers down (for status pages).
     pub fn starts_down(&self) -> bool {
         self.config
@@ -636,136 +517,6 @@ impl std::fmt::Debug for Upstream {
         f.debug_struct("Upstream")
             .field("name", &self.name)
             .field("peers", &self.peers.len())
-            .finish()
-    }
-}
-
-// === impl Selection ===
-
-impl Selection {
-    /// Attempts made so far.
-    pub fn attempts(&self) -> u32 {
-        self.attempts
-    }
-
-    /// Tries left (nginx's `u->peer.tries`).
-    pub fn tries_left(&self) -> u32 {
-        self.tries
-    }
-
-    /// Whether the request moved to the backup servers.
-    pub fn in_backup(&self) -> bool {
-        self.in_backup
-    }
-
-    fn timed_out(&self, now: Timestamp) -> bool {
-        self.policy
-            .timeout
-            .is_some_and(|t| !t.is_zero() && now.millis_since(self.started) >= duration_ms(t))
-    }
-
-    fn count_down(&mut self, single: bool) {
-        if single {
-            self.tries = 0;
-        } else {
-            self.tries = self.tries.saturating_sub(1);
-        }
-    }
-
-    /// A response header arrived (nothing sent to the client yet):
-    /// `ngx_http_upstream_test_next`. A listed status retries only while
-    /// another try remains; otherwise it is passed through and, when the
-    /// guard drops, counted as a success.
-    pub fn on_status(
-        &mut self,
-        mut guard: PeerGuard,
-        status: u16,
-        now: Timestamp,
-    ) -> StatusVerdict {
-        let Some(class) = FailureClass::of_status(status) else {
-            return StatusVerdict::PassThrough(guard);
-        };
-        let retry = self.tries > 1
-            && self.policy.next_upstream.allows(class, self.facts, true)
-            && self.facts.body_replayable
-            && !self.timed_out(now);
-        if !retry {
-            return StatusVerdict::PassThrough(guard);
-        }
-        let outcome = if class.is_counted() {
-            PeerOutcome::Failed(class)
-        } else {
-            PeerOutcome::Next(class)
-        };
-        guard.done = true;
-        let single = guard.upstream.free(guard.index, outcome, now);
-        self.count_down(single);
-        StatusVerdict::Retry
-    }
-
-    /// The attempt failed before a response header (`ngx_http_upstream_next`):
-    /// the failure is counted first, then the retry rules decide.
-    pub fn on_failure(
-        &mut self,
-        mut guard: PeerGuard,
-        failure: TransportFailure,
-        now: Timestamp,
-    ) -> FailureVerdict {
-        let class = failure.class;
-        guard.done = true;
-        let single = guard
-            .upstream
-            .free(guard.index, PeerOutcome::Failed(class), now);
-        self.count_down(single);
-        if failure.cached_connection && class == FailureClass::Error {
-            // "TODO: inform balancer instead": a stale kept-alive connection
-            // does not use up a try.
-            self.tries += 1;
-        }
-        let stop = self.tries == 0
-            || !self
-                .policy
-                .next_upstream
-                .allows(class, self.facts, failure.request_sent)
-            || (failure.request_sent && !self.facts.body_replayable)
-            || self.timed_out(now);
-        if stop {
-            FailureVerdict::Fail(class.final_status())
-        } else {
-            FailureVerdict::Retry
-        }
-    }
-}
-
-// === impl PeerGuard ===
-
-impl PeerGuard {
-    /// The upstream the peer belongs to.
-    pub fn upstream(&self) -> &Arc<Upstream> {
-        &self.upstream
-    }
-
-    /// The picked peer.
-    pub fn peer(&self) -> &Arc<Peer> {
-        &self.upstream.peers[self.index as usize]
-    }
-}
-
-impl Drop for PeerGuard {
-    fn drop(&mut self) {
-        if !self.done {
-            // A success needs no time unless it forgives an exclusion, and
-            // then the event is stamped when published.
-            self.upstream
-                .free(self.index, PeerOutcome::Success, Timestamp(0));
-        }
-    }
-}
-
-impl std::fmt::Debug for PeerGuard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("PeerGuard")
-            .field(self.peer().name())
             .finish()
     }
 }
