@@ -88,16 +88,13 @@ async fn proxy_request(
     let settings = &route.location.proxy;
     let max = settings.client_max_body_size;
     let declared = content_length(&parts.headers);
+    // 413 before any attempt: by Content-Length, or while reading the body.
+    let too_large = |parts: &Parts| {
+        let page = error_page(StatusCode::PAYLOAD_TOO_LARGE);
+        finish(route, parts, client, local, &[], start, page)
+    };
     if max != 0 && declared.is_some_and(|n| n > max) {
-        return finish(
-            route,
-            &parts,
-            client,
-            local,
-            &[],
-            start,
-            error_page(StatusCode::PAYLOAD_TOO_LARGE),
-        );
+        return too_large(&parts);
     }
     let has_body =
         declared.is_some_and(|n| n > 0) || parts.headers.contains_key(header::TRANSFER_ENCODING);
@@ -106,17 +103,7 @@ async fn proxy_request(
     } else if settings.request_buffering {
         match body::buffer(incoming, max, proxy.spool_dir()).await {
             Ok(b) => ReqBody::Buffered(b),
-            Err(BodyError::TooLarge(_)) => {
-                return finish(
-                    route,
-                    &parts,
-                    client,
-                    local,
-                    &[],
-                    start,
-                    error_page(StatusCode::PAYLOAD_TOO_LARGE),
-                )
-            }
+            Err(BodyError::TooLarge(_)) => return too_large(&parts),
             Err(BodyError::Client(_)) => return error_page(StatusCode::BAD_REQUEST),
             Err(BodyError::Spool(e)) => {
                 tracing::error!(error = %e, "cannot spool request body");
