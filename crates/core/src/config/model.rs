@@ -222,12 +222,38 @@ pub enum StatusClass {
 pub struct ServerBlock {
     /// `listen` addresses.
     pub listen: Vec<Listen>,
-    /// `server_name`s (informational: vigil routes by listener, first block wins).
+    /// `server_name`s: exact names, `*.example.com`, `example.*`, `~regex`,
+    /// `""` (requests without a Host), as nginx selects virtual servers.
     pub server_names: Vec<String>,
+    /// The client-side settings of the request header phase.
+    pub client: ClientSettings,
     /// Locations, in config order.
     pub locations: Vec<Location>,
     /// Where the block starts.
     pub origin: Origin,
+}
+
+/// How the request header is read and judged (nginx's http/server-level
+/// core directives). As in nginx, the values of the *default* server of an
+/// address apply while the header is read (the Host is not known yet).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientSettings {
+    /// `client_header_timeout`, default 60s: from accept (or the first byte
+    /// of the next request on a kept-alive connection) to the end of the header.
+    pub header_timeout: Duration,
+    /// `large_client_header_buffers NUMBER SIZE`, default `4 8k`: a request
+    /// line or one header line longer than SIZE is refused (414 / 400), and
+    /// the whole header may not exceed NUMBER × SIZE.
+    pub header_buffers: u32,
+    /// The SIZE of `large_client_header_buffers`, in bytes.
+    pub header_buffer_size: u64,
+    /// `underscores_in_headers`, default off: header names with `_` are invalid.
+    pub underscores_in_headers: bool,
+    /// `ignore_invalid_headers`, default on: invalid header lines are dropped
+    /// (off: passed on).
+    pub ignore_invalid_headers: bool,
+    /// `merge_slashes`, default on: `//` in the path is merged before routing.
+    pub merge_slashes: bool,
 }
 
 /// One `listen` directive.
@@ -336,6 +362,15 @@ pub struct ProxySettings {
     pub ssl_server_name: bool,
     /// `access_log` path (None = off).
     pub access_log: Option<AccessLog>,
+    /// `client_body_timeout`, default 60s: between two reads of the request body.
+    pub client_body_timeout: Duration,
+    /// nginx's `send_timeout`, default 60s: between two writes of the
+    /// response to the client.
+    pub client_send_timeout: Duration,
+    /// nginx's `keepalive_timeout` (the client side), default 75s: how long
+    /// an idle client connection is kept after a response; 0 disables
+    /// keep-alive.
+    pub client_keepalive_timeout: Duration,
 }
 
 /// HTTP version used to talk to upstreams.
@@ -458,6 +493,22 @@ impl Default for ProxySettings {
             ssl_trusted_certificate: None,
             ssl_server_name: true,
             access_log: None,
+            client_body_timeout: Duration::from_secs(60),
+            client_send_timeout: Duration::from_secs(60),
+            client_keepalive_timeout: Duration::from_secs(75),
+        }
+    }
+}
+
+impl Default for ClientSettings {
+    fn default() -> Self {
+        Self {
+            header_timeout: Duration::from_secs(60),
+            header_buffers: 4,
+            header_buffer_size: 8 * 1024,
+            underscores_in_headers: false,
+            ignore_invalid_headers: true,
+            merge_slashes: true,
         }
     }
 }

@@ -6,3 +6,4 @@ mod bodies;
 mod support;
 mod telemetry;
 mod tls;
+mod twin;

@@ -8,8 +8,9 @@ use super::upstream::upstream_block;
 use super::{args, bad, block, number, on_off, one, origin, time, unknown, unsupported, Context};
 use crate::config::value::parse_size;
 use crate::config::{
-    AccessLog, AddHeader, ConfigError, HttpVersion, Listen, Location, LocationMatch, LogFormat,
-    ProxyPass, ProxySettings, ServerBlock, ServerConfig, SetHeader, UpstreamConfig,
+    AccessLog, AddHeader, ClientSettings, ConfigError, HttpVersion, Listen, Location,
+    LocationMatch, LogFormat, ProxyPass, ProxySettings, ServerBlock, ServerConfig, SetHeader,
+    UpstreamConfig,
 };
 use crate::outcome::NextUpstream;
 
@@ -18,12 +19,14 @@ use crate::outcome::NextUpstream;
 #[derive(Clone)]
 struct Level {
     proxy: ProxySettings,
+    /// http/server-level only (nginx: "not allowed here" in a location).
+    client: ClientSettings,
     own_set_headers: bool,
     own_add_headers: bool,
 }
 
 pub(super) fn http_block(cx: &mut Context<'_>, body: &[&Directive]) -> Result<(), ConfigError> {
-    let mut level = Level::new(ProxySettings::default());
+    let mut level = Level::new(ProxySettings::default(), ClientSettings::default());
     let mut servers = Vec::new();
     for d in body {
         match d.name.as_str() {
@@ -39,7 +42,7 @@ pub(super) fn http_block(cx: &mut Context<'_>, body: &[&Directive]) -> Result<()
             }
             "server" => servers.push(*d),
             _ => {
-                if !level.directive(cx, d)? && !ignorable(cx, d) {
+                if !level.directive(cx, d)? && !level.client_directive(d)? && !ignorable(cx, d) {
                     return Err(unknown(d, "http"));
                 }
             }
@@ -82,7 +85,7 @@ fn server_block(
                 ))
             }
             _ => {
-                if !level.directive(cx, d)? && !ignorable(cx, d) {
+                if !level.directive(cx, d)? && !level.client_directive(d)? && !ignorable(cx, d) {
                     return Err(unknown(d, "server"));
                 }
             }
@@ -104,6 +107,7 @@ fn server_block(
     Ok(ServerBlock {
         listen,
         server_names,
+        client: level.client,
         locations: out,
         origin: origin(&d.span),
     })
@@ -152,6 +156,12 @@ fn location_block(
                 return Err(unsupported(
                     d,
                     "vigil routes to upstreams only (no rewriting, static files or scripting)",
+                ))
+            }
+            _ if Level::is_client_directive(&d.name) => {
+                return Err(ConfigError::invalid(
+                    &d.span,
+                    format!("\"{}\" directive is not allowed here", d.name),
                 ))
             }
             _ => {
@@ -286,18 +296,13 @@ fn ignorable(cx: &mut Context<'_>, d: &Directive) -> bool {
         "server_tokens",
         "log_format",
         "charset",
-        "keepalive_timeout",
         "keepalive_requests",
-        "client_header_timeout",
-        "client_body_timeout",
-        "send_timeout",
         "reset_timedout_connection",
         "types_hash_max_size",
         "server_names_hash_bucket_size",
         "server_names_hash_max_size",
         "client_body_buffer_size",
         "client_header_buffer_size",
-        "large_client_header_buffers",
         "proxy_buffer_size",
         "proxy_buffers",
         "proxy_busy_buffers_size",
@@ -321,16 +326,56 @@ fn ignorable(cx: &mut Context<'_>, d: &Directive) -> bool {
 // === impl Level ===
 
 impl Level {
-    fn new(proxy: ProxySettings) -> Self {
+    fn new(proxy: ProxySettings, client: ClientSettings) -> Self {
         Self {
             proxy,
+            client,
             own_set_headers: false,
             own_add_headers: false,
         }
     }
 
     fn child(&self) -> Self {
-        Self::new(self.proxy.clone())
+        Self::new(self.proxy.clone(), self.client.clone())
+    }
+
+    /// The http/server-level directives of the header phase.
+    fn is_client_directive(name: &str) -> bool {
+        matches!(
+            name,
+            "client_header_timeout"
+                | "large_client_header_buffers"
+                | "underscores_in_headers"
+                | "ignore_invalid_headers"
+                | "merge_slashes"
+        )
+    }
+
+    /// Apply one http/server-level header-phase directive; false if it is not one.
+    fn client_directive(&mut self, d: &Directive) -> Result<bool, ConfigError> {
+        let c = &mut self.client;
+        match d.name.as_str() {
+            "client_header_timeout" => c.header_timeout = time(d, one(d)?)?,
+            "large_client_header_buffers" => {
+                let a = args(d, 2, 2)?;
+                let n = number(d, &a[0])?;
+                let size = parse_size(&a[1].value)
+                    .map_err(|e| ConfigError::invalid(&a[1].span, e.to_string()))?;
+                if n == 0 || size == 0 {
+                    return Err(ConfigError::invalid(
+                        &d.span,
+                        "\"large_client_header_buffers\" needs a non-zero number and size",
+                    ));
+                }
+                c.header_buffers = n;
+                c.header_buffer_size = size;
+            }
+            "underscores_in_headers" => c.underscores_in_headers = on_off(d)?,
+            "ignore_invalid_headers" => c.ignore_invalid_headers = on_off(d)?,
+            "merge_slashes" => c.merge_slashes = on_off(d)?,
+            _ => return Ok(false),
+        }
+        Ok(true)
     }
 
     /// Apply one inheritable directive; false if it is not one.
@@ -402,6 +447,13 @@ impl Level {
                 let a = one(d)?;
                 p.client_max_body_size = parse_size(&a.value)
                     .map_err(|e| ConfigError::invalid(&a.span, e.to_string()))?;
+            }
+            "client_body_timeout" => p.client_body_timeout = time(d, one(d)?)?,
+            "send_timeout" => p.client_send_timeout = time(d, one(d)?)?,
+            "keepalive_timeout" => {
+                // The optional second argument (the Keep-Alive: timeout= header) is not sent.
+                let a = args(d, 1, 2)?;
+                p.client_keepalive_timeout = time(d, &a[0])?;
             }
             "proxy_ssl_verify" => p.ssl_verify = on_off(d)?,
             "proxy_ssl_server_name" => p.ssl_server_name = on_off(d)?,

@@ -291,6 +291,9 @@ fn diff(p: &ProxySettings, base: &ProxySettings) -> RawProxy {
         ssl_trusted_certificate,
         ssl_server_name,
         access_log,
+        client_body_timeout,
+        client_send_timeout,
+        client_keepalive_timeout,
     } = p;
     fn changed<T: PartialEq + Clone>(v: &T, base: &T) -> Option<T> {
         (v != base).then(|| v.clone())
@@ -304,6 +307,12 @@ fn diff(p: &ProxySettings, base: &ProxySettings) -> RawProxy {
         connect_timeout: changed(connect_timeout, &base.connect_timeout).map(format_time),
         send_timeout: changed(send_timeout, &base.send_timeout).map(format_time),
         read_timeout: changed(read_timeout, &base.read_timeout).map(format_time),
+        client_body_timeout: changed(client_body_timeout, &base.client_body_timeout)
+            .map(format_time),
+        client_send_timeout: changed(client_send_timeout, &base.client_send_timeout)
+            .map(format_time),
+        client_keepalive_timeout: changed(client_keepalive_timeout, &base.client_keepalive_timeout)
+            .map(format_time),
         request_buffering: changed(request_buffering, &base.request_buffering),
         buffering: changed(buffering, &base.buffering),
         http_version: changed(http_version, &base.http_version).map(|v| {

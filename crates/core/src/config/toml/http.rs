@@ -47,6 +47,7 @@ pub(super) fn server(
     Ok(ServerBlock {
         listen,
         server_names: raw.server_name.clone(),
+        client: Default::default(),
         locations,
         origin: Default::default(),
     })
@@ -182,6 +183,21 @@ fn proxy(raw: &RawProxy, mut p: ProxySettings, at: &At<'_>) -> Result<ProxySetti
         ),
         ("send_timeout", &raw.send_timeout, &mut p.send_timeout),
         ("read_timeout", &raw.read_timeout, &mut p.read_timeout),
+        (
+            "client_body_timeout",
+            &raw.client_body_timeout,
+            &mut p.client_body_timeout,
+        ),
+        (
+            "client_send_timeout",
+            &raw.client_send_timeout,
+            &mut p.client_send_timeout,
+        ),
+        (
+            "client_keepalive_timeout",
+            &raw.client_keepalive_timeout,
+            &mut p.client_keepalive_timeout,
+        ),
     ] {
         if let Some(t) = value {
             *slot = at.key(key).time(t)?;

@@ -213,6 +213,12 @@ macro_rules! proxy_keys {
             ssl_trusted_certificate: String,
             /// `access_log`: `"off"`, a path, or `{ path, format }`.
             access_log: RawAccessLog,
+            /// nginx's `client_body_timeout`, default `60s`.
+            client_body_timeout: String,
+            /// nginx's `send_timeout` (to the client), default `60s`.
+            client_send_timeout: String,
+            /// nginx's `keepalive_timeout` (client connections), default `75s`; `0s` disables.
+            client_keepalive_timeout: String,
         } }
     };
 }

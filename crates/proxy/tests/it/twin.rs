@@ -1,0 +1,297 @@
+//! Side by side: the same nginx.conf served by vigil (in process) and by a
+#![allow(dead_code)] // shared fixture: not every test uses every part
+//! stock nginx (a child process), each with its own set of recording
+//! backends, so that a test sends the exact same bytes to both and compares
+//! what the client and the backends saw.
+//!
+//! The conf is the inside of `http {}`; `{LISTEN}` is replaced by each
+//! proxy's address and `{B0}`, `{B1}`, ... by the addresses of that proxy's
+//! backends. Backends answer 200 with their index (`b0`, `b1`, ...) as body.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::Response;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::support::{start_proxy, Backend, Running, Seen};
+
+/// The stock nginx binary; these tests need one (`.ci/run` installs it).
+pub(crate) fn nginx_bin() -> PathBuf {
+    let on_path = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join("nginx"))
+            .find(|c| c.is_file())
+    });
+    let bin = on_path.unwrap_or_else(|| PathBuf::from("/usr/sbin/nginx"));
+    assert!(
+        bin.is_file(),
+        "nginx is not installed (looked on PATH and at /usr/sbin/nginx): these tests compare vigil with a stock nginx; install it with `apt-get install -y nginx` (.ci/run does)"
+    );
+    bin
+}
+
+fn free_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr")
+}
+
+/// A stock nginx in the foreground with its pid, logs and temp paths in a
+/// temporary directory.
+pub(crate) struct Nginx {
+    pub(crate) addr: SocketAddr,
+    bin: PathBuf,
+    dir: tempfile::TempDir,
+    child: Child,
+}
+
+impl Nginx {
+    /// Start nginx on `http_body` (the inside of `http {}`, `{LISTEN}`
+    /// already replaced) and wait until it accepts on `addr`.
+    pub(crate) async fn start(http_body: &str, addr: SocketAddr) -> Self {
+        let bin = nginx_bin();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path().display();
+        for sub in ["body", "proxy", "fastcgi", "uwsgi", "scgi"] {
+            std::fs::create_dir_all(dir.path().join(sub)).expect("mkdir");
+        }
+        let conf = dir.path().join("nginx.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log info;\n\
+                 events {{ worker_connections 256; }}\n\
+                 http {{\n    access_log off;\n\
+                 \x20   client_body_temp_path {d}/body;\n    proxy_temp_path {d}/proxy;\n\
+                 \x20   fastcgi_temp_path {d}/fastcgi;\n    uwsgi_temp_path {d}/uwsgi;\n    scgi_temp_path {d}/scgi;\n\
+                 {http_body}\n}}\n"
+            ),
+        )
+        .expect("write nginx.conf");
+        let child = Command::new(&bin)
+            .arg("-p")
+            .arg(dir.path())
+            .arg("-c")
+            .arg(&conf)
+            .args(["-g", "daemon off;"])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start nginx");
+        let nginx = Self {
+            addr,
+            bin,
+            dir,
+            child,
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(addr).await.is_err() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "nginx did not start on {addr}: {}",
+                nginx.error_log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        nginx
+    }
+
+    /// nginx's error log so far.
+    pub(crate) fn error_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default()
+    }
+
+    fn conf(&self) -> PathBuf {
+        self.dir.path().join("nginx.conf")
+    }
+
+    fn prefix(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = Command::new(&self.bin)
+            .arg("-p")
+            .arg(self.prefix())
+            .arg("-c")
+            .arg(self.conf())
+            .args(["-s", "stop"])
+            .stderr(Stdio::null())
+            .status();
+        for _ in 0..200 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One proxy (vigil or nginx) and its backends.
+pub(crate) struct Side {
+    pub(crate) addr: SocketAddr,
+    pub(crate) backends: Vec<Backend>,
+}
+
+/// The same conf under vigil and under nginx.
+pub(crate) struct Twin {
+    pub(crate) vigil: Side,
+    pub(crate) nginx: Side,
+    pub(crate) running: Running,
+    pub(crate) stock: Nginx,
+}
+
+/// A response read off the wire.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Raw {
+    /// The status, 0 when the connection closed without one.
+    pub(crate) status: u16,
+    /// The header block as sent (without the status line).
+    pub(crate) head: String,
+    /// Everything after the header block.
+    pub(crate) body: Vec<u8>,
+}
+
+async fn backends(n: usize) -> Vec<Backend> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        let name: &'static str = Box::leak(format!("b{i}").into_boxed_str());
+        out.push(Backend::start(move |_| Response::new(Full::new(Bytes::from(name)))).await);
+    }
+    out
+}
+
+fn fill(conf: &str, listen: SocketAddr, backends: &[Backend]) -> String {
+    with_backends(conf, backends).replace("{LISTEN}", &listen.to_string())
+}
+
+/// The conf with `{Bi}` filled in.
+fn with_backends(conf: &str, backends: &[Backend]) -> String {
+    let mut text = conf.to_string();
+    // Highest index first, so `{B1}` is not taken for part of `{B10}`.
+    for (i, b) in backends.iter().enumerate().rev() {
+        text = text.replace(&format!("{{B{i}}}"), &b.addr.to_string());
+    }
+    text
+}
+
+impl Twin {
+    /// Start `conf` (the inside of `http {}`) under both, with `n` backends each.
+    pub(crate) async fn start(conf: &str, n: usize) -> Self {
+        let vb = backends(n).await;
+        // start_proxy picks the listen address itself and fills `{LISTEN}`.
+        let running = start_proxy(&format!("http {{\n{}\n}}", with_backends(conf, &vb))).await;
+        let nb = backends(n).await;
+        let naddr = free_addr();
+        let stock = Nginx::start(&fill(conf, naddr, &nb), naddr).await;
+        Self {
+            vigil: Side {
+                addr: running.addr,
+                backends: vb,
+            },
+            nginx: Side {
+                addr: naddr,
+                backends: nb,
+            },
+            running,
+            stock,
+        }
+    }
+
+    /// Send the same bytes to both; the responses (vigil's, nginx's).
+    pub(crate) async fn send(&self, bytes: &[u8]) -> (Raw, Raw) {
+        (
+            raw(self.vigil.addr, bytes).await,
+            raw(self.nginx.addr, bytes).await,
+        )
+    }
+
+    /// What each side's backend `i` saw (vigil's, nginx's).
+    pub(crate) fn seen(&self, i: usize) -> (Vec<Seen>, Vec<Seen>) {
+        (
+            self.vigil.backends[i].requests(),
+            self.nginx.backends[i].requests(),
+        )
+    }
+
+    /// The URIs every backend of each side saw, in backend order (vigil's, nginx's).
+    pub(crate) fn uris(&self) -> (Vec<Vec<String>>, Vec<Vec<String>>) {
+        let of = |s: &Side| {
+            s.backends
+                .iter()
+                .map(|b| b.requests().into_iter().map(|r| r.uri).collect())
+                .collect()
+        };
+        (of(&self.vigil), of(&self.nginx))
+    }
+}
+
+/// Write `bytes` on a fresh connection and read until the peer closes
+/// (send `Connection: close`) or 5 s pass; the first response.
+pub(crate) async fn raw(addr: SocketAddr, bytes: &[u8]) -> Raw {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    s.write_all(bytes).await.expect("write request");
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf)).await;
+    parse(&buf)
+}
+
+/// Split a response off the wire into status, head and body.
+pub(crate) fn parse(buf: &[u8]) -> Raw {
+    let end = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(buf.len());
+    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+    let body = buf.get(end + 4..).unwrap_or_default().to_vec();
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let head = head.split_once("\r\n").map_or("", |(_, h)| h).to_string();
+    Raw { status, head, body }
+}
+
+impl Raw {
+    /// A header's value (the first, case-insensitive), or "".
+    pub(crate) fn header(&self, name: &str) -> String {
+        self.head
+            .lines()
+            .find_map(|l| {
+                let (n, v) = l.split_once(':')?;
+                n.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+            })
+            .unwrap_or_default()
+    }
+}
+
+#[tokio::test]
+async fn the_twin_serves_one_conf_under_both() {
+    let t = Twin::start(
+        "upstream u { server {B0}; }
+         server { listen {LISTEN}; location / { proxy_pass http://u; } }",
+        1,
+    )
+    .await;
+    let (v, n) = t
+        .send(b"GET /x?y=1 HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
+        .await;
+    assert_eq!((v.status, n.status), (200, 200), "{v:?}\n{n:?}");
+    assert_eq!(v.body, n.body);
+    assert_eq!(
+        t.uris(),
+        (
+            vec![vec!["/x?y=1".to_string()]],
+            vec![vec!["/x?y=1".to_string()]]
+        )
+    );
+}
