@@ -1,5 +1,4 @@
 //! Side by side: the same nginx.conf served by vigil (in process) and by a
-#![allow(dead_code)] // shared fixture: not every test uses every part
 //! stock nginx (a child process), each with its own set of recording
 //! backends, so that a test sends the exact same bytes to both and compares
 //! what the client and the backends saw.
@@ -7,6 +6,8 @@
 //! The conf is the inside of `http {}`; `{LISTEN}` is replaced by each
 //! proxy's address and `{B0}`, `{B1}`, ... by the addresses of that proxy's
 //! backends. Backends answer 200 with their index (`b0`, `b1`, ...) as body.
+
+#![allow(dead_code)] // a shared fixture: not every test uses every part
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
