@@ -7,5 +7,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+/// A target's body.
+pub type Target = fn(&[u8]);
+
 /// Every target, by the name of its corpus directory and fuzz binary.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[];
+pub const TARGETS: &[(&str, Target)] = &[];

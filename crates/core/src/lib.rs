@@ -28,5 +28,6 @@ pub mod upstream;
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use outcome::{FailureClass, NextUpstream, RequestFacts, TransportFailure};
 pub use upstream::{
-    FailureVerdict, NoLiveUpstreams, RetryPolicy, SelectKey, Selection, StatusVerdict, Upstream,
+    Accounting, FailureVerdict, NoLiveUpstreams, RetryDenied, RetryPolicy, SelectKey, Selection,
+    StatusVerdict, Upstream,
 };

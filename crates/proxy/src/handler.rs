@@ -226,16 +226,14 @@ async fn proxy_request(
                     took,
                 );
                 match sel.on_status(guard, status, clock.now()) {
-                    StatusVerdict::Retry => {
-                        if let Outcome::Failed(class) = outcome {
-                            if class.is_counted() {
-                                obs.counted(&peer, class);
-                            }
+                    StatusVerdict::Retry(accounting) => {
+                        if let Some(class) = accounting.charged {
+                            obs.counted(&peer, class);
                         }
                         obs.retry();
                         continue;
                     }
-                    StatusVerdict::PassThrough(guard) => {
+                    StatusVerdict::PassThrough(guard, _) => {
                         let (head, incoming) = answered.response.into_parts();
                         if head.status == StatusCode::SWITCHING_PROTOCOLS {
                             if let Some(client_up) = on_upgrade {
@@ -292,14 +290,17 @@ async fn proxy_request(
                     failed.connect_time,
                     took,
                 );
-                // Core charges every transport failure (nginx's NGX_PEER_FAILED).
-                obs.counted(&peer, class);
-                match sel.on_failure(guard, failed.failure, clock.now()) {
-                    FailureVerdict::Retry => {
+                let verdict = sel.on_failure(guard, failed.failure, clock.now());
+                // What core charged (nothing for the single server of an upstream).
+                if let Some(class) = verdict.accounting().charged {
+                    obs.counted(&peer, class);
+                }
+                match verdict {
+                    FailureVerdict::Retry(_) => {
                         obs.retry();
                         continue;
                     }
-                    FailureVerdict::Fail(status) => {
+                    FailureVerdict::Fail { status, .. } => {
                         let code = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
                         return finish(
                             route,

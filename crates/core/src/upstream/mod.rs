@@ -21,6 +21,7 @@
 
 mod fast;
 mod pick;
+mod policy;
 mod selection;
 mod status;
 mod tier;
@@ -34,10 +35,11 @@ use crate::clock::{Clock, Timestamp};
 use crate::config::{InitialState, UpstreamConfig};
 use crate::event::{Event, EventBus, EventKind};
 use crate::health::{ActiveHealth, HealthPolicy, ProbeReport};
-use crate::outcome::{NextUpstream, PeerOutcome, RequestFacts};
+use crate::outcome::{FailureClass, NextUpstream, PeerOutcome, RequestFacts};
 use crate::peer::{AdminState, Peer, PeerId};
 
-pub use status::{Ineligible, PeerStatus};
+pub use policy::Ineligible;
+pub use status::PeerStatus;
 pub use tier::PassiveView;
 use tier::Tier;
 pub use tried::Tried;
@@ -124,6 +126,8 @@ pub struct PeerGuard {
     upstream: Arc<Upstream>,
     index: u32,
     done: bool,
+    /// When the attempt started, on core's clock.
+    started: Timestamp,
 }
 
 /// No peer is eligible: nginx's "no live upstreams", answered with 502.
@@ -131,21 +135,58 @@ pub struct PeerGuard {
 #[error("no live upstreams")]
 pub struct NoLiveUpstreams;
 
+/// What core did with one attempt's result toward the peer's record:
+/// the proxy's metrics and logs report this, never their own guess.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Accounting {
+    /// The failure charged toward `max_fails`, if any (none for a single
+    /// server, for `http_403`/`http_404`, and for a passed-through status).
+    pub charged: Option<FailureClass>,
+    /// Whether this charge excluded the peer (it reached `max_fails`).
+    pub excluded: bool,
+}
+
+/// Why a failed attempt was not retried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RetryDenied {
+    /// `proxy_next_upstream_tries` or the number of peers used up.
+    Tries,
+    /// The upstream has a single server: nginx never retries it.
+    SingleServer,
+    /// The failure class is not listed in `proxy_next_upstream`.
+    NotListed,
+    /// POST, LOCK or PATCH already sent, without `non_idempotent`.
+    NonIdempotent,
+    /// The request body was streamed (`proxy_request_buffering off`) and cannot be sent again.
+    BodyNotReplayable,
+    /// `proxy_next_upstream_timeout` has passed.
+    Timeout,
+}
+
 /// What to do with a response header.
 pub enum StatusVerdict {
     /// The peer was charged (or told `next`); try the next one.
-    Retry,
+    Retry(Accounting),
     /// Send this response to the client; drop the guard when it is done.
-    PassThrough(PeerGuard),
+    /// For a listed status, why it was not retried (nginx then counts the
+    /// attempt as a success).
+    PassThrough(PeerGuard, Option<RetryDenied>),
 }
 
-/// What to do after a transport failure.
+/// What to do after a transport failure (always charged, except for a single server).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailureVerdict {
     /// Try the next peer.
-    Retry,
-    /// Stop and answer with this status (502 or 504).
-    Fail(u16),
+    Retry(Accounting),
+    /// Stop and answer with `status` (502 or 504).
+    Fail {
+        /// The status for the client.
+        status: u16,
+        /// What was charged.
+        accounting: Accounting,
+        /// Why no retry.
+        denied: RetryDenied,
+    },
 }
 
 // === impl Upstream ===
@@ -413,21 +454,22 @@ impl Upstream {
             upstream: self.clone(),
             index: index as u32,
             done: false,
+            started: now,
         })
     }
 
-    /// Free a peer after an attempt (`ngx_http_upstream_free_round_robin_peer`).
-    /// Returns true if the tier is `single` (no retry possible).
-    fn free(&self, index: u32, outcome: PeerOutcome, now: Timestamp) -> bool {
+    /// Free a peer after an attempt (`ngx_http_upstream_free_round_robin_peer`):
+    /// what was charged, and whether the tier is `single` (no retry possible).
+    fn free(&self, index: u32, outcome: PeerOutcome, now: Timestamp) -> (Accounting, bool) {
         let peer = &self.peers[index as usize];
         let Some(tier) = self.tier_of(peer.id()) else {
             peer.release();
-            return false;
+            return (Accounting::default(), false);
         };
         let mut events = Vec::new();
-        let single = tier.free(self, index as usize, outcome, now, &mut events);
+        let freed = tier.free(self, index as usize, outcome, now, &mut events);
         self.publish(events, now);
-        single
+        freed
     }
 
     fn publish(&self, events: Vec<(u32, EventKind)>, now: Timestamp) {
@@ -518,6 +560,42 @@ impl std::fmt::Debug for Upstream {
             .field("name", &self.name)
             .field("peers", &self.peers.len())
             .finish()
+    }
+}
+
+impl FailureVerdict {
+    /// Whether the request goes to the next peer.
+    pub fn is_retry(&self) -> bool {
+        matches!(self, FailureVerdict::Retry(_))
+    }
+
+    /// The status for the client when it does not.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            FailureVerdict::Retry(_) => None,
+            FailureVerdict::Fail { status, .. } => Some(*status),
+        }
+    }
+
+    /// What core charged.
+    pub fn accounting(&self) -> Accounting {
+        match self {
+            FailureVerdict::Retry(a) | FailureVerdict::Fail { accounting: a, .. } => *a,
+        }
+    }
+}
+
+impl RetryDenied {
+    /// The word used in metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RetryDenied::Tries => "tries",
+            RetryDenied::SingleServer => "single_server",
+            RetryDenied::NotListed => "not_listed",
+            RetryDenied::NonIdempotent => "non_idempotent",
+            RetryDenied::BodyNotReplayable => "body_not_replayable",
+            RetryDenied::Timeout => "timeout",
+        }
     }
 }
 

@@ -5,7 +5,8 @@ use crate::balancer::{hash_step, ip_hash_step, Method};
 use crate::clock::Timestamp;
 use crate::event::EventKind;
 
-use super::tier::{eligible, mark_checked, Tier, TierState};
+use super::policy::eligible;
+use super::tier::{mark_checked, Tier, TierState};
 use super::{KeyState, Selection, Upstream};
 
 type Events = Vec<(u32, EventKind)>;
@@ -43,7 +44,9 @@ pub(super) fn primary(
                 *rehash += 1;
                 let p = cum.find(*hash % cum.total());
                 let global = tier.offset + p;
-                if !sel.tried.contains(p) && eligible(&up.peers[global], &slots[p], now) {
+                if !sel.tried.contains(p)
+                    && eligible(&up.peers[global], &slots[p], tier.single, now)
+                {
                     return Some(take(up, tier, &mut slots, &mut sel.tried, p, now, ev));
                 }
                 *tries += 1;
@@ -108,7 +111,9 @@ pub(super) fn primary(
                 h = ip_hash_step(h, &addr[..*len]);
                 let p = cum.find(u64::from(h) % cum.total());
                 let global = tier.offset + p;
-                if !sel.tried.contains(p) && eligible(&up.peers[global], &slots[p], now) {
+                if !sel.tried.contains(p)
+                    && eligible(&up.peers[global], &slots[p], tier.single, now)
+                {
                     *hash = h;
                     return Some(take(up, tier, &mut slots, &mut sel.tried, p, now, ev));
                 }
@@ -133,7 +138,7 @@ pub(super) fn primary(
                 let p = ranges.find(next_random(rng) % ranges.total());
                 let ok = Some(p) != prev
                     && !sel.tried.contains(p)
-                    && eligible(&up.peers[tier.offset + p], &slots[p], now);
+                    && eligible(&up.peers[tier.offset + p], &slots[p], tier.single, now);
                 if ok {
                     if !*two {
                         return Some(take(up, tier, &mut slots, &mut sel.tried, p, now, ev));
@@ -188,7 +193,7 @@ fn round_robin(
         // One primary, no backup: only `down` and `max_conns` (plus vigil's
         // admin and probe states) can refuse it; no passive exclusion.
         let peer = &up.peers[tier.offset];
-        if peer.config().down || !peer.is_routable() || peer.is_full() {
+        if !eligible(peer, &slots[0], true, now) {
             return None;
         }
         peer.acquire();
@@ -233,12 +238,13 @@ fn swrr(
         }
         let peer = &up.peers[tier.offset + i];
         let s = &mut slots[i];
-        if !eligible(peer, s, now) {
+        if !eligible(peer, s, tier.single, now) {
             continue;
         }
         let weight = i64::from(peer.config().weight.get());
-        s.current += s.effective;
-        total += s.effective;
+        let now_weight = super::policy::weight(peer, s);
+        s.current += now_weight;
+        total += now_weight;
         let mut restored = false;
         if s.effective < weight {
             s.effective += 1;
@@ -274,7 +280,9 @@ fn least_conn(
             * u64::from(up.peers[tier.offset + j].config().weight.get())
     };
     for i in 0..n {
-        if sel.tried.contains(i) || !eligible(&up.peers[tier.offset + i], &slots[i], now) {
+        if sel.tried.contains(i)
+            || !eligible(&up.peers[tier.offset + i], &slots[i], tier.single, now)
+        {
             continue;
         }
         match best {

@@ -8,7 +8,7 @@ use crate::clock::{duration_ms, Timestamp};
 use crate::outcome::{FailureClass, PeerOutcome, TransportFailure};
 use crate::peer::Peer;
 
-use super::{FailureVerdict, PeerGuard, Selection, StatusVerdict, Upstream};
+use super::{FailureVerdict, PeerGuard, RetryDenied, Selection, StatusVerdict, Upstream};
 
 // === impl Selection ===
 
@@ -42,6 +42,40 @@ impl Selection {
         }
     }
 
+    /// The first rule that forbids another attempt after a failure of
+    /// `class`, in nginx's order (`ngx_http_upstream_next`), if any.
+    /// `tries_ok` says whether a try remains.
+    fn denial(
+        &self,
+        class: FailureClass,
+        tries_ok: bool,
+        request_sent: bool,
+        single: bool,
+        now: Timestamp,
+    ) -> Option<RetryDenied> {
+        if !tries_ok {
+            return Some(if single {
+                RetryDenied::SingleServer
+            } else {
+                RetryDenied::Tries
+            });
+        }
+        let next = self.policy.next_upstream;
+        if !next.contains(class) {
+            return Some(RetryDenied::NotListed);
+        }
+        if !next.allows(class, self.facts, request_sent) {
+            return Some(RetryDenied::NonIdempotent);
+        }
+        if request_sent && !self.facts.body_replayable {
+            return Some(RetryDenied::BodyNotReplayable);
+        }
+        if self.timed_out(now) {
+            return Some(RetryDenied::Timeout);
+        }
+        None
+    }
+
     /// A response header arrived (nothing sent to the client yet):
     /// `ngx_http_upstream_test_next`. A listed status retries only while
     /// another try remains; otherwise it is passed through and, when the
@@ -53,14 +87,12 @@ impl Selection {
         now: Timestamp,
     ) -> StatusVerdict {
         let Some(class) = FailureClass::of_status(status) else {
-            return StatusVerdict::PassThrough(guard);
+            return StatusVerdict::PassThrough(guard, None);
         };
-        let retry = self.tries > 1
-            && self.policy.next_upstream.allows(class, self.facts, true)
-            && self.facts.body_replayable
-            && !self.timed_out(now);
-        if !retry {
-            return StatusVerdict::PassThrough(guard);
+        let single = guard.upstream.is_single();
+        // A header came, so the request was sent.
+        if let Some(denied) = self.denial(class, self.tries > 1, true, single, now) {
+            return StatusVerdict::PassThrough(guard, Some(denied));
         }
         let outcome = if class.is_counted() {
             PeerOutcome::Failed(class)
@@ -68,9 +100,9 @@ impl Selection {
             PeerOutcome::Next(class)
         };
         guard.done = true;
-        let single = guard.upstream.free(guard.index, outcome, now);
+        let (accounting, single) = guard.upstream.free(guard.index, outcome, now);
         self.count_down(single);
-        StatusVerdict::Retry
+        StatusVerdict::Retry(accounting)
     }
 
     /// The attempt failed before a response header (`ngx_http_upstream_next`):
@@ -83,26 +115,23 @@ impl Selection {
     ) -> FailureVerdict {
         let class = failure.class;
         guard.done = true;
-        let single = guard
-            .upstream
-            .free(guard.index, PeerOutcome::Failed(class), now);
+        let (accounting, single) =
+            guard
+                .upstream
+                .free(guard.index, PeerOutcome::Failed(class), now);
         self.count_down(single);
         if failure.cached_connection && class == FailureClass::Error {
             // "TODO: inform balancer instead": a stale kept-alive connection
             // does not use up a try.
             self.tries += 1;
         }
-        let stop = self.tries == 0
-            || !self
-                .policy
-                .next_upstream
-                .allows(class, self.facts, failure.request_sent)
-            || (failure.request_sent && !self.facts.body_replayable)
-            || self.timed_out(now);
-        if stop {
-            FailureVerdict::Fail(class.final_status())
-        } else {
-            FailureVerdict::Retry
+        match self.denial(class, self.tries != 0, failure.request_sent, single, now) {
+            Some(denied) => FailureVerdict::Fail {
+                status: class.final_status(),
+                accounting,
+                denied,
+            },
+            None => FailureVerdict::Retry(accounting),
         }
     }
 }
@@ -118,6 +147,11 @@ impl PeerGuard {
     /// The picked peer.
     pub fn peer(&self) -> &Arc<Peer> {
         &self.upstream.peers[self.index as usize]
+    }
+
+    /// When the attempt started, on core's clock.
+    pub fn started(&self) -> Timestamp {
+        self.started
     }
 }
 

@@ -3,52 +3,12 @@
 
 use std::sync::Arc;
 
-use crate::clock::{duration_ms, Timestamp};
+use crate::clock::Timestamp;
 use crate::health::ProbeReport;
-use crate::peer::{AdminState, Peer};
+use crate::peer::Peer;
 
+use super::policy::{self, Ineligible};
 use super::{PassiveView, Upstream};
-
-/// Why a peer gets no new requests right now.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Ineligible {
-    /// `down` in the config.
-    ConfigDown,
-    /// Set down or draining through the admin API.
-    Admin {
-        /// The state.
-        state: AdminState,
-        /// Since when.
-        since: Timestamp,
-    },
-    /// Active checks say down.
-    ProbeDown {
-        /// Since when (0 = initial state, no result yet).
-        since: Timestamp,
-        /// Consecutive failed probes.
-        fail_streak: u32,
-        /// Passes still needed.
-        rise_needed: u32,
-    },
-    /// Passive: `fails >= max_fails` inside `fail_timeout` of the last failure.
-    Excluded {
-        /// Failures counted.
-        fails: u32,
-        /// The threshold.
-        max_fails: u32,
-        /// The last failure (or trial request).
-        since: Timestamp,
-        /// When one request will be let through to test it.
-        until: Timestamp,
-    },
-    /// `max_conns` reached.
-    Full {
-        /// In flight.
-        conns: u32,
-        /// The limit.
-        max_conns: u32,
-    },
-}
 
 /// Everything known about one peer at one moment.
 #[derive(Clone, Debug)]
@@ -82,46 +42,11 @@ impl Upstream {
                 } else {
                     Some(&self.primary)
                 };
-                let passive = tier.map(|t| t.view(i - t.offset)).unwrap_or_default();
-                let mut reasons = Vec::new();
-                let cfg = peer.config();
-                if cfg.down {
-                    reasons.push(Ineligible::ConfigDown);
-                }
-                if peer.admin() != AdminState::Up {
-                    reasons.push(Ineligible::Admin {
-                        state: peer.admin(),
-                        since: peer.admin_since(),
-                    });
-                }
-                let health = peer.health().view();
-                if !peer.health().allows_traffic() {
-                    let rise = peer.health().policy().map_or(0, |p| p.rise);
-                    reasons.push(Ineligible::ProbeDown {
-                        since: health.since,
-                        fail_streak: health.fail_streak,
-                        rise_needed: rise.saturating_sub(health.ok_streak),
-                    });
-                }
+                let slot = tier.map(|t| t.slot(i - t.offset)).unwrap_or_default();
+                let passive = PassiveView::of(&slot);
                 let single = !backup && self.primary.single;
-                if !single
-                    && cfg.max_fails != 0
-                    && passive.fails >= cfg.max_fails
-                    && now.millis_since(passive.checked) <= duration_ms(cfg.fail_timeout)
-                {
-                    reasons.push(Ineligible::Excluded {
-                        fails: passive.fails,
-                        max_fails: cfg.max_fails,
-                        since: passive.checked,
-                        until: passive.checked.after(cfg.fail_timeout),
-                    });
-                }
-                if peer.is_full() {
-                    reasons.push(Ineligible::Full {
-                        conns: peer.conns(),
-                        max_conns: cfg.max_conns,
-                    });
-                }
+                let reasons = policy::reasons(peer, &slot, single, now);
+                let health = peer.health().view();
                 PeerStatus {
                     peer: peer.clone(),
                     passive,

@@ -90,12 +90,12 @@ impl Fixture {
             match be(i) {
                 Be::Ok => return (200, seen),
                 Be::Status(s) => match sel.on_status(g, s, self.now()) {
-                    StatusVerdict::Retry => continue,
-                    StatusVerdict::PassThrough(_) => return (s, seen),
+                    StatusVerdict::Retry(_) => continue,
+                    StatusVerdict::PassThrough(..) => return (s, seen),
                 },
                 Be::Fail(f) => match sel.on_failure(g, f, self.now()) {
-                    FailureVerdict::Retry => continue,
-                    FailureVerdict::Fail(s) => return (s, seen),
+                    FailureVerdict::Retry(_) => continue,
+                    FailureVerdict::Fail { status: s, .. } => return (s, seen),
                 },
             }
         }
@@ -450,13 +450,14 @@ fn next_upstream_timeout_is_checked_only_before_a_new_attempt() {
         request_sent: false,
         cached_connection: false,
     };
-    assert_eq!(sel.on_failure(g, to, f.now()), FailureVerdict::Retry);
+    assert!(sel.on_failure(g, to, f.now()).is_retry());
     let g = f.up.select(&mut sel, f.now()).expect("peer");
     f.advance(3_000);
-    assert_eq!(
-        sel.on_failure(g, to, f.now()),
-        FailureVerdict::Fail(504),
-        "6s elapsed: no third attempt"
+    let v = sel.on_failure(g, to, f.now());
+    assert_eq!(v.status(), Some(504), "6s elapsed: no third attempt");
+    assert!(
+        matches!(v, FailureVerdict::Fail { denied: RetryDenied::Timeout, accounting, .. } if accounting.charged == Some(FailureClass::Timeout)),
+        "{v:?}"
     );
 }
 
@@ -475,7 +476,13 @@ fn an_error_on_a_cached_connection_does_not_use_up_a_try_but_counts() {
         f.now(),
     );
     let g = f.up.select(&mut sel, f.now()).expect("peer");
-    assert_eq!(sel.on_failure(g, cached, f.now()), FailureVerdict::Retry);
+    let v = sel.on_failure(g, cached, f.now());
+    assert!(v.is_retry());
+    assert_eq!(
+        v.accounting().charged,
+        None,
+        "a single server is never charged (nginx's peers->single)"
+    );
     let g =
         f.up.select(&mut sel, f.now())
             .expect("the same single peer again");
@@ -698,8 +705,8 @@ proptest! {
                         seen.push(id);
                         let done = match step % 3 {
                             0 => { drop(g); true }
-                            1 => matches!(sel.on_status(g, 503, f.now()), StatusVerdict::PassThrough(_)),
-                            _ => sel.on_failure(g, error(), f.now()) != FailureVerdict::Retry,
+                            1 => matches!(sel.on_status(g, 503, f.now()), StatusVerdict::PassThrough(..)),
+                            _ => !sel.on_failure(g, error(), f.now()).is_retry(),
                         };
                         if done { break; }
                     }
@@ -800,9 +807,9 @@ proptest! {
                             seq.push(g.peer().id().0 as usize);
                             let done = match step {
                                 0 => { drop(g); true }
-                                1 => sel.on_failure(g, error(), now) != FailureVerdict::Retry,
-                                2 => matches!(sel.on_status(g, 503, now), StatusVerdict::PassThrough(_)),
-                                _ => matches!(sel.on_status(g, 404, now), StatusVerdict::PassThrough(_)),
+                                1 => !sel.on_failure(g, error(), now).is_retry(),
+                                2 => matches!(sel.on_status(g, 503, now), StatusVerdict::PassThrough(..)),
+                                _ => matches!(sel.on_status(g, 404, now), StatusVerdict::PassThrough(..)),
                             };
                             if done { break; }
                         }
@@ -996,4 +1003,124 @@ fn hashing_rehashes_past_an_ineligible_peer_and_falls_back_to_round_robin_after_
             17
         );
     }
+}
+
+#[test]
+fn every_verdict_says_what_core_charged_and_why_it_did_not_retry() {
+    let http503 = RetryPolicy {
+        next_upstream: NextUpstream::nginx_default().with(FailureClass::Http503),
+        ..RetryPolicy::default()
+    };
+    // Two servers, max_fails=1: the first failure is charged and excludes.
+    let f = rr(vec![srv(1), srv(2)]);
+    let mut sel =
+        f.up.begin(SelectKey::None, http503, RequestFacts::default(), f.now());
+    let g = f.up.select(&mut sel, f.now()).expect("peer");
+    let StatusVerdict::Retry(a) = sel.on_status(g, 503, f.now()) else {
+        panic!("a listed 503 with another try left is retried");
+    };
+    assert_eq!(
+        a,
+        Accounting {
+            charged: Some(FailureClass::Http503),
+            excluded: true
+        }
+    );
+    // The last try passes the 503 through, charged nothing (nginx counts it a success).
+    let g = f.up.select(&mut sel, f.now()).expect("peer");
+    assert!(matches!(
+        sel.on_status(g, 503, f.now()),
+        StatusVerdict::PassThrough(_, Some(RetryDenied::Tries))
+    ));
+
+    // A 404 listed moves on but is never charged.
+    let f = rr(vec![srv(1), srv(2)]);
+    let p404 = RetryPolicy {
+        next_upstream: NextUpstream::nginx_default().with(FailureClass::Http404),
+        ..RetryPolicy::default()
+    };
+    let mut sel =
+        f.up.begin(SelectKey::None, p404, RequestFacts::default(), f.now());
+    let g = f.up.select(&mut sel, f.now()).expect("peer");
+    assert!(matches!(
+        sel.on_status(g, 404, f.now()),
+        StatusVerdict::Retry(Accounting {
+            charged: None,
+            excluded: false
+        })
+    ));
+
+    // A POST that reached the peer is charged but not retried.
+    let f = rr(vec![srv(1), srv(2)]);
+    let post = RequestFacts {
+        non_idempotent: true,
+        body_replayable: true,
+    };
+    let mut sel =
+        f.up.begin(SelectKey::None, RetryPolicy::default(), post, f.now());
+    let g = f.up.select(&mut sel, f.now()).expect("peer");
+    let v = sel.on_failure(g, error(), f.now());
+    assert_eq!(
+        v,
+        FailureVerdict::Fail {
+            status: 502,
+            accounting: Accounting {
+                charged: Some(FailureClass::Error),
+                excluded: true
+            },
+            denied: RetryDenied::NonIdempotent,
+        }
+    );
+
+    // A streamed body cannot be sent twice.
+    let f = rr(vec![srv(1), srv(2)]);
+    let streamed = RequestFacts {
+        non_idempotent: false,
+        body_replayable: false,
+    };
+    let mut sel =
+        f.up.begin(SelectKey::None, RetryPolicy::default(), streamed, f.now());
+    let g = f.up.select(&mut sel, f.now()).expect("peer");
+    assert!(matches!(
+        sel.on_failure(g, error(), f.now()),
+        FailureVerdict::Fail {
+            denied: RetryDenied::BodyNotReplayable,
+            ..
+        }
+    ));
+
+    // The single server of an upstream: never charged, never retried.
+    let f = rr(vec![srv(1)]);
+    let mut sel = f.up.begin(
+        SelectKey::None,
+        RetryPolicy::default(),
+        RequestFacts::default(),
+        f.now(),
+    );
+    let g = f.up.select(&mut sel, f.now()).expect("peer");
+    assert_eq!(
+        sel.on_failure(g, error(), f.now()),
+        FailureVerdict::Fail {
+            status: 502,
+            accounting: Accounting::default(),
+            denied: RetryDenied::SingleServer,
+        }
+    );
+    assert_eq!(f.up.status(f.now())[0].passive.fails, 0);
+}
+
+#[test]
+fn a_guard_knows_when_its_attempt_started() {
+    let f = rr(vec![srv(1), srv(2)]);
+    let mut sel = f.up.begin(
+        SelectKey::None,
+        RetryPolicy::default(),
+        RequestFacts::default(),
+        f.now(),
+    );
+    let t0 = f.now();
+    let g = f.up.select(&mut sel, t0).expect("peer");
+    f.advance(250);
+    assert_eq!(g.started(), t0);
+    assert_eq!(f.now().millis_since(g.started()), 250);
 }

@@ -19,8 +19,12 @@ use crate::outcome::PeerOutcome;
 use crate::peer::Peer;
 
 use super::fast::Plan;
+use super::policy;
 
-use super::Upstream;
+use super::{Accounting, Upstream};
+
+/// What freeing a peer did: the accounting, and whether the tier is `single`.
+pub(crate) type Freed = (Accounting, bool);
 
 /// nginx's passive fields of one peer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -45,6 +49,18 @@ pub struct PassiveView {
     pub effective_weight: i64,
     /// Smooth round-robin current weight.
     pub current_weight: i64,
+}
+
+impl PassiveView {
+    pub(crate) fn of(s: &Slot) -> Self {
+        Self {
+            fails: s.fails,
+            accessed: s.accessed,
+            checked: s.checked,
+            effective_weight: s.effective,
+            current_weight: s.current,
+        }
+    }
 }
 
 pub(crate) struct Tier {
@@ -190,11 +206,7 @@ impl Tier {
         if self.plannable.is_none() {
             return;
         }
-        let cfg = peer.config();
-        let s = &st.slots[i];
-        let excluded = cfg.max_fails != 0 && s.fails >= cfg.max_fails;
-        let impaired = !cfg.down
-            && (!peer.is_routable() || excluded || s.effective != i64::from(cfg.weight.get()));
+        let impaired = !peer.config().down && !policy::at_rest(peer, &st.slots[i]);
         if impaired != st.impaired[i] {
             st.impaired[i] = impaired;
             if impaired {
@@ -221,18 +233,8 @@ impl Tier {
         }
     }
 
-    pub(crate) fn view(&self, i: usize) -> PassiveView {
-        let s = self.slot(i);
-        PassiveView {
-            fails: s.fails,
-            accessed: s.accessed,
-            checked: s.checked,
-            effective_weight: s.effective,
-            current_weight: s.current,
-        }
-    }
-
-    /// `ngx_http_upstream_free_round_robin_peer`. Returns `single`.
+    /// `ngx_http_upstream_free_round_robin_peer`: what was charged, and
+    /// whether the tier is `single`.
     pub(crate) fn free(
         &self,
         up: &Upstream,
@@ -240,29 +242,33 @@ impl Tier {
         outcome: PeerOutcome,
         now: Timestamp,
         events: &mut Vec<(u32, EventKind)>,
-    ) -> bool {
+    ) -> Freed {
         let peer = &up.peers[global];
         if self.single {
+            // nginx never charges the single server of an upstream.
             peer.release();
-            return true;
+            return (Accounting::default(), true);
         }
         if outcome == PeerOutcome::Success && peer.fails_hint() == 0 {
             // Nothing to forgive: a success changes no passive field.
             peer.release();
-            return false;
+            return (Accounting::default(), false);
         }
+        let mut accounting = Accounting::default();
         let mut slots = self.lock();
         let cfg = peer.config();
         let i = global - self.offset;
         if let Some(s) = slots.get_mut(i) {
             match outcome {
                 PeerOutcome::Failed(cause) => {
+                    accounting.charged = Some(cause);
                     s.fails = s.fails.saturating_add(1);
                     s.accessed = now;
                     s.checked = now;
                     if let Some(cut) = cfg.weight.get().checked_div(cfg.max_fails) {
                         s.effective -= i64::from(cut);
-                        if s.fails >= cfg.max_fails {
+                        if policy::over_max_fails(peer, s) {
+                            accounting.excluded = true;
                             events.push((
                                 global as u32,
                                 EventKind::Excluded {
@@ -278,7 +284,7 @@ impl Tier {
                 }
                 PeerOutcome::Success | PeerOutcome::Next(_) => {
                     if s.accessed < s.checked {
-                        if cfg.max_fails != 0 && s.fails >= cfg.max_fails {
+                        if policy::over_max_fails(peer, s) {
                             events.push((global as u32, EventKind::Readmitted { fails: s.fails }));
                         }
                         s.fails = 0;
@@ -289,7 +295,7 @@ impl Tier {
             self.refresh(&mut slots, i, peer);
         }
         peer.release();
-        false
+        (accounting, false)
     }
 }
 
@@ -315,15 +321,6 @@ impl DerefMut for TierState {
     }
 }
 
-/// nginx's eligibility test for a non-single peer, minus `tried`.
-pub(crate) fn eligible(peer: &Peer, s: &Slot, now: Timestamp) -> bool {
-    let cfg = peer.config();
-    let excluded = cfg.max_fails != 0
-        && s.fails >= cfg.max_fails
-        && now.millis_since(s.checked) <= duration_ms(cfg.fail_timeout);
-    !cfg.down && peer.is_routable() && !excluded && !peer.is_full()
-}
-
 /// After a pick: `if (now - best->checked > best->fail_timeout) best->checked = now;`
 /// A peer that was excluded gets its one trial request here.
 pub(crate) fn mark_checked(
@@ -335,7 +332,7 @@ pub(crate) fn mark_checked(
 ) {
     let cfg = peer.config();
     if now.millis_since(s.checked) > duration_ms(cfg.fail_timeout) {
-        if cfg.max_fails != 0 && s.fails >= cfg.max_fails {
+        if policy::over_max_fails(peer, s) {
             events.push((global as u32, EventKind::TrialRequest));
         }
         s.checked = now;

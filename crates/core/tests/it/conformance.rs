@@ -200,8 +200,8 @@ impl Sim {
                         format!("{label}-")
                     });
                     match sel.on_failure(guard, f, now) {
-                        FailureVerdict::Retry => continue,
-                        FailureVerdict::Fail(status) => {
+                        FailureVerdict::Retry(_) => continue,
+                        FailureVerdict::Fail { status, .. } => {
                             return Ok(Outcome {
                                 status,
                                 complete: true,
@@ -213,8 +213,8 @@ impl Sim {
                 None => {
                     attempts.push(label);
                     match sel.on_status(guard, status, now) {
-                        StatusVerdict::Retry => continue,
-                        StatusVerdict::PassThrough(guard) => {
+                        StatusVerdict::Retry(_) => continue,
+                        StatusVerdict::PassThrough(guard, _) => {
                             drop(guard);
                             return Ok(Outcome {
                                 status,
@@ -334,11 +334,11 @@ fn replay(file: &Path) -> Vec<String> {
                             pending = rest;
                             for mut p in done {
                                 let st = match p.sel.on_status(p.guard, status, now) {
-                                    StatusVerdict::PassThrough(g) => {
+                                    StatusVerdict::PassThrough(g, _) => {
                                         drop(g);
                                         status
                                     }
-                                    StatusVerdict::Retry => {
+                                    StatusVerdict::Retry(_) => {
                                         panic!("{}: retry after release not modelled", p.id)
                                     }
                                 };

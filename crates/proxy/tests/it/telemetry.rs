@@ -443,3 +443,52 @@ fn starting_outside_a_runtime_is_an_error() {
     let err = Telemetry::start(&config, Arc::new(ProxyMetrics::new())).expect_err("no runtime");
     assert!(matches!(err, TelemetryError::NoRuntime(_)), "{err}");
 }
+
+#[tokio::test]
+async fn failures_counted_are_what_core_charged() {
+    // A port nobody listens on: connects are refused.
+    let refused = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr")
+    };
+    let healthy = Backend::named("ok").await;
+    let metrics = Arc::new(ProxyMetrics::new());
+    let conf = format!(
+        "http {{ upstream one {{ server {refused}; }}
+           upstream two {{ server {refused}; server {}; }}
+           server {{ listen {{LISTEN}};
+             location /one {{ proxy_pass http://one; }}
+             location /two {{ proxy_pass http://two; }} }} }}",
+        healthy.addr
+    );
+    let p = start_proxy(&conf, metrics.clone(), None).await;
+    assert_eq!(get(p.addr, "/one").await.status, 502);
+    // Round robin starts at the refused server: charged, then retried.
+    assert_eq!(get(p.addr, "/two").await.text(), "ok");
+    let mut prom = String::new();
+    metrics.write_prometheus(&mut prom);
+    let value = |series: String| {
+        prom.lines()
+            .find_map(|l| l.strip_prefix(series.as_str())?.strip_prefix(' '))
+            .map(str::to_string)
+    };
+    let counted = |up: &str| {
+        value(format!(
+            "vigil_failures_counted_total{{upstream=\"{up}\",peer=\"{refused}\",class=\"error\"}}"
+        ))
+    };
+    let fails = |up: &str| {
+        value(format!(
+            "vigil_peer_fails{{upstream=\"{up}\",peer=\"{refused}\"}}"
+        ))
+    };
+    // nginx never charges the single server of an upstream: neither does the counter.
+    assert_eq!(fails("one").as_deref(), Some("0"), "{prom}");
+    assert!(
+        matches!(counted("one").as_deref(), None | Some("0")),
+        "{prom}"
+    );
+    assert_eq!(fails("two").as_deref(), Some("1"), "{prom}");
+    assert_eq!(counted("two").as_deref(), Some("1"), "{prom}");
+    p.shutdown.cancel();
+}
