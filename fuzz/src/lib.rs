@@ -7,5 +7,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+mod uri_route;
+
+pub use uri_route::uri_route;
+
 /// Every target, by the name of its corpus directory and fuzz binary.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[];
+pub const TARGETS: &[(&str, fn(&[u8]))] = &[("uri_route", uri_route)];
