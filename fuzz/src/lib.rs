@@ -11,5 +11,8 @@ mod uri_route;
 
 pub use uri_route::uri_route;
 
+/// A target's body.
+pub type Target = fn(&[u8]);
+
 /// Every target, by the name of its corpus directory and fuzz binary.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[("uri_route", uri_route)];
+pub const TARGETS: &[(&str, Target)] = &[("uri_route", uri_route)];

@@ -89,7 +89,7 @@ fn refused(refusal: Refusal, headers: &HeaderMap) -> Response<UpBody> {
     };
     match refusal {
         Refusal::BadRequest(why) => {
-            tracing::info!(reason = why, "client sent invalid request");
+            tracing::debug!(reason = why, "client sent invalid request");
             close(error_page(StatusCode::BAD_REQUEST))
         }
         Refusal::NotFound => error_page(StatusCode::NOT_FOUND),

@@ -211,6 +211,9 @@ async fn a_missing_slash_is_a_301_to_the_location() {
         assert_eq!(n.header("location"), want_n);
         assert_eq!(v.header("location"), want_v);
     }
+    // nginx checks client_max_body_size before it redirects.
+    let big = b"GET /api HTTP/1.1\r\nHost: x.test\r\nContent-Length: 2000000\r\nConnection: close\r\n\r\n";
+    both(&t, big, 413).await;
     both(&t, &get("/api/x"), 200).await;
     assert_eq!(same_uris(&t), vec![one("/v1/x")]);
 }
