@@ -106,6 +106,7 @@ async fn a_uri_part_sends_the_normalised_uri_re_escaped() {
     both(&t, &get("/static/%61%20b%3F%23%25%2B+?q=%zz"), 200).await;
     both(&t, &get("/static/a%2fb"), 200).await;
     both(&t, &get("/static/%C3%A9\\x"), 200).await;
+    both(&t, &get("/static/é/./x"), 200).await;
     assert_eq!(
         same_uris(&t),
         vec![vec![
@@ -113,6 +114,7 @@ async fn a_uri_part_sends_the_normalised_uri_re_escaped() {
             "/files/a%20b%3F%23%25++?q=%zz".to_string(),
             "/files/a/b".to_string(),
             "/files/%C3%A9%5Cx".to_string(),
+            "/files/é/x".to_string(),
         ]]
     );
 }
@@ -216,6 +218,44 @@ async fn a_missing_slash_is_a_301_to_the_location() {
     both(&t, big, 413).await;
     both(&t, &get("/api/x"), 200).await;
     assert_eq!(same_uris(&t), vec![one("/v1/x")]);
+}
+
+#[tokio::test]
+async fn variables_come_from_routing() {
+    let t = Twin::start(
+        "upstream a { server {B0}; }
+         server { listen {LISTEN}; server_name .dot.test other.test;
+           location / { proxy_pass http://a;
+             add_header X-Uri $uri; add_header X-Sn $server_name; add_header X-Host $host; } }",
+        1,
+    )
+    .await;
+    let cases: [&[u8]; 3] = [
+        b"GET /a/%2e%2e/b%20c//d?q=1 HTTP/1.1\r\nHost: Z.Dot.Test:1\r\nConnection: close\r\n\r\n",
+        b"GET /x HTTP/1.0\r\n\r\n",
+        b"GET http://Other.Test./y HTTP/1.1\r\nHost: z.dot.test\r\nConnection: close\r\n\r\n",
+    ];
+    let vars = |r: &crate::twin::Raw| ["x-uri", "x-sn", "x-host"].map(|h| r.header(h));
+    let mut seen = Vec::new();
+    for bytes in cases {
+        let (v, n) = both(&t, bytes, 200).await;
+        assert_eq!(
+            vars(&v),
+            vars(&n),
+            "for {:?}",
+            String::from_utf8_lossy(bytes)
+        );
+        seen.push(vars(&n));
+    }
+    assert_eq!(
+        seen,
+        [
+            ["/b c/d", "dot.test", "z.dot.test"],
+            ["/x", "dot.test", "dot.test"],
+            ["/y", "dot.test", "other.test"]
+        ]
+        .map(|r| r.map(String::from))
+    );
 }
 
 /// Four blocks on one address, each proxying to its own backend and
