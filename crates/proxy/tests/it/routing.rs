@@ -119,6 +119,60 @@ async fn a_uri_part_sends_the_normalised_uri_re_escaped() {
     );
 }
 
+/// Targets built from the pieces nginx's normaliser cares about, by a
+/// fixed generator (the same list every run).
+fn generated_targets(n: usize) -> Vec<String> {
+    const PIECES: &[&str] = &[
+        "/", "/", ".", "..", "%2e", "%2E", "%2f", "%2F", "%25", "%3f", "%3F", "%23", "%00", "%zz",
+        "%4", "?", "a", "b", "+", "%20", "%C3%A9", "~", "%7e", "\\", "//", "/./", "/../", ";",
+    ];
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move |m: usize| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (seed >> 33) as usize % m
+    };
+    (0..n)
+        .map(|_| {
+            let len = 1 + next(8);
+            let tail: String = (0..len).map(|_| PIECES[next(PIECES.len())]).collect();
+            format!("/static/{tail}")
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn generated_targets_are_judged_and_forwarded_as_nginx() {
+    let t = Twin::start(
+        "upstream app { server {B0}; } upstream files { server {B1}; }
+         server { listen {LISTEN};
+           location / { proxy_pass http://app; add_header X-Uri $uri; }
+           location /static/ { proxy_pass http://files/files/; } }",
+        2,
+    )
+    .await;
+    let mut statuses = std::collections::BTreeMap::new();
+    for target in generated_targets(300) {
+        let (v, n) = t.send(&get(&target)).await;
+        assert_eq!(
+            (v.status, v.header("x-uri")),
+            (n.status, n.header("x-uri")),
+            "vigil vs nginx for {target}"
+        );
+        *statuses.entry(n.status).or_insert(0) += 1;
+    }
+    same_uris(&t);
+    // The list reaches each outcome: 400s, the catch-all and /static/.
+    assert!(statuses.get(&400).is_some_and(|&n| n > 20), "{statuses:?}");
+    assert!(statuses.get(&200).is_some_and(|&n| n > 100), "{statuses:?}");
+    let (v, _) = t.uris();
+    assert!(
+        v.iter().all(|b| b.len() > 5),
+        "both backends got some: {v:?}"
+    );
+}
+
 #[tokio::test]
 async fn slashes_and_escapes_do_not_dodge_a_location() {
     let t = Twin::start(
