@@ -277,7 +277,9 @@ impl Router {
         let host = request_host(version, uri, headers)?;
         let target = uri.path_and_query().map_or("", |p| p.as_str());
         let h2 = version == Version::HTTP_2;
-        let absolute_form = !h2 && uri.authority().is_some();
+        // Only an absolute-form target may lack a path (`CONNECT host:443`'s
+        // authority-form has no scheme, and nginx refuses it).
+        let absolute_form = !h2 && uri.scheme().is_some();
         let normalise = |server: usize| {
             let merge = self.servers.get(server).is_none_or(|s| s.merge_slashes);
             RequestUri::parse(target, merge, absolute_form).map_err(|e| {

@@ -115,6 +115,11 @@ fn uri_replacement_follows_nginx() {
         up("/static/../../etc/passwd"),
         Err(Refusal::BadRequest("invalid request URI"))
     );
+    // Absolute form without a path is "/"; authority form (CONNECT) and "*" are 400.
+    assert_eq!(up("http://x.test?q"), Ok("/?q".into()));
+    let target = Err(Refusal::BadRequest("invalid request target"));
+    assert_eq!(up("x.test:443"), target);
+    assert_eq!(up("*"), target);
 }
 
 #[test]
