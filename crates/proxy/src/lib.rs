@@ -14,6 +14,7 @@ mod log;
 pub mod metrics;
 pub mod pool;
 pub mod route;
+mod router;
 pub mod server;
 pub mod telemetry;
 pub mod uri;

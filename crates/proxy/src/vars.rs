@@ -160,7 +160,7 @@ impl Var {
             Var::Host => match target(p) {
                 Some(t) if !t.host.is_empty() => out.push_str(&t.host),
                 Some(t) => out.push_str(&t.server_name),
-                None => out.push_str(&crate::route::host_of(p)),
+                None => out.push_str(&crate::router::host_of(p)),
             },
             Var::ServerName => {
                 if let Some(t) = target(p) {

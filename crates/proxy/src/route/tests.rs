@@ -10,6 +10,7 @@ use vigil_core::config::{literal_resolver, nginx, Config};
 use vigil_core::event::EventBus;
 
 use super::*;
+use crate::router::host_of;
 
 fn config(conf: &str) -> Config {
     nginx::load_str(conf, "t.conf".as_ref(), ".".as_ref(), &literal_resolver)
