@@ -323,8 +323,8 @@ fn redirect_location(target: &Target, listener: SocketAddr, path: &str) -> Strin
     out
 }
 
-/// The routing facts of a request handled without `Routes` (a request
-/// the handler did not route: unit tests of variables).
+/// `$host` of a request the handler did not route (unit tests of
+/// variables): the same rules, "" where they would refuse it.
 pub(crate) fn host_of(parts: &Parts) -> String {
     request_host(parts.version, &parts.uri, &parts.headers).unwrap_or_default()
 }
