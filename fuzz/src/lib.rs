@@ -7,8 +7,12 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+mod uri_route;
+
+pub use uri_route::uri_route;
+
 /// A target's body.
 pub type Target = fn(&[u8]);
 
 /// Every target, by the name of its corpus directory and fuzz binary.
-pub const TARGETS: &[(&str, Target)] = &[];
+pub const TARGETS: &[(&str, Target)] = &[("uri_route", uri_route)];

@@ -17,7 +17,7 @@ use vigil_core::{FailureVerdict, RequestFacts, SelectKey, StatusVerdict};
 use crate::attempt;
 use crate::body::{self, BodyError, Buffered, Streamed, UpBody};
 use crate::metrics::Outcome;
-use crate::route::Route;
+use crate::route::{Refusal, Route};
 use crate::server::Proxy;
 use crate::telemetry::request::RequestObserver;
 use crate::vars::VarContext;
@@ -46,12 +46,20 @@ pub(crate) async fn handle(
     proxy: Arc<Proxy>,
     local: SocketAddr,
     client: SocketAddr,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
 ) -> Response<UpBody> {
     let start = Instant::now();
     let generation = proxy.current();
-    let Some(route) = generation.routes.find(local, req.uri().path()).cloned() else {
-        return error_page(StatusCode::NOT_FOUND);
+    let routed = generation
+        .routes
+        .route(local, req.version(), req.uri(), req.headers());
+    let route = match routed {
+        Ok((route, target)) => {
+            // $uri, $host, $server_name and the upstream URI come from here.
+            req.extensions_mut().insert(target);
+            route
+        }
+        Err(refusal) => return refused(refusal, req.headers()),
     };
     let stats = generation
         .stats()
@@ -69,6 +77,36 @@ pub(crate) async fn handle(
     let resp = proxy_request(&proxy, &route, local, client, req, start, &mut obs).await;
     obs.finish(resp.status().as_u16());
     resp
+}
+
+/// A request routing answered itself, as nginx answers it (400s and 421
+/// close the connection, as nginx does after a 400).
+fn refused(refusal: Refusal, headers: &HeaderMap) -> Response<UpBody> {
+    let close = |mut r: Response<UpBody>| {
+        r.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        r
+    };
+    match refusal {
+        Refusal::BadRequest(why) => {
+            tracing::debug!(reason = why, "client sent invalid request");
+            close(error_page(StatusCode::BAD_REQUEST))
+        }
+        Refusal::NotFound => error_page(StatusCode::NOT_FOUND),
+        Refusal::Redirect { max_body, .. }
+            if max_body != 0 && content_length(headers).is_some_and(|n| n > max_body) =>
+        {
+            error_page(StatusCode::PAYLOAD_TOO_LARGE)
+        }
+        Refusal::Redirect { location, .. } => {
+            let mut r = error_page(StatusCode::MOVED_PERMANENTLY);
+            if let Ok(v) = HeaderValue::from_str(&location) {
+                r.headers_mut().insert(header::LOCATION, v);
+            }
+            r
+        }
+        Refusal::UnknownListener => close(error_page(StatusCode::MISDIRECTED_REQUEST)),
+    }
 }
 
 /// The request, routed: walk the upstream's peers until one answers or
@@ -138,12 +176,7 @@ async fn proxy_request(
     let clock = proxy.clock();
     let mut sel = upstream.begin(key, route.policy, facts, clock.now());
     let mut attempts: Vec<AttemptRecord> = Vec::new();
-    let path_and_query = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_string();
-    let upstream_uri = route.upstream_uri(&path_and_query);
+    let upstream_uri = route.upstream_uri(&parts);
     loop {
         let guard = match upstream.select(&mut sel, clock.now()) {
             Ok(g) => g,

@@ -9,13 +9,17 @@ mod attempt;
 pub mod body;
 pub mod connect;
 mod handler;
+mod location;
 mod log;
 pub mod metrics;
 pub mod pool;
 pub mod route;
+mod router;
 pub mod server;
 pub mod telemetry;
+pub mod uri;
 pub mod vars;
+mod vhost;
 pub mod worker;
 
 pub use handler::AttemptRecord;

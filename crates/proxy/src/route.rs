@@ -1,30 +1,28 @@
-//! Routing as nginx does it: the listener picks the `server {}` block, the
-//! request path picks the location (`= exact` first, then the longest
-//! prefix), and `proxy_pass` with a URI part replaces the matched prefix.
+//! What each location proxies to (`Route`: its upstream, pool, headers,
+//! retry policy) and the URI it sends there, on top of `Router`, which
+//! picks the block and location as nginx 1.22 does (router.rs).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use http::HeaderName;
-use vigil_core::config::{Config, Location, LocationMatch};
+use http::header::HeaderMap;
+use http::request::Parts;
+use http::{HeaderName, Uri, Version};
+use vigil_core::config::{Config, Location};
 use vigil_core::registry::Registry;
 use vigil_core::{RetryPolicy, Upstream};
 
 use crate::pool::Pool;
+pub use crate::router::{Refusal, RouteError, Routed, Router, Target};
+use crate::uri::{escape_uri, RequestUri};
 use crate::vars::Template;
 
 /// The compiled routes of one configuration generation.
 pub struct Routes {
-    by_listener: HashMap<SocketAddr, usize>,
-    servers: Vec<CompiledServer>,
-}
-
-struct CompiledServer {
-    exact: HashMap<String, usize>,
-    /// Indices of prefix locations, longest path first.
-    prefixes: Vec<usize>,
-    locations: Vec<Arc<Route>>,
+    router: Router,
+    /// By server block, then location (None: the location proxies nowhere).
+    routes: Vec<Vec<Option<Arc<Route>>>>,
 }
 
 /// One location, ready to serve.
@@ -51,16 +49,6 @@ pub struct Route {
     pub access_log: Option<Arc<crate::log::AccessLogWriter>>,
 }
 
-/// A configuration that cannot be served (a variable or header name vigil does not know).
-#[derive(Debug, thiserror::Error)]
-#[error("{at}: {message}")]
-pub struct RouteError {
-    /// Where.
-    pub at: String,
-    /// What.
-    pub message: String,
-}
-
 // === impl Routes ===
 
 impl Routes {
@@ -70,71 +58,36 @@ impl Routes {
         registry: &Registry,
         pools: &HashMap<String, Arc<Pool>>,
     ) -> Result<Self, RouteError> {
+        let router = Router::build(config)?;
         let mut logs: HashMap<std::path::PathBuf, Arc<crate::log::AccessLogWriter>> =
             HashMap::new();
-        let mut by_listener = HashMap::new();
-        let mut servers = Vec::new();
-        for (si, s) in config.servers.iter().enumerate() {
-            for l in &s.listen {
-                // The first server on an address wins unless another says default_server.
-                if l.default_server || !by_listener.contains_key(&l.addr) {
-                    by_listener.insert(l.addr, si);
-                }
-            }
-            let mut exact = HashMap::new();
-            let mut prefixes = Vec::new();
-            let mut locations = Vec::new();
+        let mut routes = Vec::new();
+        for s in &config.servers {
+            let mut compiled = Vec::new();
             for loc in &s.locations {
-                let Some(route) = Route::build(loc, registry, pools, &mut logs)? else {
-                    continue;
-                };
-                let i = locations.len();
-                locations.push(Arc::new(route));
-                match loc.matcher {
-                    LocationMatch::Exact => {
-                        exact.insert(loc.path.clone(), i);
-                    }
-                    _ => prefixes.push(i),
-                }
+                compiled.push(Route::build(loc, registry, pools, &mut logs)?.map(Arc::new));
             }
-            prefixes.sort_by_key(|&i| std::cmp::Reverse(locations[i].location.path.len()));
-            servers.push(CompiledServer {
-                exact,
-                prefixes,
-                locations,
-            });
+            routes.push(compiled);
         }
-        Ok(Self {
-            by_listener,
-            servers,
-        })
+        Ok(Self { router, routes })
     }
 
-    /// The route for a request that arrived on `listener` for `path`.
-    pub fn find(&self, listener: SocketAddr, path: &str) -> Option<&Arc<Route>> {
-        let si = self
-            .by_listener
-            .get(&listener)
-            .or_else(|| {
-                let any = SocketAddr::new(
-                    match listener {
-                        SocketAddr::V4(_) => std::net::Ipv4Addr::UNSPECIFIED.into(),
-                        SocketAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
-                    },
-                    listener.port(),
-                );
-                self.by_listener.get(&any)
-            })
-            .copied()
-            .unwrap_or(0);
-        let s = self.servers.get(si)?;
-        if let Some(&i) = s.exact.get(path) {
-            return s.locations.get(i);
-        }
-        s.prefixes
-            .iter()
-            .map(|&i| &s.locations[i])
-            .find(|r| path.starts_with(r.location.path.as_str()))
+    /// Route a request that arrived on `listener`.
+    pub fn route(
+        &self,
+        listener: SocketAddr,
+        version: Version,
+        uri: &Uri,
+        headers: &HeaderMap,
+    ) -> Result<(Arc<Route>, Target), Refusal> {
+        let r = self.router.route(listener, version, uri, headers)?;
+        let route = self
+            .routes
+            .get(r.server)
+            .and_then(|s| s.get(r.location))
+            .and_then(Option::clone)
+            .ok_or(Refusal::NotFound)?;
+        Ok((route, r.target))
     }
 
     /// Every listen address.
@@ -149,6 +102,34 @@ impl Routes {
         }
         out
     }
+}
+
+/// The URI nginx sends upstream for `location` (the `proxy_pass` URI part
+/// replacing the matched location path of the *normalised* URI, re-escaped
+/// when the client's path had escapes, the query appended); without a URI
+/// part, the client's request target exactly as sent: that is nginx's
+/// behaviour (`r->unparsed_uri`), dots and escapes included.
+pub fn upstream_target(location: &Location, uri: &RequestUri) -> String {
+    let pass = location.proxy.pass.as_ref().and_then(|p| p.uri.as_deref());
+    if pass.is_none() {
+        if let Some(raw) = uri.unparsed() {
+            return raw.to_string();
+        }
+    }
+    let prefix = pass.map_or(0, |_| location.path.len());
+    let rest = uri.path().get(prefix..).unwrap_or_default();
+    let mut out = String::from(pass.unwrap_or(""));
+    if uri.is_quoted() {
+        escape_uri(&mut out, rest);
+    } else {
+        // Not decoded, so these are bytes of the (UTF-8) target.
+        out.push_str(&String::from_utf8_lossy(rest));
+    }
+    if !uri.args().is_empty() {
+        out.push('?');
+        out.push_str(uri.args());
+    }
+    out
 }
 
 // === impl Route ===
@@ -242,83 +223,20 @@ impl Route {
         }))
     }
 
-    /// The URI sent upstream: with a URI part in `proxy_pass`, the matched
-    /// location prefix is replaced by it (`location /join/` +
-    /// `proxy_pass http://u/v1` sends `/join/item` as `/v1item`); without
-    /// one, the client's URI goes unchanged.
-    pub fn upstream_uri(&self, path_and_query: &str) -> String {
-        let Some(uri) = self
-            .location
-            .proxy
-            .pass
-            .as_ref()
-            .and_then(|p| p.uri.as_deref())
-        else {
-            return path_and_query.to_string();
-        };
-        let prefix = self.location.path.as_str();
-        match path_and_query.strip_prefix(prefix) {
-            Some(rest) => format!("{uri}{rest}"),
-            None => format!("{uri}{path_and_query}"),
+    /// The URI sent upstream for this request (routed by `Routes`, which
+    /// left its `Target` in the extensions): see `upstream_target`.
+    pub(crate) fn upstream_uri(&self, parts: &Parts) -> String {
+        match parts.extensions.get::<Target>() {
+            Some(t) => upstream_target(&self.location, &t.uri),
+            // Not routed by Routes: nothing normalised to build from.
+            None => parts
+                .uri
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .to_string(),
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use vigil_core::config::{literal_resolver, nginx};
-    use vigil_core::event::EventBus;
-
-    fn routes(conf: &str) -> Routes {
-        let loaded = nginx::load_str(conf, "t.conf".as_ref(), ".".as_ref(), &literal_resolver)
-            .expect("conf");
-        let clock: Arc<dyn vigil_core::Clock> = Arc::new(vigil_core::SystemClock::new());
-        let reg = Registry::build(&loaded.config, None, Arc::new(EventBus::default()), clock);
-        let pools = reg
-            .upstreams()
-            .iter()
-            .map(|u| (u.name().to_string(), Arc::new(Pool::new(u.config()))))
-            .collect();
-        Routes::build(&loaded.config, &reg, &pools).expect("routes")
-    }
-
-    #[test]
-    fn longest_prefix_and_exact_win() {
-        let r = routes(
-            "http { upstream u { server 127.0.0.1:1; }
-               server { listen 127.0.0.1:8080;
-                 location / { proxy_pass http://u; }
-                 location /api/ { proxy_pass http://u/v2/; }
-                 location = /api/x { proxy_pass http://u/exact; }
-                 location /api/long/ { proxy_pass http://u; } } }",
-        );
-        let l: SocketAddr = "127.0.0.1:8080".parse().expect("addr");
-        let path = |p: &str| r.find(l, p).map(|r| r.location.path.clone());
-        assert_eq!(path("/"), Some("/".into()));
-        assert_eq!(path("/api/y"), Some("/api/".into()));
-        assert_eq!(path("/api/x"), Some("/api/x".into()));
-        assert_eq!(path("/api/long/z"), Some("/api/long/".into()));
-    }
-
-    #[test]
-    fn uri_replacement_follows_nginx() {
-        let r = routes(
-            "http { upstream u { server 127.0.0.1:1; }
-               server { listen 127.0.0.1:8080;
-                 location /join/ { proxy_pass http://u/v1; }
-                 location /keep/ { proxy_pass http://u; }
-                 location /slash/ { proxy_pass http://u/; }
-                 location = /exact { proxy_pass http://u/other?x=1; } } }",
-        );
-        let l: SocketAddr = "127.0.0.1:8080".parse().expect("addr");
-        let up = |p: &str| {
-            r.find(l, p.split('?').next().unwrap_or(p))
-                .map(|r| r.upstream_uri(p))
-        };
-        assert_eq!(up("/join/item").as_deref(), Some("/v1item"), "seed 003");
-        assert_eq!(up("/keep/a?b=1").as_deref(), Some("/keep/a?b=1"));
-        assert_eq!(up("/slash/a/b?q").as_deref(), Some("/a/b?q"));
-        assert_eq!(up("/exact").as_deref(), Some("/other?x=1"));
-    }
-}
+mod tests;

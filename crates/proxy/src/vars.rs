@@ -32,6 +32,7 @@ pub(crate) enum Var {
     Args,
     RequestMethod,
     ServerPort,
+    ServerName,
     ProxyHost,
     Http(String),
     Arg(String),
@@ -138,6 +139,7 @@ impl Var {
             "args" | "query_string" => Var::Args,
             "request_method" => Var::RequestMethod,
             "server_port" => Var::ServerPort,
+            "server_name" => Var::ServerName,
             "proxy_host" => Var::ProxyHost,
             "upstream_addr" => Var::UpstreamAddr,
             "upstream_status" => Var::UpstreamStatus,
@@ -154,23 +156,16 @@ impl Var {
     fn write(&self, cx: &VarContext<'_>, out: &mut String) {
         let p = cx.parts;
         match self {
-            Var::Host => {
-                let h = p
-                    .uri
-                    .host()
-                    .map(str::to_string)
-                    .or_else(|| {
-                        p.headers
-                            .get(http::header::HOST)
-                            .and_then(|v| v.to_str().ok())
-                            .map(|h| {
-                                h.rsplit_once(':')
-                                    .map_or(h, |(a, _)| a)
-                                    .to_ascii_lowercase()
-                            })
-                    })
-                    .unwrap_or_default();
-                out.push_str(&h);
+            // nginx: the validated host, else the block's server_name.
+            Var::Host => match target(p) {
+                Some(t) if !t.host.is_empty() => out.push_str(&t.host),
+                Some(t) => out.push_str(&t.server_name),
+                None => out.push_str(&crate::router::host_of(p)),
+            },
+            Var::ServerName => {
+                if let Some(t) = target(p) {
+                    out.push_str(&t.server_name);
+                }
             }
             Var::RemoteAddr => {
                 let _ = write!(out, "{}", cx.client.ip());
@@ -191,13 +186,28 @@ impl Var {
             }
             Var::Scheme => out.push_str("http"),
             Var::RequestUri => out.push_str(p.uri.path_and_query().map_or("/", |pq| pq.as_str())),
-            Var::Uri => out.push_str(p.uri.path()),
+            // The normalised URI (decoded bytes; shown lossily if not UTF-8).
+            Var::Uri => match target(p) {
+                Some(t) => out.push_str(&String::from_utf8_lossy(t.uri.path())),
+                None => out.push_str(p.uri.path()),
+            },
             Var::Args => out.push_str(p.uri.query().unwrap_or("")),
             Var::RequestMethod => out.push_str(p.method.as_str()),
             Var::ServerPort => {
                 let _ = write!(out, "{}", cx.local.port());
             }
             Var::ProxyHost => out.push_str(cx.proxy_host),
+            // nginx 1.22 takes HTTP/2's :authority as the Host header.
+            Var::Http(name) if name == "host" && p.version == http::Version::HTTP_2 => {
+                match p.uri.authority() {
+                    Some(a) => out.push_str(a.as_str()),
+                    None => {
+                        if let Some(v) = p.headers.get(http::header::HOST) {
+                            out.push_str(v.to_str().unwrap_or(""));
+                        }
+                    }
+                }
+            }
             Var::Http(name) => {
                 let v = p
                     .headers
@@ -247,6 +257,11 @@ impl Var {
             }
         }
     }
+}
+
+/// What routing found, when the handler routed the request.
+fn target(p: &Parts) -> Option<&crate::route::Target> {
+    p.extensions.get::<crate::route::Target>()
 }
 
 fn join(

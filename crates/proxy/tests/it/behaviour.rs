@@ -7,7 +7,7 @@ use http_body_util::Full;
 use hyper::Response;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::{eventually, get, load, request, send, start_proxy, Backend};
+use crate::support::{eventually, get, load, send, start_proxy, Backend};
 
 #[tokio::test]
 async fn uri_part_of_proxy_pass_replaces_the_location_prefix() {
@@ -372,10 +372,13 @@ async fn http2_clients_are_served() {
     .await
     .expect("h2 handshake");
     tokio::spawn(conn);
-    let resp = sender
-        .send_request(request("GET", "http://x/", ""))
-        .await
-        .expect("response");
+    // :authority alone: nginx 1.22 answers 400 to an HTTP/2 request that
+    // also has a Host header (it takes :authority as one; see routing.rs).
+    let req = hyper::Request::builder()
+        .uri("http://x/")
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .expect("request");
+    let resp = sender.send_request(req).await.expect("response");
     assert_eq!(resp.status(), 200);
     assert_eq!(b.requests().len(), 1);
 }

@@ -3,6 +3,7 @@
 
 mod behaviour;
 mod bodies;
+mod routing;
 mod support;
 mod telemetry;
 mod tls;

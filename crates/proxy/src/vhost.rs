@@ -1,0 +1,329 @@
+//! Virtual hosts as nginx 1.22 picks them: the request's host (request
+//! line, `Host` header or HTTP/2 `:authority`) validated as
+//! `ngx_http_validate_host` does, and the `server_name`s of the blocks that
+//! share an address looked up as `ngx_http_find_virtual_server` does:
+//! exact names, then the longest leading wildcard (`*.example.com`,
+//! `.example.com`), then the longest trailing one (`www.example.*`), then
+//! `~regex` names in config order, else the address's default server.
+
+use std::collections::HashMap;
+
+/// The `server_name`s of the blocks on one address.
+#[derive(Debug, Default)]
+pub(crate) struct ServerNames {
+    /// Exact names (and `""`), first block wins.
+    exact: HashMap<String, usize>,
+    /// Names taken for the exact table's conflict check (nginx puts the
+    /// `example.com` of `.example.com` there too).
+    taken: HashMap<String, ()>,
+    /// `*.example.com` / `.example.com` by `example.com`; `true` when the
+    /// bare name matches too (the `.example.com` form).
+    head: HashMap<String, (usize, bool)>,
+    /// `www.example.*` by `www.example`.
+    tail: HashMap<String, usize>,
+    /// `~regex` names, in config order.
+    regex: Vec<(regex::bytes::Regex, usize)>,
+}
+
+/// A `server_name` nginx refuses to start with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct NameError(pub(crate) String);
+
+// === impl ServerNames ===
+
+impl ServerNames {
+    /// Add block `server`'s `name` (in config order; a name an earlier
+    /// block already has is ignored, as nginx warns "conflicting server
+    /// name ... ignored").
+    pub(crate) fn add(&mut self, name: &str, server: usize) -> Result<(), NameError> {
+        let invalid = || NameError(format!("server name \"{name}\" is invalid"));
+        if let Some(pattern) = name.strip_prefix('~') {
+            if pattern.is_empty() {
+                return Err(NameError(format!("empty regex in server name \"{name}\"")));
+            }
+            // nginx compiles the pattern caseless when it has an upper-case letter.
+            let caseless = pattern.bytes().any(|b| b.is_ascii_uppercase());
+            let re = regex::bytes::RegexBuilder::new(pattern)
+                .case_insensitive(caseless)
+                .unicode(false)
+                .build()
+                .or_else(|_| {
+                    regex::bytes::RegexBuilder::new(pattern)
+                        .case_insensitive(caseless)
+                        .build()
+                })
+                .map_err(|e| {
+                    NameError(format!(
+                        "server name \"{name}\": invalid regular expression: {e}"
+                    ))
+                })?;
+            self.regex.push((re, server));
+            return Ok(());
+        }
+        if name.eq_ignore_ascii_case("$hostname") {
+            return Err(NameError(
+                "server_name $hostname is not supported by vigil; write the name".into(),
+            ));
+        }
+        let bytes = name.as_bytes();
+        // ngx_http_core_server_name's own checks.
+        if (bytes.first() == Some(&b'*') && (bytes.len() < 3 || bytes[1] != b'.'))
+            || (bytes.first() == Some(&b'.') && bytes.len() < 2)
+        {
+            return Err(invalid());
+        }
+        let name = name.to_ascii_lowercase();
+        // ngx_hash_add_key(NGX_HASH_WILDCARD_KEY).
+        let wildcard = || NameError(format!("invalid server name or wildcard \"{name}\""));
+        if name.bytes().filter(|&b| b == b'*').count() > 1
+            || name.contains("..")
+            || name.contains('\0')
+        {
+            return Err(wildcard());
+        }
+        if let Some(base) = name.strip_prefix('.').filter(|_| name.len() > 1) {
+            if self.taken.contains_key(base) {
+                return Ok(());
+            }
+            self.taken.insert(base.to_string(), ());
+            self.head.entry(base.to_string()).or_insert((server, true));
+        } else if let Some(base) = name.strip_prefix("*.").filter(|_| name.len() > 2) {
+            self.head.entry(base.to_string()).or_insert((server, false));
+        } else if let Some(base) = name.strip_suffix(".*").filter(|_| name.len() > 2) {
+            self.tail.entry(base.to_string()).or_insert(server);
+        } else if name.contains('*') {
+            return Err(wildcard());
+        } else if !self.taken.contains_key(&name) {
+            self.taken.insert(name.clone(), ());
+            self.exact.insert(name, server);
+        }
+        Ok(())
+    }
+
+    /// The block whose names `host` (validated, lower-case) matches, if any.
+    pub(crate) fn find(&self, host: &str) -> Option<usize> {
+        if let Some(&s) = self.exact.get(host) {
+            return Some(s);
+        }
+        if host.is_empty() {
+            return None;
+        }
+        if let Some(s) = self.find_head(host) {
+            return Some(s);
+        }
+        // Longest "prefix.*" first: cut at each dot from the right.
+        for (i, _) in host.rmatch_indices('.') {
+            if let Some(&s) = self.tail.get(&host[..i]) {
+                return Some(s);
+            }
+        }
+        self.regex
+            .iter()
+            .find(|(re, _)| re.is_match(host.as_bytes()))
+            .map(|&(_, s)| s)
+    }
+
+    /// The longest leading wildcard: the whole host (`.example.com` form
+    /// only), then the suffix after each dot from the left.
+    fn find_head(&self, host: &str) -> Option<usize> {
+        if self.head.is_empty() {
+            return None;
+        }
+        if let Some(&(s, true)) = self.head.get(host) {
+            return Some(s);
+        }
+        host.match_indices('.')
+            .find_map(|(i, _)| self.head.get(&host[i + 1..]))
+            .map(|&(s, _)| s)
+    }
+}
+
+/// `ngx_http_validate_host`: the host lower-cased, without its port and
+/// one trailing dot; None where nginx answers 400 (`/`, a control byte or
+/// space, `..`, nothing left). `\` is allowed, as on every Unix nginx.
+pub(crate) fn validate_host(raw: &[u8]) -> Option<String> {
+    #[derive(PartialEq)]
+    enum S {
+        Usual,
+        Literal,
+        Rest,
+    }
+    let mut state = S::Usual;
+    let mut dot_pos: Option<usize> = None;
+    let mut host_len = raw.len();
+    for (i, &ch) in raw.iter().enumerate() {
+        match ch {
+            b'.' => {
+                if i > 0 && dot_pos == Some(i - 1) {
+                    return None;
+                }
+                dot_pos = Some(i);
+            }
+            b':' if state == S::Usual => {
+                host_len = i;
+                state = S::Rest;
+            }
+            b'[' if i == 0 => state = S::Literal,
+            b']' if state == S::Literal => {
+                host_len = i + 1;
+                state = S::Rest;
+            }
+            b'/' => return None,
+            c if c <= 0x20 || c == 0x7f => return None,
+            _ => {}
+        }
+    }
+    if host_len > 0 && dot_pos == Some(host_len - 1) {
+        host_len -= 1;
+    }
+    if host_len == 0 {
+        return None;
+    }
+    let host = raw.get(..host_len)?.to_ascii_lowercase();
+    Some(String::from_utf8_lossy(&host).into_owned())
+}
+
+/// The host part of an absolute-form request target's authority, where it
+/// has the grammar nginx's request-line parser accepts (`sw_host_start` to
+/// `sw_port`): letters, digits, `.` and `-`, or an IP literal in brackets,
+/// then `:` and digits. None (400) for anything else, such as `user@host`.
+pub(crate) fn request_line_host(authority: &str) -> Option<&str> {
+    let b = authority.as_bytes();
+    let end = if b.first() == Some(&b'[') {
+        let close = b.iter().position(|&c| c == b']')?;
+        let literal_ok = b[1..close]
+            .iter()
+            .all(|&c| c.is_ascii_alphanumeric() || b":-._~!$&'()*+,;=".contains(&c));
+        if !literal_ok {
+            return None;
+        }
+        close + 1
+    } else {
+        b.iter()
+            .position(|&c| !(c.is_ascii_alphanumeric() || c == b'.' || c == b'-'))
+            .unwrap_or(b.len())
+    };
+    match &b[end..] {
+        [] => {}
+        [b':', port @ ..] if port.iter().all(u8::is_ascii_digit) => {}
+        _ => return None,
+    }
+    authority.get(..end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_are_validated_as_nginx() {
+        let v = |h: &str| validate_host(h.as_bytes());
+        // Each seen on stock nginx: $host for the accepted ones, 400 for None.
+        assert_eq!(v("A.TEST.:8080").as_deref(), Some("a.test"));
+        assert_eq!(v("[::1]:8080").as_deref(), Some("[::1]"));
+        assert_eq!(v("[::1]").as_deref(), Some("[::1]"));
+        assert_eq!(v("[::1").as_deref(), Some("[::1"));
+        assert_eq!(v("a\\b").as_deref(), Some("a\\b"));
+        assert_eq!(v("a:b:c").as_deref(), Some("a"));
+        assert_eq!(
+            v("a.:8.0").as_deref(),
+            Some("a."),
+            "the trailing dot test sees the last dot"
+        );
+        assert_eq!(v("*.wild.test").as_deref(), Some("*.wild.test"));
+        assert_eq!(v("é.test").as_deref(), Some("é.test"));
+        for bad in ["a/b", "a..b", "", ".", ":80", "a b", "a\x01b", "a\x7f"] {
+            assert_eq!(v(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn request_line_hosts_have_nginx_grammar() {
+        assert_eq!(request_line_host("a.test"), Some("a.test"));
+        assert_eq!(request_line_host("A.TEST.:99"), Some("A.TEST."));
+        assert_eq!(request_line_host("a.test:"), Some("a.test"));
+        assert_eq!(request_line_host("[::1]:80"), Some("[::1]"));
+        for bad in ["a_b", "u@a.test", "a.test:8x", "[::1", "[a b]"] {
+            assert_eq!(request_line_host(bad), None, "{bad}");
+        }
+    }
+
+    fn names(list: &[(&str, usize)]) -> ServerNames {
+        let mut n = ServerNames::default();
+        for &(name, s) in list {
+            n.add(name, s).expect("valid name");
+        }
+        n
+    }
+
+    #[test]
+    fn lookup_order_is_nginx_order() {
+        let n = names(&[
+            ("a.test", 1),
+            ("*.wild.test", 2),
+            ("*.a.wild.test", 3),
+            (".dot.test", 4),
+            ("www.tail.*", 5),
+            ("www.tail.co.*", 6),
+            ("~^re[0-9]+\\.test$", 7),
+            ("~Upper", 8),
+            ("", 9),
+        ]);
+        let f = |h: &str| n.find(h);
+        assert_eq!(f("a.test"), Some(1));
+        assert_eq!(f("x.wild.test"), Some(2));
+        assert_eq!(f("y.x.wild.test"), Some(2));
+        assert_eq!(f("wild.test"), None, "*.x does not match x");
+        assert_eq!(f("q.a.wild.test"), Some(3), "the longest wildcard wins");
+        assert_eq!(f("a.wild.test"), Some(2));
+        assert_eq!(f("dot.test"), Some(4), ".x matches x");
+        assert_eq!(f("z.dot.test"), Some(4));
+        assert_eq!(f("www.tail.com"), Some(5));
+        assert_eq!(f("www.tail.co.uk"), Some(6));
+        assert_eq!(f("www.tail"), None, "x.* needs something after the dot");
+        assert_eq!(f("re12.test"), Some(7));
+        assert_eq!(f("re12.testx"), None);
+        assert_eq!(f("xxupperyy"), Some(8), "an upper-case pattern is caseless");
+        assert_eq!(f(""), Some(9));
+        assert_eq!(f("zzz"), None);
+    }
+
+    #[test]
+    fn the_first_block_with_a_name_keeps_it() {
+        let n = names(&[
+            ("a.test", 1),
+            ("A.Test", 2),
+            ("example.com", 1),
+            (".example.com", 2),
+        ]);
+        assert_eq!(n.find("a.test"), Some(1));
+        // nginx ignores ".example.com" whole when "example.com" came first.
+        assert_eq!(n.find("www.example.com"), None);
+        let n = names(&[
+            (".example.com", 1),
+            ("example.com", 2),
+            ("*.example.com", 2),
+        ]);
+        assert_eq!(n.find("example.com"), Some(1));
+        assert_eq!(n.find("www.example.com"), Some(1));
+    }
+
+    #[test]
+    fn invalid_names_are_refused_as_nginx() {
+        for bad in [
+            "*",
+            "*.",
+            "*foo",
+            ".",
+            "www.*.com",
+            "a*",
+            "a..b",
+            "**.a",
+            "~",
+        ] {
+            assert!(ServerNames::default().add(bad, 0).is_err(), "{bad}");
+        }
+        assert!(ServerNames::default().add("~(unclosed", 0).is_err());
+    }
+}
