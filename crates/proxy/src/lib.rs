@@ -5,8 +5,10 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+mod accept;
 mod attempt;
 pub mod body;
+mod conn;
 pub mod connect;
 mod handler;
 mod log;

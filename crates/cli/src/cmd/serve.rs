@@ -48,6 +48,7 @@ pub(crate) struct Args {
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     crate::cmd::init_logging();
+    crate::raise_nofile_limit();
     let (path, kind) = load::pick(args.nginx_conf.clone(), args.config.clone())?;
     let loaded = load_with_override(&path, kind, args.listen)?;
     for (name, at) in &loaded.ignored {
