@@ -3,7 +3,9 @@
 
 mod behaviour;
 mod bodies;
+mod reload;
 mod support;
 mod telemetry;
+mod timeouts;
 mod tls;
 mod twin;
