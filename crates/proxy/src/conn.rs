@@ -18,26 +18,24 @@
 //! moves earlier, and drops the connection (closing it, as nginx does:
 //! nothing is sent) when the deadline passes.
 
-use std::future::Future;
-use std::io;
-use std::pin::Pin;
+use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures_util::task::AtomicWaker;
-use http::{header, HeaderValue, Request, Response, StatusCode, Version};
-use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper::service::Service;
-use hyper_util::server::graceful::GracefulConnection;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::{Instant, Sleep};
-use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
-use vigil_core::config::ProxySettings;
+use http::Version;
+use tokio::time::Instant;
+use vigil_core::config::{Config, ProxySettings, ServerBlock};
 
-use crate::body::{BoxError, UpBody};
+mod io;
+mod service;
+mod watched;
+
+pub(crate) use io::TimedIo;
+pub(crate) use service::{aborted, close_silently, on_route, tracking};
+pub(crate) use watched::{Closed, Watched};
 
 /// The limits a connection starts with: those of its address's default server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,127 +75,11 @@ pub(crate) struct ConnState {
     waker: AtomicWaker,
 }
 
-/// A request being served; dropping it (with the response body) ends it.
-pub(crate) struct RequestGuard(Arc<ConnState>);
-
-/// The response body, ending the request when hyper drops it.
-pub(crate) struct Tracked {
-    inner: UpBody,
-    _request: RequestGuard,
-}
-
-/// The service closed the connection without a response (nginx's
-/// `ngx_http_terminate_request`, e.g. on `client_body_timeout`).
-#[derive(Debug, thiserror::Error)]
-#[error("connection closed without a response (logged as {0})")]
-pub(crate) struct Abort(StatusCode);
-
-/// The connection's IO, reporting reads and blocked writes to its [`ConnState`].
-pub(crate) struct TimedIo<T> {
-    inner: T,
-    state: Arc<ConnState>,
-}
-
-/// A hyper connection driven under its deadline and drained on `drain`.
-pub(crate) struct Watched<C> {
-    conn: Pin<Box<C>>,
-    state: Arc<ConnState>,
-    sleep: Pin<Box<Sleep>>,
-    armed: Option<Instant>,
-    drain: Pin<Box<WaitForCancellationFutureOwned>>,
-    draining: bool,
-}
-
-/// How a watched connection ended.
-#[derive(Debug)]
-pub(crate) enum Closed<E> {
-    /// hyper finished it (the client closed, or an error).
-    Done(Result<(), E>),
-    /// A deadline passed and vigil closed it.
-    TimedOut(Expiry),
-}
-
-/// Response extension: close the connection without sending this response.
-#[derive(Clone, Copy, Debug)]
-struct CloseSilently;
-
 const NONE: u64 = u64::MAX;
 const HEADER: u8 = 0;
 const BUSY: u8 = 1;
 const IDLE: u8 = 2;
 const TUNNEL: u8 = 3;
-
-/// After an HTTP/2 GOAWAY for idleness, how long the client may take to close.
-const GOAWAY_GRACE: Duration = Duration::from_secs(1);
-
-tokio::task_local! {
-    static CURRENT: Arc<ConnState>;
-}
-
-/// The request was routed to a location: its `keepalive_timeout` and
-/// `send_timeout` apply to this connection from now on. (Called by the
-/// handler; a no-op outside a connection served by [`tracking`].)
-pub(crate) fn on_route(settings: &ProxySettings) {
-    let _ = CURRENT.try_with(|c| c.set_location(settings));
-}
-
-/// A response that is never sent: the connection is closed and `status` is
-/// only what the access log shows (nginx closes silently on timeouts).
-pub(crate) fn close_silently(status: StatusCode) -> Response<UpBody> {
-    let mut r = Response::new(crate::body::empty());
-    *r.status_mut() = status;
-    r.extensions_mut().insert(CloseSilently);
-    r
-}
-
-/// Wrap `handle` into the connection's service: every request is tracked
-/// until hyper drops its response body, `keepalive_timeout 0` adds
-/// `Connection: close`, a 101 turns the timers off (the tunnel has its own).
-pub(crate) fn tracking<F, Fut>(
-    state: Arc<ConnState>,
-    handle: F,
-) -> impl Service<
-    Request<Incoming>,
-    Response = Response<Tracked>,
-    Error = Abort,
-    Future = impl Future<Output = Result<Response<Tracked>, Abort>> + Send + 'static,
-> + Clone
-where
-    F: Fn(Request<Incoming>) -> Fut + Clone + Send + 'static,
-    Fut: Future<Output = Response<UpBody>> + Send + 'static,
-{
-    hyper::service::service_fn(move |req: Request<Incoming>| {
-        let version = req.version();
-        let guard = state.request(version);
-        let served = CURRENT.scope(state.clone(), handle(req));
-        async move {
-            let resp = served.await;
-            respond(resp, guard, version)
-        }
-    })
-}
-
-fn respond(
-    mut resp: Response<UpBody>,
-    guard: RequestGuard,
-    version: Version,
-) -> Result<Response<Tracked>, Abort> {
-    if resp.extensions().get::<CloseSilently>().is_some() {
-        return Err(Abort(resp.status()));
-    }
-    let state = &guard.0;
-    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-        state.upgraded();
-    } else if version < Version::HTTP_2 && state.keepalive_ms.load(Ordering::Relaxed) == 0 {
-        // nginx's keepalive_timeout 0: no keep-alive, said in the response.
-        resp.headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    }
-    Ok(resp.map(|inner| Tracked {
-        inner,
-        _request: guard,
-    }))
-}
 
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(NONE)
@@ -279,7 +161,7 @@ impl ConnState {
     }
 
     /// A request header is complete.
-    fn request(self: &Arc<Self>, version: Version) -> RequestGuard {
+    fn request(&self, version: Version) {
         if version == Version::HTTP_2 && !self.h2.load(Ordering::Relaxed) {
             self.h2.store(true, Ordering::Relaxed);
         }
@@ -288,7 +170,6 @@ impl ConnState {
             self.phase.store(BUSY, Ordering::Relaxed);
             self.phase_deadline.store(NONE, Ordering::Relaxed);
         }
-        RequestGuard(self.clone())
     }
 
     /// A request is over (its response body dropped by hyper).
@@ -361,180 +242,6 @@ impl ConnState {
     }
 }
 
-// === impl RequestGuard ===
-
-impl Drop for RequestGuard {
-    fn drop(&mut self) {
-        self.0.finished();
-    }
-}
-
-// === impl Tracked ===
-
-impl Body for Tracked {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-// === impl TimedIo ===
-
-impl<T> TimedIo<T> {
-    pub(crate) fn new(inner: T, state: Arc<ConnState>) -> Self {
-        Self { inner, state }
-    }
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for TimedIo<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.state.on_read();
-        }
-        r
-    }
-}
-
-impl<T: AsyncWrite + Unpin> TimedIo<T> {
-    fn note(&self, r: &Poll<io::Result<usize>>) {
-        match r {
-            Poll::Pending => self.state.on_write_blocked(),
-            Poll::Ready(Ok(n)) if *n > 0 => self.state.on_written(),
-            Poll::Ready(_) => {}
-        }
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
-        self.note(&r);
-        r
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        self.note(&r);
-        r
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
-// === impl Watched ===
-
-impl<C> Watched<C>
-where
-    C: GracefulConnection,
-{
-    /// Drive `conn` under `state`'s deadline; on `drain`, finish the
-    /// request in flight (HTTP/2: the open streams) and close.
-    pub(crate) fn new(conn: C, state: Arc<ConnState>, drain: CancellationToken) -> Self {
-        let first = state.deadline();
-        let far = Instant::now() + Duration::from_secs(86400 * 365);
-        Self {
-            conn: Box::pin(conn),
-            sleep: Box::pin(tokio::time::sleep_until(first.unwrap_or(far))),
-            armed: first,
-            state,
-            drain: Box::pin(drain.cancelled_owned()),
-            draining: false,
-        }
-    }
-
-    fn go_away(&mut self) {
-        if !self.draining {
-            self.draining = true;
-            self.conn.as_mut().graceful_shutdown();
-        }
-    }
-}
-
-impl<C> Future for Watched<C>
-where
-    C: GracefulConnection,
-{
-    type Output = Closed<C::Error>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        if !this.draining && this.drain.as_mut().poll(cx).is_ready() {
-            this.go_away();
-        }
-        if let Poll::Ready(r) = this.conn.as_mut().poll(cx) {
-            return Poll::Ready(Closed::Done(r));
-        }
-        if this.state.h2.load(Ordering::Relaxed) {
-            // Streams end in their own tasks and may set the deadline.
-            this.state.waker.register(cx.waker());
-        }
-        loop {
-            let Some(deadline) = this.state.deadline() else {
-                return Poll::Pending;
-            };
-            // Re-arm only when the deadline moved earlier than the sleep;
-            // a later one is noticed when the sleep fires.
-            if this.armed.is_none_or(|a| deadline < a) {
-                this.sleep.as_mut().reset(deadline);
-                this.armed = Some(deadline);
-            }
-            if this.sleep.as_mut().poll(cx).is_pending() {
-                return Poll::Pending;
-            }
-            this.armed = None;
-            match this.state.expired(Instant::now()) {
-                None => continue,
-                Some(Expiry::Idle) if this.state.h2.load(Ordering::Relaxed) && !this.draining => {
-                    // nginx ends an idle HTTP/2 connection with a GOAWAY.
-                    this.go_away();
-                    this.state.extend(GOAWAY_GRACE);
-                    if let Poll::Ready(r) = this.conn.as_mut().poll(cx) {
-                        return Poll::Ready(Closed::Done(r));
-                    }
-                }
-                Some(why) => return Poll::Ready(Closed::TimedOut(why)),
-            }
-        }
-    }
-}
-
 // === impl Expiry ===
 
 impl std::fmt::Display for Expiry {
@@ -544,6 +251,58 @@ impl std::fmt::Display for Expiry {
             Expiry::Idle => "while idle (keepalive_timeout)",
             Expiry::Send => "while sending to the client (send_timeout)",
         })
+    }
+}
+
+/// What applies on an address before a request picks its server and
+/// location: the address's default server's limits.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DefaultServer {
+    /// The connection's first timeouts.
+    pub(crate) timeouts: Timeouts,
+    /// hyper's `max_buf_size`: the whole header within
+    /// `large_client_header_buffers` (NUMBER × SIZE).
+    pub(crate) max_buf: usize,
+}
+
+// === impl DefaultServer ===
+
+impl DefaultServer {
+    /// hyper's smallest read buffer.
+    const MIN_BUF: u64 = 8192;
+
+    /// The limits of `server` (nginx's defaults without one).
+    pub(crate) fn of(server: Option<&ServerBlock>) -> Self {
+        let client = server.map(|s| s.client.clone()).unwrap_or_default();
+        // Before a location is known: the server's first location's (which
+        // inherit the server's), else nginx's defaults.
+        let fallback = ProxySettings::default();
+        let loc = server
+            .and_then(|s| s.locations.first())
+            .map_or(&fallback, |l| &l.proxy);
+        let whole = u64::from(client.header_buffers).saturating_mul(client.header_buffer_size);
+        Self {
+            timeouts: Timeouts {
+                header: client.header_timeout,
+                keepalive: loc.client_keepalive_timeout,
+                send: loc.client_send_timeout,
+            },
+            max_buf: usize::try_from(whole.max(Self::MIN_BUF)).unwrap_or(usize::MAX),
+        }
+    }
+
+    /// Per listen address, its default server: the one marked
+    /// `default_server`, else the first that lists the address.
+    pub(crate) fn by_address(config: &Config) -> HashMap<SocketAddr, DefaultServer> {
+        let mut out = HashMap::new();
+        for s in &config.servers {
+            for l in &s.listen {
+                if l.default_server || !out.contains_key(&l.addr) {
+                    out.insert(l.addr, Self::of(Some(s)));
+                }
+            }
+        }
+        out
     }
 }
 

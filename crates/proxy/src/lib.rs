@@ -11,6 +11,7 @@ pub mod body;
 mod conn;
 pub mod connect;
 mod handler;
+mod listener;
 mod log;
 pub mod metrics;
 pub mod pool;
@@ -21,6 +22,7 @@ pub mod vars;
 pub mod worker;
 
 pub use handler::AttemptRecord;
+pub use listener::serve;
 pub use metrics::ProxyMetrics;
-pub use server::{bind, serve, Generation, Proxy};
+pub use server::{bind, Generation, Proxy};
 pub use telemetry::{RequestTracer, Telemetry, TelemetryError};

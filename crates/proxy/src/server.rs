@@ -1,27 +1,20 @@
-//! The proxy's shared state (one configuration generation behind an
-//! `ArcSwap`, swapped whole on reload) and the listeners' accept loops
-//! (backing off when accept fails, see [`crate::accept`]) with graceful
-//! shutdown; each connection runs under its deadline ([`crate::conn`]).
+//! The proxy's shared state: one configuration generation behind an
+//! `ArcSwap`, swapped whole on reload.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
-use vigil_core::config::{Config, ProxySettings, ServerBlock};
+use vigil_core::config::Config;
 use vigil_core::event::EventBus;
 use vigil_core::registry::Registry;
 use vigil_core::Clock;
 
-use crate::accept::AcceptBackoff;
-use crate::conn::{self, Closed, ConnState, TimedIo, Timeouts, Watched};
+use crate::conn::DefaultServer;
 use crate::metrics::{GenerationStats, ProxyMetrics};
 use crate::pool::Pool;
 use crate::route::{RouteError, Routes};
@@ -37,7 +30,7 @@ pub struct Generation {
     pub routes: Routes,
     pools: HashMap<String, Arc<Pool>>,
     /// Per listen address, the limits of its default server.
-    listeners: HashMap<SocketAddr, ListenerDefaults>,
+    listeners: HashMap<SocketAddr, DefaultServer>,
     /// Its counters, once the proxy has metrics.
     stats: OnceLock<Arc<GenerationStats>>,
 }
@@ -86,13 +79,21 @@ impl Generation {
             .collect();
         let routes = Routes::build(&config, &registry, &pools)?;
         Ok(Self {
-            listeners: ListenerDefaults::by_address(&config),
+            listeners: DefaultServer::by_address(&config),
             config,
             registry,
             routes,
             pools,
             stats: OnceLock::new(),
         })
+    }
+
+    /// The limits in force on `addr` before a request is routed.
+    pub(crate) fn default_server(&self, addr: SocketAddr) -> DefaultServer {
+        self.listeners
+            .get(&addr)
+            .copied()
+            .unwrap_or_else(|| DefaultServer::of(None))
     }
 
     /// Its counters (None when the proxy has no metrics).
@@ -191,183 +192,6 @@ impl Proxy {
         self.current.store(Arc::new(next));
         self.reloads.fetch_add(1, Ordering::Relaxed);
         Ok(generation)
-    }
-}
-
-/// Accept on `listener` until `shutdown`, then let open connections finish
-/// for at most `grace`.
-pub async fn serve(
-    proxy: Arc<Proxy>,
-    listener: TcpListener,
-    shutdown: CancellationToken,
-    grace: Duration,
-) {
-    let addr = match listener.local_addr() {
-        Ok(a) => a,
-        Err(e) => {
-            tracing::error!(error = %e, "listener has no address");
-            return;
-        }
-    };
-    serve_on(proxy, listener, addr, shutdown.clone(), shutdown, grace).await;
-}
-
-/// Accept on `listener` (the configured address `addr`) until `stop`; then
-/// let its connections finish their requests and close: without limit while
-/// the proxy runs (a listener removed by a reload), within `grace` once
-/// `shutdown` fires.
-pub(crate) async fn serve_on(
-    proxy: Arc<Proxy>,
-    listener: TcpListener,
-    addr: SocketAddr,
-    stop: CancellationToken,
-    shutdown: CancellationToken,
-    grace: Duration,
-) {
-    // Each connection holds a sender: recv() returns None once all closed.
-    let (open, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);
-    let mut backoff = AcceptBackoff::new();
-    let mut site = Site::of(&proxy.current(), addr);
-    loop {
-        let accepted = tokio::select! {
-            biased;
-            _ = stop.cancelled() => break,
-            a = listener.accept() => a,
-        };
-        let (stream, client) = match accepted {
-            Ok(a) => a,
-            Err(e) => {
-                let r = backoff.on_error(&e, tokio::time::Instant::now());
-                if let Some(suppressed) = r.log {
-                    tracing::error!(%addr, error = %e, suppressed, retry_in = ?r.wait, "accept failed");
-                } else if r.wait.is_zero() {
-                    tracing::debug!(%addr, error = %e, "accept failed");
-                }
-                if !r.wait.is_zero() {
-                    tokio::select! {
-                        _ = stop.cancelled() => break,
-                        _ = tokio::time::sleep(r.wait) => {}
-                    }
-                }
-                continue;
-            }
-        };
-        if let Some(suppressed) = backoff.on_accept(tokio::time::Instant::now()) {
-            tracing::warn!(%addr, suppressed, "accepting again");
-        }
-        site.refresh(&proxy, addr);
-        let _ = stream.set_nodelay(true);
-        let state = ConnState::new(site.timeouts);
-        let io = TokioIo::new(TimedIo::new(stream, state.clone()));
-        let p = proxy.clone();
-        let svc = conn::tracking(state.clone(), move |req| {
-            crate::handler::handle(p.clone(), addr, client, req)
-        });
-        let conn = site
-            .builder
-            .serve_connection_with_upgrades(io, svc)
-            .into_owned();
-        let watched = Watched::new(conn, state, stop.clone());
-        let open = open.clone();
-        tokio::spawn(async move {
-            match watched.await {
-                Closed::TimedOut(why) => tracing::debug!(%client, "client timed out {why}"),
-                Closed::Done(Err(e)) => {
-                    tracing::debug!(%client, error = %e, "client connection ended")
-                }
-                Closed::Done(Ok(())) => {}
-            }
-            drop(open);
-        });
-    }
-    drop(listener);
-    drop(open);
-    tokio::select! {
-        _ = all_closed.recv() => {}
-        _ = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
-            tracing::warn!(%addr, "grace period over; closing remaining connections");
-        }
-    }
-}
-
-/// How connections on one address are served under one generation: its
-/// default server's header limits (nginx applies them before the Host is known).
-struct Site {
-    generation: u64,
-    builder: auto::Builder<TokioExecutor>,
-    timeouts: Timeouts,
-}
-
-impl Site {
-    fn of(generation: &Generation, addr: SocketAddr) -> Self {
-        let d = generation
-            .listeners
-            .get(&addr)
-            .copied()
-            .unwrap_or_else(|| ListenerDefaults::of(None));
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        // The whole header within large_client_header_buffers (NUMBER × SIZE);
-        // hyper refuses a smaller buffer than 8 KiB. No header_read_timeout:
-        // the connection's deadline (crate::conn) covers the header, from accept.
-        builder.http1().max_buf_size(d.max_buf);
-        Self {
-            generation: generation.registry.generation(),
-            builder,
-            timeouts: d.timeouts,
-        }
-    }
-
-    /// Follow a reload.
-    fn refresh(&mut self, proxy: &Proxy, addr: SocketAddr) {
-        let g = proxy.current.load();
-        if g.registry.generation() != self.generation {
-            *self = Site::of(&g, addr);
-        }
-    }
-}
-
-/// The default server's settings for one address.
-#[derive(Clone, Copy, Debug)]
-struct ListenerDefaults {
-    timeouts: Timeouts,
-    max_buf: usize,
-}
-
-impl ListenerDefaults {
-    /// hyper's smallest read buffer.
-    const MIN_BUF: u64 = 8192;
-
-    fn of(server: Option<&ServerBlock>) -> Self {
-        let client = server.map(|s| s.client.clone()).unwrap_or_default();
-        // Before a location is known: the server's first location's (which
-        // inherit the server's), else nginx's defaults.
-        let fallback = ProxySettings::default();
-        let loc = server
-            .and_then(|s| s.locations.first())
-            .map_or(&fallback, |l| &l.proxy);
-        let whole = u64::from(client.header_buffers).saturating_mul(client.header_buffer_size);
-        Self {
-            timeouts: Timeouts {
-                header: client.header_timeout,
-                keepalive: loc.client_keepalive_timeout,
-                send: loc.client_send_timeout,
-            },
-            max_buf: usize::try_from(whole.max(Self::MIN_BUF)).unwrap_or(usize::MAX),
-        }
-    }
-
-    /// Per listen address, its default server: the one marked
-    /// `default_server`, else the first that lists the address.
-    fn by_address(config: &Config) -> HashMap<SocketAddr, ListenerDefaults> {
-        let mut out = HashMap::new();
-        for s in &config.servers {
-            for l in &s.listen {
-                if l.default_server || !out.contains_key(&l.addr) {
-                    out.insert(l.addr, Self::of(Some(s)));
-                }
-            }
-        }
-        out
     }
 }
 

@@ -21,8 +21,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use vigil_core::config::{Config, Listen};
 
+use crate::listener::serve_on;
 use crate::route::RouteError;
-use crate::server::{serve_on, Proxy};
+use crate::server::Proxy;
 
 thread_local! {
     static WORKER: Cell<usize> = const { Cell::new(0) };

@@ -9,8 +9,20 @@ use hyper_util::server::conn::auto;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use tokio::task::JoinHandle;
 
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Request, Response, StatusCode};
+use hyper::body::{Frame, Incoming};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use vigil_core::config::ProxySettings;
+
 use super::*;
-use crate::body;
+use crate::body::{self, BoxError, UpBody};
 
 const T: Timeouts = Timeouts {
     header: Duration::from_secs(60),
