@@ -35,7 +35,7 @@ mod watched;
 
 pub(crate) use io::TimedIo;
 pub(crate) use service::{aborted, close_silently, on_route, tracking};
-pub(crate) use watched::{Closed, Watched};
+pub(crate) use watched::{Closed, Drain, Watched};
 
 /// The limits a connection starts with: those of its address's default server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -202,37 +202,42 @@ impl ConnState {
         self.write_deadline.store(NONE, Ordering::Relaxed);
     }
 
-    /// When the connection must be closed, if nothing changes.
-    fn deadline(&self) -> Option<Instant> {
-        if self.phase.load(Ordering::Relaxed) == TUNNEL {
-            return None;
-        }
-        match self.write_deadline.load(Ordering::Relaxed) {
-            NONE => self.at(self.phase_deadline.load(Ordering::Relaxed)),
-            w => self.at(w),
-        }
-    }
-
-    /// Which deadline has passed at `now`, if one has.
-    fn expired(&self, now: Instant) -> Option<Expiry> {
+    /// The deadline in force (milliseconds since accept) and what it
+    /// guards: the write in progress, else the phase's. One rule for both
+    /// [`ConnState::deadline`] and [`ConnState::expired`], so that a
+    /// deadline that has passed is always an expiry.
+    fn due(&self) -> Option<(u64, Expiry)> {
         let phase = self.phase.load(Ordering::Relaxed);
         if phase == TUNNEL {
             return None;
         }
-        let now = ms(now.saturating_duration_since(self.origin));
         match self.write_deadline.load(Ordering::Relaxed) {
             NONE => {}
-            w => return (now >= w).then_some(Expiry::Send),
+            w => return Some((w, Expiry::Send)),
         }
         let p = self.phase_deadline.load(Ordering::Relaxed);
-        if p == NONE || now < p {
+        if p == NONE {
             return None;
         }
         match phase {
-            HEADER => Some(Expiry::Header),
-            IDLE if self.in_flight.load(Ordering::Acquire) == 0 => Some(Expiry::Idle),
+            HEADER => Some((p, Expiry::Header)),
+            // A stream that started as the last one ended (HTTP/2, another
+            // thread) keeps the connection busy.
+            IDLE if self.in_flight.load(Ordering::Acquire) == 0 => Some((p, Expiry::Idle)),
             _ => None,
         }
+    }
+
+    /// When the connection must be closed, if nothing changes.
+    fn deadline(&self) -> Option<Instant> {
+        self.due().and_then(|(d, _)| self.at(d))
+    }
+
+    /// Which deadline has passed at `now`, if one has.
+    fn expired(&self, now: Instant) -> Option<Expiry> {
+        let (d, why) = self.due()?;
+        let now = ms(now.saturating_duration_since(self.origin));
+        (now >= d).then_some(why)
     }
 
     /// Give a connection that was told to go away `grace` to do so.

@@ -13,7 +13,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::accept::AcceptBackoff;
-use crate::conn::{self, Closed, ConnState, TimedIo, Timeouts, Watched};
+use crate::conn::{self, Closed, ConnState, Drain, TimedIo, Timeouts, Watched};
 use crate::server::{Generation, Proxy};
 
 /// Accept on `listener` until `shutdown`, then let open connections finish
@@ -48,6 +48,7 @@ pub(crate) async fn serve_on(
 ) {
     // Each connection holds a sender: recv() returns None once all closed.
     let (open, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);
+    let drain = Arc::new(Drain::default());
     let mut backoff = AcceptBackoff::new();
     let mut site = Site::of(&proxy.current(), addr);
     let stopped = stop.cancelled();
@@ -91,7 +92,7 @@ pub(crate) async fn serve_on(
             .builder
             .serve_connection_with_upgrades(io, svc)
             .into_owned();
-        let watched = Watched::new(conn, state, stop.clone());
+        let watched = Watched::new(conn, state, drain.clone());
         let open = open.clone();
         tokio::spawn(async move {
             match watched.await {
@@ -106,6 +107,7 @@ pub(crate) async fn serve_on(
         });
     }
     drop(listener);
+    drain.start();
     drop(open);
     tokio::select! {
         _ = all_closed.recv() => {}

@@ -18,7 +18,6 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Request, Response, StatusCode};
 use hyper::body::{Frame, Incoming};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use vigil_core::config::ProxySettings;
 
 use super::*;
@@ -34,8 +33,8 @@ const T: Timeouts = Timeouts {
 /// deadline), and when.
 type Ended = JoinHandle<(Option<Expiry>, Instant)>;
 
-/// Serve one connection; the client end, the server's outcome, the drain token.
-fn serve<F, Fut>(t: Timeouts, pipe: usize, handle: F) -> (DuplexStream, Ended, CancellationToken)
+/// Serve one connection; the client end, the server's outcome, its drain signal.
+fn serve<F, Fut>(t: Timeouts, pipe: usize, handle: F) -> (DuplexStream, Ended, Arc<Drain>)
 where
     F: Fn(Request<Incoming>) -> Fut + Clone + Send + 'static,
     Fut: Future<Output = Response<UpBody>> + Send + 'static,
@@ -47,7 +46,7 @@ where
     let conn = auto::Builder::new(TokioExecutor::new())
         .serve_connection_with_upgrades(io, svc)
         .into_owned();
-    let drain = CancellationToken::new();
+    let drain = Arc::new(Drain::default());
     let watched = Watched::new(conn, state, drain.clone());
     let ended = tokio::spawn(async move {
         let why = match watched.await {
@@ -303,7 +302,7 @@ async fn draining_finishes_the_request_in_flight_then_closes() {
     let (mut c, ended, drain) = serve(T, 4096, slow);
     c.write_all(GET).await.expect("write");
     tokio::time::sleep(Duration::from_secs(1)).await;
-    drain.cancel();
+    drain.start();
     let r = response(&mut c).await;
     assert!(r.ends_with("done"), "{r}");
     let mut rest = Vec::new();
@@ -320,7 +319,7 @@ async fn draining_closes_an_idle_connection_at_once() {
     c.write_all(GET).await.expect("write");
     response(&mut c).await;
     let t0 = Instant::now();
-    drain.cancel();
+    drain.start();
     closed_silently(&mut c).await;
     assert_eq!(end(ended).await.0, None);
     assert_eq!(t0.elapsed(), Duration::ZERO);
@@ -413,4 +412,23 @@ async fn http2_without_a_request_is_closed_at_client_header_timeout() {
     let _sender = h2_client(c).await;
     assert_eq!(end(ended).await.0, Some(Expiry::Header));
     assert_eq!(start.elapsed(), T.header);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_phase_with_a_stream_in_flight_has_no_deadline() {
+    // What two HTTP/2 stream tasks on two threads can leave behind: the last
+    // stream ended (idle, deadline set) while a new one started.
+    let s = ConnState::new(T);
+    s.request(http::Version::HTTP_2);
+    s.phase.store(IDLE, Ordering::Relaxed);
+    s.phase_deadline.store(0, Ordering::Relaxed);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(
+        s.deadline(),
+        None,
+        "a past deadline would make the watcher spin"
+    );
+    assert_eq!(s.expired(Instant::now()), None);
+    s.finished();
+    assert_eq!(s.expired(Instant::now() + T.keepalive), Some(Expiry::Idle));
 }

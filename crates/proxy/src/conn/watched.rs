@@ -5,14 +5,15 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper_util::server::graceful::GracefulConnection;
+use tokio::sync::futures::OwnedNotified;
+use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
-use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::{ConnState, Expiry};
 
@@ -22,8 +23,20 @@ pub(crate) struct Watched<C> {
     state: Arc<ConnState>,
     sleep: Pin<Box<Sleep>>,
     armed: Option<Instant>,
-    drain: Pin<Box<WaitForCancellationFutureOwned>>,
+    drain: Arc<Drain>,
+    /// Registered once, on the first poll; kept so the task stays registered.
+    drain_wake: Pin<Box<OwnedNotified>>,
+    registered: bool,
     draining: bool,
+}
+
+/// Tells every connection of a listener to finish its requests and close.
+/// A flag read on each poll (an atomic load) and one registration per
+/// connection, not a lock per poll.
+#[derive(Debug, Default)]
+pub(crate) struct Drain {
+    on: AtomicBool,
+    notify: Arc<Notify>,
 }
 
 /// How a watched connection ended.
@@ -38,6 +51,16 @@ pub(crate) enum Closed<E> {
 /// After an HTTP/2 GOAWAY for idleness, how long the client may take to close.
 const GOAWAY_GRACE: Duration = Duration::from_secs(1);
 
+// === impl Drain ===
+
+impl Drain {
+    /// Drain now.
+    pub(crate) fn start(&self) {
+        self.on.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+}
+
 // === impl Watched ===
 
 impl<C> Watched<C>
@@ -46,7 +69,7 @@ where
 {
     /// Drive `conn` under `state`'s deadline; on `drain`, finish the
     /// request in flight (HTTP/2: the open streams) and close.
-    pub(crate) fn new(conn: C, state: Arc<ConnState>, drain: CancellationToken) -> Self {
+    pub(crate) fn new(conn: C, state: Arc<ConnState>, drain: Arc<Drain>) -> Self {
         let first = state.deadline();
         let far = Instant::now() + Duration::from_secs(86400 * 365);
         Self {
@@ -54,7 +77,9 @@ where
             sleep: Box::pin(tokio::time::sleep_until(first.unwrap_or(far))),
             armed: first,
             state,
-            drain: Box::pin(drain.cancelled_owned()),
+            drain_wake: Box::pin(drain.notify.clone().notified_owned()),
+            drain,
+            registered: false,
             draining: false,
         }
     }
@@ -75,7 +100,12 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        if !this.draining && this.drain.as_mut().poll(cx).is_ready() {
+        if !this.registered {
+            // The task's waker does not change: one registration is enough.
+            this.registered = true;
+            let _ = this.drain_wake.as_mut().poll(cx);
+        }
+        if !this.draining && this.drain.on.load(Ordering::Acquire) {
             this.go_away();
         }
         if let Poll::Ready(r) = this.conn.as_mut().poll(cx) {
