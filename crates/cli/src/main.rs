@@ -72,6 +72,32 @@ fn main() -> ExitCode {
     }
 }
 
+/// Raise the open-file limit (`RLIMIT_NOFILE`) to the hard limit, as
+/// nginx's `worker_rlimit_nofile` does, so that client connections exhaust
+/// descriptors as late as possible; logs the figure. Call after logging is set up.
+pub(crate) fn raise_nofile_limit() {
+    let before = match rlimit::Resource::NOFILE.get() {
+        Ok((soft, _)) => soft,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the open-file limit (RLIMIT_NOFILE)");
+            return;
+        }
+    };
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(now) if now > before => {
+            tracing::info!(
+                from = before,
+                to = now,
+                "open-file limit (RLIMIT_NOFILE) raised to the hard limit"
+            )
+        }
+        Ok(now) => tracing::info!(limit = now, "open-file limit (RLIMIT_NOFILE)"),
+        Err(e) => {
+            tracing::warn!(limit = before, error = %e, "cannot raise the open-file limit (RLIMIT_NOFILE)")
+        }
+    }
+}
+
 /// `vigil status | head` closing the pipe early is not an error.
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {

@@ -36,7 +36,7 @@ pub(crate) struct Stack {
     pub(crate) admin: Option<Admin>,
     pub(crate) admin_addr: Option<SocketAddr>,
     pub(crate) shutdown: CancellationToken,
-    workers: Vec<std::thread::JoinHandle<()>>,
+    workers: vigil_proxy::worker::Workers,
     telemetry: Option<Telemetry>,
 }
 
@@ -45,7 +45,7 @@ pub(crate) async fn start(config: Config, opts: Options) -> anyhow::Result<Stack
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let events = Arc::new(EventBus::default());
     events.subscribe(|e| tracing::warn!(upstream = %e.upstream, peer = %e.peer, event = e.kind.name(), "{}", e.kind));
-    let listens = vigil_proxy::route::Routes::listeners(&config);
+    let listens = vigil_proxy::worker::listens(&config);
     if listens.is_empty() {
         anyhow::bail!("no server block with a listen address");
     }
@@ -132,9 +132,10 @@ pub(crate) async fn start(config: Config, opts: Options) -> anyhow::Result<Stack
 }
 
 impl Stack {
-    /// Swap in a new configuration; probes follow.
+    /// Swap in a new configuration, listen addresses included; probes
+    /// follow. On an error nothing changed.
     pub(crate) fn reload(&self, config: Config) -> Result<u64, String> {
-        let generation = self.proxy.reload(config).map_err(|e| e.to_string())?;
+        let generation = self.workers.reload(config).map_err(|e| e.to_string())?;
         let current = self.proxy.current();
         let tls = vigil_checker::TlsPolicy::from_config(&current.config);
         match self.checker.update_with_tls(current.registry.clone(), tls) {
@@ -157,9 +158,8 @@ impl Stack {
         tracing::info!("shutting down");
         self.shutdown.cancel();
         self.checker.shutdown();
-        for w in self.workers {
-            let _ = tokio::task::spawn_blocking(move || w.join()).await;
-        }
+        let workers = self.workers;
+        let _ = tokio::task::spawn_blocking(move || workers.join()).await;
         if let Some(t) = self.telemetry {
             if let Err(e) = t.shutdown().await {
                 tracing::warn!(error = %e, "OpenTelemetry export did not flush");

@@ -1,9 +1,11 @@
 //! Bodies: the request body as buffered for replay (memory, then a temp
-//! file, bounded by `client_max_body_size`), and the upstream response body
+//! file, bounded by `client_max_body_size`) or streamed ([`ClientBody`]),
+//! both with `client_body_timeout` between two reads, and the upstream response body
 //! streamed to the client with `proxy_read_timeout` between two reads,
 //! which releases the peer and returns the connection to the pool at the end.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
@@ -51,22 +53,56 @@ pub enum BodyError {
     /// The spool file could not be written.
     #[error("spooling the request body failed: {0}")]
     Spool(#[source] std::io::Error),
+    /// The client sent nothing for `client_body_timeout`.
+    #[error("client sent no request body bytes for {0:?} (client_body_timeout)")]
+    Timeout(Duration),
+}
+
+/// A streamed request body (`proxy_request_buffering off`) with
+/// `client_body_timeout` between two reads; see [`ClientBody::timed_out`].
+pub(crate) struct ClientBody {
+    inner: Incoming,
+    idle: Idle,
+    timed_out: Arc<AtomicBool>,
+}
+
+/// `client_body_timeout`: one sleep, re-armed only when it fires while
+/// bytes came in meanwhile.
+struct Idle {
+    timeout: Duration,
+    last: tokio::time::Instant,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 /// Bodies up to this size stay in memory (nginx's `client_body_buffer_size`
 /// is 8–16 KiB; vigil keeps more in memory and spools the rest).
 pub const MEMORY_LIMIT: usize = 64 * 1024;
 
-/// Read the whole body, spooling to `spool_dir` past [`MEMORY_LIMIT`].
+/// Read the whole body, spooling to `spool_dir` past [`MEMORY_LIMIT`], with
+/// at most `timeout` (`client_body_timeout`) between two reads.
 pub async fn buffer(
     mut body: Incoming,
     max: u64,
     spool_dir: &std::path::Path,
+    timeout: Duration,
 ) -> Result<Buffered, BodyError> {
     let mut mem = BytesMut::new();
     let mut file: Option<(tokio::fs::File, tempfile::TempPath)> = None;
     let mut total: u64 = 0;
-    while let Some(frame) = body.frame().await {
+    let mut idle = Idle::new(timeout);
+    loop {
+        let next = std::future::poll_fn(|cx| {
+            if let Poll::Ready(f) = Pin::new(&mut body).poll_frame(cx) {
+                return Poll::Ready(Ok(f));
+            }
+            idle.poll_expired(cx)
+                .map(|()| Err(BodyError::Timeout(timeout)))
+        })
+        .await?;
+        let Some(frame) = next else {
+            break;
+        };
+        idle.progress();
         let frame = frame.map_err(BodyError::Client)?;
         let Ok(data) = frame.into_data() else {
             continue;
@@ -134,6 +170,89 @@ impl Buffered {
                 StreamBody::new(mapped).boxed()
             }
         })
+    }
+}
+
+// === impl ClientBody ===
+
+impl ClientBody {
+    /// Stream `inner` with `timeout` between two reads.
+    pub(crate) fn new(inner: Incoming, timeout: Duration) -> Self {
+        Self {
+            inner,
+            idle: Idle::new(timeout),
+            timed_out: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Set once the body failed for `client_body_timeout` (the attempt's
+    /// failure is then the client's, not the peer's).
+    pub(crate) fn timed_out(&self) -> Arc<AtomicBool> {
+        self.timed_out.clone()
+    }
+}
+
+impl Body for ClientBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(f) => {
+                this.idle.progress();
+                Poll::Ready(f.map(|r| r.map_err(BoxError::from)))
+            }
+            Poll::Pending => {
+                ready!(this.idle.poll_expired(cx));
+                this.timed_out.store(true, Ordering::Release);
+                Poll::Ready(Some(Err(Box::new(BodyError::Timeout(this.idle.timeout)))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+// === impl Idle ===
+
+impl Idle {
+    fn new(timeout: Duration) -> Self {
+        Self {
+            timeout,
+            last: tokio::time::Instant::now(),
+            sleep: None,
+        }
+    }
+
+    fn progress(&mut self) {
+        self.last = tokio::time::Instant::now();
+    }
+
+    /// Ready once `timeout` passed since the last [`Idle::progress`].
+    fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(due) = self.last.checked_add(self.timeout) else {
+            return Poll::Pending;
+        };
+        let sleep = self
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+        loop {
+            ready!(sleep.as_mut().poll(cx));
+            if tokio::time::Instant::now() >= due {
+                return Poll::Ready(());
+            }
+            sleep.as_mut().reset(due);
+        }
     }
 }
 

@@ -15,7 +15,7 @@ use hyper::{Request, Response};
 use vigil_core::{FailureVerdict, RequestFacts, SelectKey, StatusVerdict};
 
 use crate::attempt;
-use crate::body::{self, BodyError, Buffered, Streamed, UpBody};
+use crate::body::{self, BodyError, Buffered, ClientBody, Streamed, UpBody};
 use crate::metrics::Outcome;
 use crate::route::{Refusal, Route};
 use crate::server::Proxy;
@@ -38,7 +38,7 @@ pub struct AttemptRecord {
 
 enum ReqBody {
     Buffered(Buffered),
-    Stream(Option<Incoming>),
+    Stream(Option<ClientBody>),
 }
 
 /// Serve one request.
@@ -61,6 +61,7 @@ pub(crate) async fn handle(
         }
         Err(refusal) => return refused(refusal, req.headers()),
     };
+    crate::conn::on_route(&route.location.proxy);
     let stats = generation
         .stats()
         .and_then(|g| g.upstream(route.upstream.name()))
@@ -136,12 +137,26 @@ async fn proxy_request(
     }
     let has_body =
         declared.is_some_and(|n| n > 0) || parts.headers.contains_key(header::TRANSFER_ENCODING);
+    let body_timed_out = |parts: &Parts| {
+        let page = crate::conn::close_silently(StatusCode::REQUEST_TIMEOUT);
+        finish(route, parts, client, local, &[], start, page)
+    };
+    let mut client_timed_out = None;
     let mut body = if !has_body {
         ReqBody::Buffered(Buffered::Empty)
     } else if settings.request_buffering {
-        match body::buffer(incoming, max, proxy.spool_dir()).await {
+        match body::buffer(
+            incoming,
+            max,
+            proxy.spool_dir(),
+            settings.client_body_timeout,
+        )
+        .await
+        {
             Ok(b) => ReqBody::Buffered(b),
             Err(BodyError::TooLarge(_)) => return too_large(&parts),
+            // nginx closes without a response and logs 408.
+            Err(BodyError::Timeout(_)) => return body_timed_out(&parts),
             Err(BodyError::Client(_)) => return error_page(StatusCode::BAD_REQUEST),
             Err(BodyError::Spool(e)) => {
                 tracing::error!(error = %e, "cannot spool request body");
@@ -149,7 +164,9 @@ async fn proxy_request(
             }
         }
     } else {
-        ReqBody::Stream(Some(incoming))
+        let streamed = ClientBody::new(incoming, settings.client_body_timeout);
+        client_timed_out = Some(streamed.timed_out());
+        ReqBody::Stream(Some(streamed))
     };
     let facts = RequestFacts {
         non_idempotent: matches!(parts.method, Method::POST | Method::PATCH)
@@ -221,9 +238,7 @@ async fn proxy_request(
                 let b = match replay {
                     Some(b) => b,
                     None => match &mut body {
-                        ReqBody::Stream(s) => s
-                            .take()
-                            .map_or_else(body::empty, |i| i.map_err(Into::into).boxed()),
+                        ReqBody::Stream(s) => s.take().map_or_else(body::empty, |i| i.boxed()),
                         ReqBody::Buffered(_) => body::empty(),
                     },
                 };
@@ -307,6 +322,13 @@ async fn proxy_request(
                 }
             }
             Err(failed) => {
+                if client_timed_out
+                    .as_ref()
+                    .is_some_and(|t| t.load(std::sync::atomic::Ordering::Acquire))
+                {
+                    // The client's fault: the peer is freed uncharged (drop).
+                    return body_timed_out(&parts);
+                }
                 tracing::warn!(upstream = %upstream.name(), peer = %peer.name(), class = %failed.failure.class, "{}", failed.detail);
                 let took = t0.elapsed();
                 let class = failed.failure.class;

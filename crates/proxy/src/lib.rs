@@ -5,10 +5,13 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+mod accept;
 mod attempt;
 pub mod body;
+mod conn;
 pub mod connect;
 mod handler;
+mod listener;
 mod location;
 mod log;
 pub mod metrics;
@@ -23,6 +26,7 @@ mod vhost;
 pub mod worker;
 
 pub use handler::AttemptRecord;
+pub use listener::serve;
 pub use metrics::ProxyMetrics;
-pub use server::{bind, serve, Generation, Proxy};
+pub use server::{bind, Generation, Proxy};
 pub use telemetry::{RequestTracer, Telemetry, TelemetryError};

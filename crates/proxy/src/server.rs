@@ -1,26 +1,20 @@
-//! The proxy's shared state (one configuration generation behind an
-//! `ArcSwap`, swapped whole on reload) and the listeners' accept loops with
-//! graceful shutdown.
+//! The proxy's shared state: one configuration generation behind an
+//! `ArcSwap`, swapped whole on reload.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
 use vigil_core::config::Config;
 use vigil_core::event::EventBus;
 use vigil_core::registry::Registry;
 use vigil_core::Clock;
 
+use crate::conn::DefaultServer;
 use crate::metrics::{GenerationStats, ProxyMetrics};
 use crate::pool::Pool;
 use crate::route::{RouteError, Routes};
@@ -35,6 +29,8 @@ pub struct Generation {
     /// Its routes.
     pub routes: Routes,
     pools: HashMap<String, Arc<Pool>>,
+    /// Per listen address, the limits of its default server.
+    listeners: HashMap<SocketAddr, DefaultServer>,
     /// Its counters, once the proxy has metrics.
     stats: OnceLock<Arc<GenerationStats>>,
 }
@@ -83,12 +79,21 @@ impl Generation {
             .collect();
         let routes = Routes::build(&config, &registry, &pools)?;
         Ok(Self {
+            listeners: DefaultServer::by_address(&config),
             config,
             registry,
             routes,
             pools,
             stats: OnceLock::new(),
         })
+    }
+
+    /// The limits in force on `addr` before a request is routed.
+    pub(crate) fn default_server(&self, addr: SocketAddr) -> DefaultServer {
+        self.listeners
+            .get(&addr)
+            .copied()
+            .unwrap_or_else(|| DefaultServer::of(None))
     }
 
     /// Its counters (None when the proxy has no metrics).
@@ -187,65 +192,6 @@ impl Proxy {
         self.current.store(Arc::new(next));
         self.reloads.fetch_add(1, Ordering::Relaxed);
         Ok(generation)
-    }
-}
-
-/// Accept on `listener` until `shutdown`, then let open connections finish
-/// for at most `grace`.
-pub async fn serve(
-    proxy: Arc<Proxy>,
-    listener: TcpListener,
-    shutdown: CancellationToken,
-    grace: Duration,
-) {
-    let local = match listener.local_addr() {
-        Ok(a) => a,
-        Err(e) => {
-            tracing::error!(error = %e, "listener has no address");
-            return;
-        }
-    };
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    // nginx's client_header_timeout (60s): a client that opens a connection
-    // and sends no complete header is cut off.
-    builder
-        .http1()
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(60));
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, client) = match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        // EMFILE and friends: back off instead of spinning.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let _ = stream.set_nodelay(true);
-                let proxy = proxy.clone();
-                let svc = service_fn(move |req| {
-                    let proxy = proxy.clone();
-                    async move { Ok::<_, Infallible>(crate::handler::handle(proxy, local, client, req).await) }
-                });
-                let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned();
-                let watched = graceful.watch(conn);
-                tokio::spawn(async move {
-                    let _ = watched.await;
-                });
-            }
-            _ = shutdown.cancelled() => break,
-        }
-    }
-    drop(listener);
-    tokio::select! {
-        _ = graceful.shutdown() => {}
-        _ = tokio::time::sleep(grace) => {
-            tracing::warn!(%local, "grace period over; closing remaining connections");
-        }
     }
 }
 

@@ -50,6 +50,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     crate::cmd::init_logging();
     let (path, kind) = load::pick(args.nginx_conf.clone(), args.config.clone())?;
     let loaded = load_with_override(&path, kind, args.listen)?;
+    // Before any listener or connection takes a descriptor.
+    crate::raise_nofile_limit();
     for (name, at) in &loaded.ignored {
         tracing::info!(directive = %name, at = %at, "directive has no meaning for vigil and is ignored");
     }

@@ -62,7 +62,8 @@ fn the_demo_shows_a_backend_excluded_and_readmitted() {
     let demo = Demo(child);
     let mut admin = None;
     let mut flaky = None;
-    for line in BufReader::new(stdout).lines() {
+    let mut lines = BufReader::new(stdout).lines();
+    for line in lines.by_ref() {
         let line = line.expect("line");
         if let Some(rest) = line.trim().strip_prefix("admin:") {
             admin = rest
@@ -79,6 +80,9 @@ fn the_demo_shows_a_backend_excluded_and_readmitted() {
             break;
         }
     }
+    // Keep reading: the banner goes on after "try:", and a closed pipe
+    // ends the demo (a broken pipe is a normal exit for vigil).
+    std::thread::spawn(move || lines.for_each(drop));
     let (admin, flaky) = (
         admin.expect("admin address printed"),
         flaky.expect("flaky backend printed"),

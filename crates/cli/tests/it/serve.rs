@@ -125,3 +125,151 @@ fn sighup_reloads_and_sigterm_stops() {
     };
     assert!(status.success(), "{status}");
 }
+
+/// A running `vigil serve` whose stderr is collected.
+struct Serving {
+    child: std::process::Child,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Serving {
+    /// `vigil serve` on `path`, through `sh -c` so a test can set limits first.
+    fn start(prefix: &str, path: &std::path::Path, log: &str) -> Self {
+        let mut child = Command::new("bash")
+            .arg("-c")
+            .arg(format!("{prefix} exec \"$0\" \"$@\""))
+            .arg(env!("CARGO_BIN_EXE_vigil"))
+            .args(["serve", "--no-admin", "--threads", "1", "--nginx-conf"])
+            .arg(path)
+            .env("VIGIL_LOG", log)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start");
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let (pipe, sink) = (child.stderr.take().expect("stderr"), stderr.clone());
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(pipe).lines() {
+                let Ok(line) = line else { return };
+                let mut s = sink.lock().expect("lock");
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        Self { child, stderr }
+    }
+
+    fn log(&self) -> String {
+        self.stderr.lock().expect("lock").clone()
+    }
+
+    fn hup(&self) {
+        let ok = Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(ok.success());
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn refused(addr: SocketAddr) -> bool {
+    matches!(
+        TcpStream::connect_timeout(&addr, Duration::from_secs(2)),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
+    )
+}
+
+#[test]
+fn sighup_applies_a_changed_listen_and_refuses_one_it_cannot_bind() {
+    let a = backend("A");
+    let (first, second) = (free_port(), free_port());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("nginx.conf");
+    std::fs::write(&path, conf(a, first)).expect("write");
+    let vigil = Serving::start("", &path, "info");
+    wait_for("the first address to answer", || get(first).is_some());
+
+    std::fs::write(&path, conf(a, second)).expect("rewrite");
+    vigil.hup();
+    wait_for("the new address to answer", || {
+        get(second).is_some_and(|r| r.ends_with("\r\n\r\nA"))
+    });
+    wait_for("the removed address to refuse connections", || {
+        refused(first)
+    });
+
+    // An address another socket holds: the reload fails, nothing changes.
+    let taken = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let taken_addr = taken.local_addr().expect("addr");
+    std::fs::write(&path, conf(a, taken_addr)).expect("rewrite");
+    vigil.hup();
+    let expected = format!("cannot listen on {taken_addr}");
+    wait_for("the reload to be refused", || {
+        vigil
+            .log()
+            .lines()
+            .any(|l| l.contains("reload failed") && l.contains(&expected))
+    });
+    assert!(
+        get(second).is_some_and(|r| r.ends_with("\r\n\r\nA")),
+        "the running listener still serves"
+    );
+}
+
+#[test]
+fn silent_connections_under_a_1024_descriptor_limit_do_not_take_vigil_down() {
+    // The issue's case: 1,100 connections that never send a byte, a process
+    // that cannot have more than 1,024 descriptors (hard limit: vigil cannot
+    // raise it), and a short header timeout (long enough for this test to
+    // open all 1,100 before the first is closed).
+    let _ = rlimit::increase_nofile_limit(8192);
+    let a = backend("A");
+    let listen = free_port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("nginx.conf");
+    std::fs::write(
+        &path,
+        format!(
+            "events {{}} http {{ client_header_timeout 3s; upstream u {{ server {a}; }}
+               server {{ listen {listen}; location / {{ proxy_pass http://u; }} }} }}\n"
+        ),
+    )
+    .expect("write");
+    let vigil = Serving::start("ulimit -n 1024 &&", &path, "info");
+    wait_for("vigil to answer", || get(listen).is_some());
+    assert!(
+        vigil.log().contains("limit=1024"),
+        "the limit is logged: {}",
+        vigil.log()
+    );
+    let mut silent = Vec::with_capacity(1100);
+    for _ in 0..1100 {
+        silent.push(TcpStream::connect_timeout(&listen, Duration::from_secs(5)).expect("connect"));
+    }
+    wait_for("vigil to answer again", || {
+        get(listen).is_some_and(|r| r.ends_with("\r\n\r\nA"))
+    });
+    for mut s in silent {
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let mut buf = [0u8; 64];
+        assert!(
+            matches!(s.read(&mut buf), Ok(0) | Err(_)),
+            "a silent connection was closed without a response"
+        );
+    }
+    let log = vigil.log();
+    let failures = log.lines().filter(|l| l.contains("accept failed")).count();
+    assert!(
+        (1..=10).contains(&failures),
+        "descriptors ran out and were logged once per second, not per attempt ({failures} lines):\n{log}"
+    );
+}

@@ -3,8 +3,10 @@
 
 mod behaviour;
 mod bodies;
+mod reload;
 mod routing;
 mod support;
 mod telemetry;
+mod timeouts;
 mod tls;
 mod twin;

@@ -1,0 +1,170 @@
+//! What the accept loop does when `accept()` fails. Out of descriptors or
+//! memory (EMFILE, ENFILE, ENOBUFS, ENOMEM) the error repeats until a
+//! connection closes: retrying at once would spin and log thousands of lines
+//! a second. nginx disables accept for a moment and logs each failure at
+//! `alert`; vigil backs off (10 ms doubling to 1 s, reset by a successful
+//! accept) and logs once per second with the count of failures not logged.
+
+use std::io;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// First wait after a failed accept.
+pub(crate) const MIN_DELAY: Duration = Duration::from_millis(10);
+/// Longest wait between two tries.
+pub(crate) const MAX_DELAY: Duration = Duration::from_secs(1);
+/// At most one message per this interval.
+pub(crate) const LOG_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The accept loop's memory of recent failures.
+#[derive(Debug)]
+pub(crate) struct AcceptBackoff {
+    delay: Duration,
+    last_log: Option<Instant>,
+    /// Failures since the last message that were not logged.
+    suppressed: u64,
+}
+
+/// What to do about one failed accept.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct OnError {
+    /// Wait this long before accepting again (zero: try again at once).
+    pub(crate) wait: Duration,
+    /// Log now, with this many earlier failures that were not logged.
+    pub(crate) log: Option<u64>,
+}
+
+// === impl AcceptBackoff ===
+
+impl AcceptBackoff {
+    pub(crate) fn new() -> Self {
+        Self {
+            delay: MIN_DELAY,
+            last_log: None,
+            suppressed: 0,
+        }
+    }
+
+    /// `accept()` failed with `e` at `now`.
+    pub(crate) fn on_error(&mut self, e: &io::Error, now: Instant) -> OnError {
+        if is_per_connection(e) {
+            // The client gave up before we took its connection: the next one is fine.
+            return OnError {
+                wait: Duration::ZERO,
+                log: None,
+            };
+        }
+        let wait = self.delay;
+        self.delay = (self.delay * 2).min(MAX_DELAY);
+        let due = self
+            .last_log
+            .is_none_or(|t| now.saturating_duration_since(t) >= LOG_INTERVAL);
+        let log = if due {
+            self.last_log = Some(now);
+            Some(std::mem::take(&mut self.suppressed))
+        } else {
+            self.suppressed += 1;
+            None
+        };
+        OnError { wait, log }
+    }
+
+    /// A connection was accepted at `now`. Returns the failures not yet
+    /// logged when it is time to say that accepting works again.
+    pub(crate) fn on_accept(&mut self, now: Instant) -> Option<u64> {
+        self.delay = MIN_DELAY;
+        if self.suppressed == 0 {
+            return None;
+        }
+        let due = self
+            .last_log
+            .is_none_or(|t| now.saturating_duration_since(t) >= LOG_INTERVAL);
+        due.then(|| {
+            self.last_log = Some(now);
+            std::mem::take(&mut self.suppressed)
+        })
+    }
+}
+
+/// Errors about one connection, not about the listener.
+fn is_per_connection(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+            | io::ErrorKind::WouldBlock
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn emfile() -> io::Error {
+        // EMFILE on Linux and the BSDs.
+        io::Error::from_raw_os_error(24)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waits_double_up_to_a_second_and_reset_on_accept() {
+        let mut b = AcceptBackoff::new();
+        let now = Instant::now();
+        let waits: Vec<u128> = (0..9)
+            .map(|_| b.on_error(&emfile(), now).wait.as_millis())
+            .collect();
+        assert_eq!(waits, [10, 20, 40, 80, 160, 320, 640, 1000, 1000]);
+        let _ = b.on_accept(now);
+        assert_eq!(b.on_error(&emfile(), now).wait, MIN_DELAY);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_message_per_interval_with_the_count_not_logged() {
+        let mut b = AcceptBackoff::new();
+        // 2,876 failures in 70 s (the figure), 10 ms to 1 s apart:
+        // the clock advances by each wait, as the accept loop sleeps it.
+        let start = Instant::now();
+        let mut logged = Vec::new();
+        let mut failures = 0u64;
+        while Instant::now() - start < Duration::from_secs(70) {
+            let r = b.on_error(&emfile(), Instant::now());
+            failures += 1;
+            if let Some(n) = r.log {
+                logged.push(n);
+            }
+            // Every fifth try finds a free descriptor for a moment.
+            if failures % 5 == 0 {
+                if let Some(n) = b.on_accept(Instant::now()) {
+                    logged.push(n);
+                }
+            }
+            tokio::time::advance(r.wait).await;
+        }
+        let lines = logged.len() as u64;
+        assert!(lines <= 71, "{lines} messages in 70 s");
+        assert_eq!(logged[0], 0, "the first failure is logged at once");
+        assert_eq!(
+            logged.iter().sum::<u64>() + lines + b.suppressed,
+            failures,
+            "every failure is logged or counted in a later message"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_gave_up_is_no_reason_to_wait() {
+        let mut b = AcceptBackoff::new();
+        let r = b.on_error(
+            &io::Error::from(io::ErrorKind::ConnectionAborted),
+            Instant::now(),
+        );
+        assert_eq!(
+            r,
+            OnError {
+                wait: Duration::ZERO,
+                log: None
+            }
+        );
+        assert_eq!(b.on_error(&emfile(), Instant::now()).wait, MIN_DELAY);
+    }
+}

@@ -1,0 +1,315 @@
+//! Client connection timing, as nginx does it, with one deadline per
+//! connection instead of a timer per request:
+//!
+//! - from accept, `client_header_timeout` (of the address's default server)
+//!   until the request header is complete;
+//! - while a request is served, no deadline (the body has its own
+//!   `client_body_timeout`, see [`crate::body`]);
+//! - after the response, `keepalive_timeout` (of the request's location)
+//!   until the first byte of the next request, which starts
+//!   `client_header_timeout` again; over HTTP/2, `keepalive_timeout` while no
+//!   stream is open, refreshed by every frame;
+//! - whenever a write waits for a client that does not read,
+//!   `send_timeout` between two successful writes.
+//!
+//! The deadline lives in atomics of [`ConnState`] that [`TimedIo`] and the
+//! service ([`tracking`]) update; [`Watched`] drives the hyper connection
+//! with one sleep that is re-armed only when it fires early or the deadline
+//! moves earlier, and drops the connection (closing it, as nginx does:
+//! nothing is sent) when the deadline passes.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::task::AtomicWaker;
+use http::Version;
+use tokio::time::Instant;
+use vigil_core::config::{Config, ProxySettings, ServerBlock};
+
+mod io;
+mod service;
+mod watched;
+
+pub(crate) use io::TimedIo;
+pub(crate) use service::{aborted, close_silently, on_route, tracking};
+pub(crate) use watched::{Closed, Drain, Watched};
+
+/// The limits a connection starts with: those of its address's default server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Timeouts {
+    /// `client_header_timeout`.
+    pub(crate) header: Duration,
+    /// `keepalive_timeout` until a request picks its location.
+    pub(crate) keepalive: Duration,
+    /// `send_timeout` until a request picks its location.
+    pub(crate) send: Duration,
+}
+
+/// Which deadline closed a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Expiry {
+    /// No complete request header within `client_header_timeout`.
+    Header,
+    /// Idle longer than `keepalive_timeout`.
+    Idle,
+    /// A write waited longer than `send_timeout`.
+    Send,
+}
+
+/// The timing state of one client connection.
+pub(crate) struct ConnState {
+    origin: Instant,
+    phase: AtomicU8,
+    /// Milliseconds since `origin`, [`NONE`] for none.
+    phase_deadline: AtomicU64,
+    write_deadline: AtomicU64,
+    in_flight: AtomicU32,
+    h2: AtomicBool,
+    header_ms: u64,
+    keepalive_ms: AtomicU64,
+    send_ms: AtomicU64,
+    /// Wakes [`Watched`] when an HTTP/2 stream task (another task) sets a deadline.
+    waker: AtomicWaker,
+}
+
+const NONE: u64 = u64::MAX;
+const HEADER: u8 = 0;
+const BUSY: u8 = 1;
+const IDLE: u8 = 2;
+const TUNNEL: u8 = 3;
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(NONE)
+}
+
+// === impl ConnState ===
+
+impl ConnState {
+    /// A connection accepted now.
+    pub(crate) fn new(t: Timeouts) -> Arc<Self> {
+        let header_ms = ms(t.header);
+        Arc::new(Self {
+            origin: Instant::now(),
+            phase: AtomicU8::new(HEADER),
+            phase_deadline: AtomicU64::new(header_ms),
+            write_deadline: AtomicU64::new(NONE),
+            in_flight: AtomicU32::new(0),
+            h2: AtomicBool::new(false),
+            header_ms,
+            keepalive_ms: AtomicU64::new(ms(t.keepalive)),
+            send_ms: AtomicU64::new(ms(t.send)),
+            waker: AtomicWaker::new(),
+        })
+    }
+
+    fn now_ms(&self) -> u64 {
+        ms(Instant::now().saturating_duration_since(self.origin))
+    }
+
+    fn after(&self, timeout_ms: u64) -> u64 {
+        self.now_ms().saturating_add(timeout_ms)
+    }
+
+    fn at(&self, deadline_ms: u64) -> Option<Instant> {
+        if deadline_ms == NONE {
+            return None;
+        }
+        self.origin.checked_add(Duration::from_millis(deadline_ms))
+    }
+
+    /// Bytes came from the client.
+    fn on_read(&self) {
+        if self.phase.load(Ordering::Relaxed) != IDLE {
+            return;
+        }
+        if self.h2.load(Ordering::Relaxed) {
+            // Any frame keeps an idle HTTP/2 connection (nginx re-arms its
+            // idle timer on every read).
+            let ka = self.keepalive_ms.load(Ordering::Relaxed);
+            self.phase_deadline.store(self.after(ka), Ordering::Relaxed);
+        } else {
+            // The first byte of the next request: the header timer starts.
+            self.phase.store(HEADER, Ordering::Relaxed);
+            self.phase_deadline
+                .store(self.after(self.header_ms), Ordering::Relaxed);
+        }
+    }
+
+    /// A write could not proceed: `send_timeout` runs unless it already does.
+    fn on_write_blocked(&self) {
+        if self.write_deadline.load(Ordering::Relaxed) == NONE {
+            let send = self.send_ms.load(Ordering::Relaxed);
+            self.write_deadline
+                .store(self.after(send), Ordering::Relaxed);
+        }
+    }
+
+    /// A write went through.
+    fn on_written(&self) {
+        if self.write_deadline.load(Ordering::Relaxed) == NONE {
+            return;
+        }
+        self.write_deadline.store(NONE, Ordering::Relaxed);
+        if self.phase.load(Ordering::Relaxed) == IDLE {
+            // The end of the response is out only now: idle from here.
+            let ka = self.keepalive_ms.load(Ordering::Relaxed);
+            self.phase_deadline.store(self.after(ka), Ordering::Relaxed);
+        }
+    }
+
+    /// A request header is complete.
+    fn request(&self, version: Version) {
+        if version == Version::HTTP_2 && !self.h2.load(Ordering::Relaxed) {
+            self.h2.store(true, Ordering::Relaxed);
+        }
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        if self.phase.load(Ordering::Relaxed) != TUNNEL {
+            self.phase.store(BUSY, Ordering::Relaxed);
+            self.phase_deadline.store(NONE, Ordering::Relaxed);
+        }
+    }
+
+    /// A request is over (its response body dropped by hyper).
+    fn finished(&self) {
+        if self.in_flight.fetch_sub(1, Ordering::AcqRel) != 1
+            || self.phase.load(Ordering::Relaxed) == TUNNEL
+        {
+            return;
+        }
+        self.phase.store(IDLE, Ordering::Relaxed);
+        let ka = self.keepalive_ms.load(Ordering::Relaxed);
+        self.phase_deadline.store(self.after(ka), Ordering::Relaxed);
+        if self.h2.load(Ordering::Relaxed) {
+            // HTTP/2 streams run in their own tasks.
+            self.waker.wake();
+        }
+    }
+
+    fn set_location(&self, settings: &ProxySettings) {
+        self.keepalive_ms
+            .store(ms(settings.client_keepalive_timeout), Ordering::Relaxed);
+        self.send_ms
+            .store(ms(settings.client_send_timeout), Ordering::Relaxed);
+    }
+
+    /// The connection became a tunnel (101): no client timers any more.
+    fn upgraded(&self) {
+        self.phase.store(TUNNEL, Ordering::Relaxed);
+        self.phase_deadline.store(NONE, Ordering::Relaxed);
+        self.write_deadline.store(NONE, Ordering::Relaxed);
+    }
+
+    /// The deadline in force (milliseconds since accept) and what it
+    /// guards: the write in progress, else the phase's. One rule for both
+    /// [`ConnState::deadline`] and [`ConnState::expired`], so that a
+    /// deadline that has passed is always an expiry.
+    fn due(&self) -> Option<(u64, Expiry)> {
+        let phase = self.phase.load(Ordering::Relaxed);
+        if phase == TUNNEL {
+            return None;
+        }
+        match self.write_deadline.load(Ordering::Relaxed) {
+            NONE => {}
+            w => return Some((w, Expiry::Send)),
+        }
+        let p = self.phase_deadline.load(Ordering::Relaxed);
+        if p == NONE {
+            return None;
+        }
+        match phase {
+            HEADER => Some((p, Expiry::Header)),
+            // A stream that started as the last one ended (HTTP/2, another
+            // thread) keeps the connection busy.
+            IDLE if self.in_flight.load(Ordering::Acquire) == 0 => Some((p, Expiry::Idle)),
+            _ => None,
+        }
+    }
+
+    /// When the connection must be closed, if nothing changes.
+    fn deadline(&self) -> Option<Instant> {
+        self.due().and_then(|(d, _)| self.at(d))
+    }
+
+    /// Which deadline has passed at `now`, if one has.
+    fn expired(&self, now: Instant) -> Option<Expiry> {
+        let (d, why) = self.due()?;
+        let now = ms(now.saturating_duration_since(self.origin));
+        (now >= d).then_some(why)
+    }
+
+    /// Give a connection that was told to go away `grace` to do so.
+    fn extend(&self, grace: Duration) {
+        self.phase_deadline
+            .store(self.after(ms(grace)), Ordering::Relaxed);
+    }
+}
+
+// === impl Expiry ===
+
+impl std::fmt::Display for Expiry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Expiry::Header => "while reading the request header (client_header_timeout)",
+            Expiry::Idle => "while idle (keepalive_timeout)",
+            Expiry::Send => "while sending to the client (send_timeout)",
+        })
+    }
+}
+
+/// What applies on an address before a request picks its server and
+/// location: the address's default server's limits.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DefaultServer {
+    /// The connection's first timeouts.
+    pub(crate) timeouts: Timeouts,
+    /// hyper's `max_buf_size`: the whole header within
+    /// `large_client_header_buffers` (NUMBER × SIZE).
+    pub(crate) max_buf: usize,
+}
+
+// === impl DefaultServer ===
+
+impl DefaultServer {
+    /// hyper's smallest read buffer.
+    const MIN_BUF: u64 = 8192;
+
+    /// The limits of `server` (nginx's defaults without one).
+    pub(crate) fn of(server: Option<&ServerBlock>) -> Self {
+        let client = server.map(|s| s.client.clone()).unwrap_or_default();
+        // Before a location is known: the server's first location's (which
+        // inherit the server's), else nginx's defaults.
+        let fallback = ProxySettings::default();
+        let loc = server
+            .and_then(|s| s.locations.first())
+            .map_or(&fallback, |l| &l.proxy);
+        let whole = u64::from(client.header_buffers).saturating_mul(client.header_buffer_size);
+        Self {
+            timeouts: Timeouts {
+                header: client.header_timeout,
+                keepalive: loc.client_keepalive_timeout,
+                send: loc.client_send_timeout,
+            },
+            max_buf: usize::try_from(whole.max(Self::MIN_BUF)).unwrap_or(usize::MAX),
+        }
+    }
+
+    /// Per listen address, its default server: the one marked
+    /// `default_server`, else the first that lists the address.
+    pub(crate) fn by_address(config: &Config) -> HashMap<SocketAddr, DefaultServer> {
+        let mut out = HashMap::new();
+        for s in &config.servers {
+            for l in &s.listen {
+                if l.default_server || !out.contains_key(&l.addr) {
+                    out.insert(l.addr, Self::of(Some(s)));
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests;
