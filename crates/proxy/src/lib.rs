@@ -12,6 +12,7 @@ mod handler;
 mod log;
 pub mod metrics;
 pub mod pool;
+mod request_check;
 pub mod route;
 pub mod server;
 pub mod telemetry;
@@ -20,5 +21,5 @@ pub mod worker;
 
 pub use handler::AttemptRecord;
 pub use metrics::ProxyMetrics;
-pub use server::{bind, serve, Generation, Proxy};
+pub use server::{bind, serve, serve_connection, Generation, Proxy};
 pub use telemetry::{RequestTracer, Telemetry, TelemetryError};

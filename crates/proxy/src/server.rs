@@ -14,6 +14,7 @@ use arc_swap::ArcSwap;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use vigil_core::config::Config;
@@ -23,6 +24,7 @@ use vigil_core::Clock;
 
 use crate::metrics::{GenerationStats, ProxyMetrics};
 use crate::pool::Pool;
+use crate::request_check::{gate, Verdict};
 use crate::route::{RouteError, Routes};
 use crate::telemetry::RequestTracer;
 
@@ -205,13 +207,6 @@ pub async fn serve(
             return;
         }
     };
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    // nginx's client_header_timeout (60s): a client that opens a connection
-    // and sends no complete header is cut off.
-    builder
-        .http1()
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(60));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     loop {
         tokio::select! {
@@ -226,16 +221,8 @@ pub async fn serve(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let proxy = proxy.clone();
-                let svc = service_fn(move |req| {
-                    let proxy = proxy.clone();
-                    async move { Ok::<_, Infallible>(crate::handler::handle(proxy, local, client, req).await) }
-                });
-                let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned();
-                let watched = graceful.watch(conn);
-                tokio::spawn(async move {
-                    let _ = watched.await;
-                });
+                let watcher = graceful.watcher();
+                tokio::spawn(serve_one(proxy.clone(), stream, local, client, Some(watcher)));
             }
             _ = shutdown.cancelled() => break,
         }
@@ -245,6 +232,64 @@ pub async fn serve(
         _ = graceful.shutdown() => {}
         _ = tokio::time::sleep(grace) => {
             tracing::warn!(%local, "grace period over; closing remaining connections");
+        }
+    }
+}
+
+/// Serve one client connection on `io` (any byte stream: a socket, or one
+/// end of `tokio::io::duplex`) until it closes, as [`serve`] serves each
+/// accepted one: request heads judged as nginx judges them
+/// ([`crate::request_check`]), then HTTP/1.1 or HTTP/2. `local` is the
+/// address it arrived on (it picks the server block), `client` the peer's.
+pub async fn serve_connection<I>(proxy: Arc<Proxy>, io: I, local: SocketAddr, client: SocketAddr)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    serve_one(proxy, io, local, client, None).await;
+}
+
+async fn serve_one<I>(
+    proxy: Arc<Proxy>,
+    io: I,
+    local: SocketAddr,
+    client: SocketAddr,
+    watcher: Option<hyper_util::server::graceful::Watcher>,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let limits = gate::limits_for(&proxy.current().config, local);
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // nginx's client_header_timeout (60s): a client that opens a connection
+    // and sends no complete header is cut off. The gate bounds the head by
+    // large_client_header_buffers; hyper's own limit sits above it.
+    builder
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(60))
+        .max_buf_size(limits.max_head().saturating_add(16 * 1024).max(8192 + 4096 * 100));
+    let verdicts = gate::Verdicts::default();
+    let io = gate::Gate::new(io, limits, verdicts.clone());
+    let svc = service_fn(move |req| {
+        let proxy = proxy.clone();
+        let admitted = verdicts.admit(req);
+        async move {
+            let req = match admitted {
+                Ok(req) => req,
+                Err(refused) => return Ok::<_, Infallible>(refused),
+            };
+            let verdict = req.extensions().get::<Verdict>().copied();
+            let mut resp = crate::handler::handle(proxy, local, client, req).await;
+            gate::close_if_blind(verdict.as_ref(), &mut resp);
+            Ok(resp)
+        }
+    });
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
+    match watcher {
+        Some(w) => {
+            let _ = w.watch(conn.into_owned()).await;
+        }
+        None => {
+            let _ = conn.await;
         }
     }
 }
