@@ -8,6 +8,7 @@
 mod attempt;
 pub mod body;
 pub mod connect;
+mod errlog;
 mod handler;
 mod log;
 pub mod metrics;
@@ -16,6 +17,7 @@ mod request_check;
 pub mod route;
 pub mod server;
 pub mod telemetry;
+mod tunnel;
 pub mod vars;
 pub mod worker;
 

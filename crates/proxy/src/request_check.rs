@@ -370,6 +370,29 @@ impl HeadScan {
     }
 }
 
+/// Drop the headers whose names nginx calls invalid, where
+/// `ignore_invalid_headers` is on: a name with `_` (unless
+/// `underscores_in_headers on`) or any byte but letters, digits and `-`.
+/// The gate already did this to HTTP/1 heads; this covers HTTP/2 requests
+/// (and is a no-op otherwise, without allocating).
+pub(crate) fn drop_invalid_headers(headers: &mut http::HeaderMap, client: &ClientSettings) {
+    if !client.ignore_invalid_headers {
+        return;
+    }
+    let valid = |name: &http::HeaderName| {
+        name.as_str()
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || (b == b'_' && client.underscores_in_headers))
+    };
+    if headers.keys().all(valid) {
+        return;
+    }
+    let invalid: Vec<http::HeaderName> = headers.keys().filter(|n| !valid(n)).cloned().collect();
+    for name in invalid {
+        headers.remove(name);
+    }
+}
+
 /// `ngx_http_parse_header_line` on one whole line (through its LF): the
 /// name, the value with nginx's trimming (spaces only), and whether the
 /// name has a byte nginx calls invalid. `None` where nginx answers 400.

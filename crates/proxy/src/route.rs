@@ -49,6 +49,8 @@ pub struct Route {
     pub hash_key: Option<Template>,
     /// The access log, if on.
     pub access_log: Option<Arc<crate::log::AccessLogWriter>>,
+    /// The client-side settings of the location's server block.
+    pub client: vigil_core::config::ClientSettings,
 }
 
 /// A configuration that cannot be served (a variable or header name vigil does not know).
@@ -85,7 +87,7 @@ impl Routes {
             let mut prefixes = Vec::new();
             let mut locations = Vec::new();
             for loc in &s.locations {
-                let Some(route) = Route::build(loc, registry, pools, &mut logs)? else {
+                let Some(route) = Route::build(loc, &s.client, registry, pools, &mut logs)? else {
                     continue;
                 };
                 let i = locations.len();
@@ -156,6 +158,7 @@ impl Routes {
 impl Route {
     fn build(
         loc: &Location,
+        client: &vigil_core::config::ClientSettings,
         registry: &Registry,
         pools: &HashMap<String, Arc<Pool>>,
         logs: &mut HashMap<std::path::PathBuf, Arc<crate::log::AccessLogWriter>>,
@@ -218,6 +221,7 @@ impl Route {
             }),
         };
         Ok(Some(Self {
+            client: client.clone(),
             access_log,
             policy: RetryPolicy::of(&loc.proxy),
             proxy_host: pass.upstream.clone(),
