@@ -41,7 +41,12 @@ pub(crate) enum Failure {
 
 impl Context {
     /// The context of `parts`, proxied to `peer` of `upstream`.
-    pub(crate) fn new(upstream: &Arc<str>, peer: &Arc<str>, client: SocketAddr, parts: &Parts) -> Self {
+    pub(crate) fn new(
+        upstream: &Arc<str>,
+        peer: &Arc<str>,
+        client: SocketAddr,
+        parts: &Parts,
+    ) -> Self {
         Self {
             upstream: upstream.clone(),
             peer: peer.clone(),
@@ -61,7 +66,10 @@ impl Context {
 
     /// The Host header, as nginx's `host: "..."`.
     pub(crate) fn host(&self) -> &str {
-        self.host.as_ref().and_then(|h| h.to_str().ok()).unwrap_or("")
+        self.host
+            .as_ref()
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("")
     }
 
     /// Write one error_log line: `failure` while `action` (nginx's

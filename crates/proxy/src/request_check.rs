@@ -244,7 +244,11 @@ impl HeadScan {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let method_end = line.iter().position(|&b| b == b' ').unwrap_or(line.len());
         let method = &line[..method_end];
-        if method.is_empty() || !method.iter().all(|&b| b.is_ascii_uppercase() || b == b'_' || b == b'-') {
+        if method.is_empty()
+            || !method
+                .iter()
+                .all(|&b| b.is_ascii_uppercase() || b == b'_' || b == b'-')
+        {
             return Err(StatusCode::BAD_REQUEST);
         }
         self.seen.method = method.to_vec();
@@ -266,8 +270,7 @@ impl HeadScan {
     /// One header line: cut it if its name is invalid and nginx ignores
     /// such lines, refuse the head where nginx does.
     fn header_line(&mut self, at: usize, line: &[u8]) -> Result<(), StatusCode> {
-        let h = parse_header_line(line, self.limits.underscores)
-            .ok_or(StatusCode::BAD_REQUEST)?;
+        let h = parse_header_line(line, self.limits.underscores).ok_or(StatusCode::BAD_REQUEST)?;
         if h.invalid && self.limits.ignore_invalid {
             self.cut.push((at, at + line.len()));
             return Ok(());
@@ -326,8 +329,8 @@ impl HeadScan {
         if seen.upgrade {
             framing = Framing::Opaque;
         }
-        let rewritten = (!self.cut.is_empty() || !self.no_colon.is_empty())
-            .then(|| self.rewrite(&buf[..end]));
+        let rewritten =
+            (!self.cut.is_empty() || !self.no_colon.is_empty()).then(|| self.rewrite(&buf[..end]));
         Step::Done {
             end,
             rewritten,
@@ -380,9 +383,9 @@ pub(crate) fn drop_invalid_headers(headers: &mut http::HeaderMap, client: &Clien
         return;
     }
     let valid = |name: &http::HeaderName| {
-        name.as_str()
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || (b == b'_' && client.underscores_in_headers))
+        name.as_str().bytes().all(|b| {
+            b.is_ascii_alphanumeric() || b == b'-' || (b == b'_' && client.underscores_in_headers)
+        })
     };
     if headers.keys().all(valid) {
         return;

@@ -266,7 +266,12 @@ async fn serve_one<I>(
         .http1()
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(Duration::from_secs(60))
-        .max_buf_size(limits.max_head().saturating_add(16 * 1024).max(8192 + 4096 * 100));
+        .max_buf_size(
+            limits
+                .max_head()
+                .saturating_add(16 * 1024)
+                .max(8192 + 4096 * 100),
+        );
     let verdicts = gate::Verdicts::default();
     let io = gate::Gate::new(io, limits, verdicts.clone());
     let svc = service_fn(move |req| {
@@ -275,7 +280,7 @@ async fn serve_one<I>(
         async move {
             let req = match admitted {
                 Ok(req) => req,
-                Err(refused) => return Ok::<_, Infallible>(refused),
+                Err(status) => return Ok::<_, Infallible>(gate::refused(status)),
             };
             let verdict = req.extensions().get::<Verdict>().copied();
             let mut resp = crate::handler::handle(proxy, local, client, req).await;

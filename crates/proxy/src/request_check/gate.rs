@@ -70,13 +70,10 @@ impl Verdicts {
         self.0.lock().ok()?.pop_front()
     }
 
-    /// Admit one request hyper parsed: `Err` is the answer to a refused
-    /// head (or to a request the gate did not see: never expected, so
-    /// refused). HTTP/2 requests are not judged here.
-    pub(crate) fn admit<B>(
-        &self,
-        mut req: Request<B>,
-    ) -> Result<Request<B>, Response<crate::body::UpBody>> {
+    /// Admit one request hyper parsed: `Err` is the status to answer a
+    /// refused head with (see [`refused`]), also for a request the gate did
+    /// not see (never expected). HTTP/2 requests are not judged here.
+    pub(crate) fn admit<B>(&self, mut req: Request<B>) -> Result<Request<B>, StatusCode> {
         if req.version() >= Version::HTTP_2 {
             return Ok(req);
         }
@@ -88,10 +85,10 @@ impl Verdicts {
             Some(Verdict {
                 refuse: Some(status),
                 ..
-            }) => Err(refused(status)),
+            }) => Err(status),
             None => {
                 tracing::error!("request without a judged head; closing the connection");
-                Err(refused(StatusCode::BAD_REQUEST))
+                Err(StatusCode::BAD_REQUEST)
             }
         }
     }
@@ -106,7 +103,8 @@ pub(crate) fn close_if_blind<B>(verdict: Option<&Verdict>, resp: &mut Response<B
     }
 }
 
-fn refused(status: StatusCode) -> Response<crate::body::UpBody> {
+/// nginx's error page for a refused head; the connection closes after it.
+pub(crate) fn refused(status: StatusCode) -> Response<crate::body::UpBody> {
     let mut resp = crate::handler::error_page(status);
     resp.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));

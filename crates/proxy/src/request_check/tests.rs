@@ -26,10 +26,17 @@ fn header_names_as_nginx_parses_them() {
     assert!(p(b"X.Y: 1\r\n", true).expect("parsed").invalid);
     assert!(p(b"X@Y: 1\r\n", true).expect("parsed").invalid);
     assert!(p(b"X\xc3\xa9: 1\r\n", true).expect("parsed").invalid);
-    assert!(!p(b"Content-Length:   5  \r\n", false).expect("parsed").invalid);
+    assert!(
+        !p(b"Content-Length:   5  \r\n", false)
+            .expect("parsed")
+            .invalid
+    );
     assert_eq!(p(b"A:   5  \r\n", false).expect("parsed").value, b"5");
     assert_eq!(p(b"A: x  y \n", false).expect("parsed").value, b"x  y");
-    assert_eq!(p(b"A:\tchunked\r\n", false).expect("parsed").value, b"\tchunked");
+    assert_eq!(
+        p(b"A:\tchunked\r\n", false).expect("parsed").value,
+        b"\tchunked"
+    );
     // 400s: space or control byte in the name, a leading colon, NUL, CR alone.
     for bad in [
         &b"Host : x\r\n"[..],
@@ -43,7 +50,10 @@ fn header_names_as_nginx_parses_them() {
     }
     // A name alone on its line is a header with an empty value.
     let bare = p(b"Foo\r\n", false).expect("parsed");
-    assert_eq!((bare.name, bare.value, bare.has_colon), (&b"Foo"[..], &b""[..], false));
+    assert_eq!(
+        (bare.name, bare.value, bare.has_colon),
+        (&b"Foo"[..], &b""[..], false)
+    );
 }
 
 #[test]
@@ -51,22 +61,53 @@ fn framing_rules_of_nginx_1_22() {
     let ok = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
     assert_eq!(status(ok), None);
     assert_eq!(status(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"), Some(400));
-    assert_eq!(status(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity, chunked\r\n\r\n"), Some(501));
-    assert_eq!(status(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"), Some(501));
+    assert_eq!(
+        status(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity, chunked\r\n\r\n"),
+        Some(501)
+    );
+    assert_eq!(
+        status(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"),
+        Some(501)
+    );
     assert_eq!(status(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n"), Some(400));
-    assert_eq!(status(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\tchunked\r\n\r\n"), Some(501));
-    assert_eq!(status(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: CHUNKED\r\n\r\n"), None);
-    assert_eq!(status(b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"), Some(400));
-    assert_eq!(status(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n"), Some(400));
-    assert_eq!(status(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +1\r\n\r\n"), Some(400));
-    assert_eq!(status(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\n"), Some(400));
+    assert_eq!(
+        status(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\tchunked\r\n\r\n"),
+        Some(501)
+    );
+    assert_eq!(
+        status(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: CHUNKED\r\n\r\n"),
+        None
+    );
+    assert_eq!(
+        status(b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"),
+        Some(400)
+    );
+    assert_eq!(
+        status(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n"),
+        Some(400)
+    );
+    assert_eq!(
+        status(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +1\r\n\r\n"),
+        Some(400)
+    );
+    assert_eq!(
+        status(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\n"),
+        Some(400)
+    );
     assert_eq!(status(b"GET / HTTP/1.1\r\n\r\n"), Some(400), "no Host");
     assert_eq!(status(b"GET / HTTP/1.0\r\n\r\n"), None);
-    assert_eq!(status(b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"), Some(400));
+    assert_eq!(
+        status(b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"),
+        Some(400)
+    );
     assert_eq!(status(b"get / HTTP/1.1\r\nHost: a\r\n\r\n"), Some(400));
     assert_eq!(status(b"GET / HTTP/2.0\r\nHost: a\r\n\r\n"), Some(505));
     assert_eq!(status(b"TRACE / HTTP/1.1\r\nHost: a\r\n\r\n"), Some(405));
-    assert_eq!(status(b"GET / HTTP/1.1\r\nHost: a\r\n"), Some(0), "incomplete");
+    assert_eq!(
+        status(b"GET / HTTP/1.1\r\nHost: a\r\n"),
+        Some(0),
+        "incomplete"
+    );
     match judge(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello") {
         Step::Done { end, framing, .. } => {
             assert_eq!(framing, Framing::Length(5));
@@ -78,9 +119,12 @@ fn framing_rules_of_nginx_1_22() {
 
 #[test]
 fn invalid_lines_are_cut_and_bare_names_get_a_colon() {
-    let head = b"GET / HTTP/1.1\r\nHost: a\r\nX_Real_IP: 6.6.6.6\r\nFoo\r\nX-Real-IP: 1.1.1.1\r\n\r\n";
+    let head =
+        b"GET / HTTP/1.1\r\nHost: a\r\nX_Real_IP: 6.6.6.6\r\nFoo\r\nX-Real-IP: 1.1.1.1\r\n\r\n";
     match judge(head) {
-        Step::Done { rewritten: Some(h), .. } => assert_eq!(
+        Step::Done {
+            rewritten: Some(h), ..
+        } => assert_eq!(
             String::from_utf8_lossy(&h),
             "GET / HTTP/1.1\r\nHost: a\r\nFoo:\r\nX-Real-IP: 1.1.1.1\r\n\r\n"
         ),
@@ -107,7 +151,11 @@ fn line_limits_of_large_client_header_buffers() {
         h.push_str("\r\n");
         h.into_bytes()
     };
-    assert_eq!(status(&head(&[line(8192)])), None, "a line of 8k fits a buffer");
+    assert_eq!(
+        status(&head(&[line(8192)])),
+        None,
+        "a line of 8k fits a buffer"
+    );
     assert_eq!(status(&head(&[line(8193)])), Some(400));
     // Four large buffers: four lines of 8000 bytes fill them; a fifth does not fit.
     assert_eq!(status(&head(&vec![line(8000); 4])), None);

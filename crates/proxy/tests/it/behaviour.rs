@@ -324,8 +324,10 @@ async fn websocket_style_upgrades_are_passed_through() {
             });
         }
     });
+    // Tunnels open only where the location passes Upgrade on (hardening.rs).
     let p = start_proxy(&format!(
-        "http {{ upstream u {{ server {baddr}; }} server {{ listen {{LISTEN}}; location / {{ proxy_pass http://u; }} }} }}"
+        "http {{ upstream u {{ server {baddr}; }} server {{ listen {{LISTEN}}; location / {{ proxy_pass http://u;
+           proxy_http_version 1.1; proxy_set_header Upgrade $http_upgrade; proxy_set_header Connection upgrade; }} }} }}"
     ))
     .await;
     let mut c = tokio::net::TcpStream::connect(p.addr)

@@ -3,6 +3,7 @@
 
 mod behaviour;
 mod bodies;
+mod hardening;
 mod support;
 mod telemetry;
 mod tls;
