@@ -7,5 +7,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+mod proxy;
+
+pub use proxy::proxy_request;
+
 /// Every target, by the name of its corpus directory and fuzz binary.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[];
+pub const TARGETS: &[(&str, fn(&[u8]))] = &[("proxy_request", proxy_request)];
