@@ -673,3 +673,33 @@ async fn body_failures_after_the_header_are_logged_in_nginx_words() {
         );
     }
 }
+
+#[tokio::test]
+async fn http2_requests_drop_the_same_header_names() {
+    // HTTP/2 bypasses the HTTP/1 gate; nginx's ngx_http_v2_validate_header
+    // applies the same name rule there. (No Upgrade exists in HTTP/2.)
+    let b = crate::support::Backend::named("h2").await;
+    let p = crate::support::start_proxy(&format!(
+        "http {{ upstream u {{ server {}; }} server {{ listen {{LISTEN}}; location / {{ proxy_pass http://u; }} }} }}",
+        b.addr
+    ))
+    .await;
+    let stream = TcpStream::connect(p.addr).await.expect("connect");
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .expect("h2 handshake");
+    tokio::spawn(conn);
+    let mut req = crate::support::request("GET", "http://x/", "");
+    req.headers_mut()
+        .insert("x_real_ip", http::HeaderValue::from_static("6.6.6.6"));
+    req.headers_mut()
+        .insert("x-ok", http::HeaderValue::from_static("1"));
+    let resp = sender.send_request(req).await.expect("response");
+    assert_eq!(resp.status(), 200);
+    let seen = b.requests();
+    assert_eq!(header(&seen[0], "x_real_ip"), None);
+    assert_eq!(header(&seen[0], "x-ok"), Some("1"));
+}
