@@ -11,5 +11,8 @@ mod proxy;
 
 pub use proxy::proxy_request;
 
-/// Every target, by the name of its corpus directory and fuzz binary.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[("proxy_request", proxy_request)];
+/// A target: the name of its corpus directory and fuzz binary, and its body.
+pub type Target = (&'static str, fn(&[u8]));
+
+/// Every target.
+pub const TARGETS: &[Target] = &[("proxy_request", proxy_request)];
