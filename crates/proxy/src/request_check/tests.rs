@@ -166,3 +166,25 @@ fn line_limits_of_large_client_header_buffers() {
     let partial = format!("GET / HTTP/1.1\r\nHost: a\r\nX: {}", "a".repeat(9000));
     assert_eq!(status(partial.as_bytes()), Some(400));
 }
+
+#[test]
+fn a_head_fed_byte_by_byte_is_judged_as_a_whole() {
+    let heads: [&[u8]; 4] = [
+        b"\r\nGET / HTTP/1.1\r\nHost: a\r\nX_Y: 1\r\nFoo\r\nContent-Length: 3\r\n\r\nabc",
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n",
+        b"GET / HTTP/1.1\nHost: a\nX-A: 1\n\n",
+        b"GET / HTTP/1.1\r\nHost: a\r\nX: a\rb\r\n\r\n",
+    ];
+    for head in heads {
+        let whole = judge(head);
+        let mut scan = HeadScan::new(HeadLimits::default());
+        let mut last = Step::More;
+        for end in 1..=head.len() {
+            last = scan.feed(&head[..end]);
+            if last != Step::More {
+                break;
+            }
+        }
+        assert_eq!(last, whole, "{}", String::from_utf8_lossy(head));
+    }
+}
