@@ -7,12 +7,15 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+mod proxy;
 mod uri_route;
 
+pub use proxy::proxy_request;
 pub use uri_route::uri_route;
 
 /// A target's body.
 pub type Target = fn(&[u8]);
 
 /// Every target, by the name of its corpus directory and fuzz binary.
-pub const TARGETS: &[(&str, Target)] = &[("uri_route", uri_route)];
+pub const TARGETS: &[(&str, Target)] =
+    &[("proxy_request", proxy_request), ("uri_route", uri_route)];

@@ -88,6 +88,7 @@ pub(crate) async fn run(
         connect_time: Some(connect_time),
     })?;
     conn.requests += 1;
+    let asked_upgrade = request.headers().contains_key(http::header::UPGRADE);
     // nginx's two timers: proxy_send_timeout between two writes of the
     // request, then proxy_read_timeout for the header once it is all sent.
     // A request without a body is all sent with its header: only the read
@@ -125,6 +126,25 @@ pub(crate) async fn run(
         }
     };
     match outcome {
+        // A switch the request did not ask for: the response is not HTTP
+        // any more, and nothing can be relayed (nginx would relay bytes
+        // raw if its client had sent Upgrade, even unasked upstream).
+        Ok(Ok(response))
+            if response.status() == http::StatusCode::SWITCHING_PROTOCOLS && !asked_upgrade =>
+        {
+            Err(Failed {
+                failure: TransportFailure {
+                    class: FailureClass::InvalidHeader,
+                    request_sent: true,
+                    cached_connection: cached,
+                },
+                detail: format!(
+                    "upstream {} sent 101 Switching Protocols to a request that did not ask to upgrade",
+                    peer.name()
+                ),
+                connect_time: Some(connect_time),
+            })
+        }
         Ok(Ok(response)) => Ok(Answered {
             response,
             conn,

@@ -275,6 +275,8 @@ pub(crate) struct Streamed {
     sleep: Pin<Box<tokio::time::Sleep>>,
     guard: Option<PeerGuard>,
     conn: Option<(Arc<Pool>, Conn)>,
+    /// For the error_log line when the body breaks.
+    cx: crate::errlog::Context,
 }
 
 impl Streamed {
@@ -283,6 +285,7 @@ impl Streamed {
         read_timeout: Duration,
         guard: PeerGuard,
         conn: Option<(Arc<Pool>, Conn)>,
+        cx: crate::errlog::Context,
     ) -> Self {
         Self {
             inner,
@@ -290,6 +293,7 @@ impl Streamed {
             sleep: Box::pin(tokio::time::sleep(read_timeout)),
             guard: Some(guard),
             conn,
+            cx,
         }
     }
 
@@ -330,6 +334,10 @@ impl Body for Streamed {
             }
             Poll::Ready(Some(Err(e))) => {
                 this.finish(false);
+                // nginx: "upstream prematurely closed connection while
+                // reading upstream" and its kin, at error level.
+                this.cx
+                    .log(crate::errlog::Failure::of(&e), "reading upstream", &e);
                 Poll::Ready(Some(Err(e.into())))
             }
             Poll::Ready(None) => {
@@ -339,6 +347,11 @@ impl Body for Streamed {
             Poll::Pending => {
                 ready!(this.sleep.as_mut().poll(cx));
                 this.finish(false);
+                this.cx.log(
+                    crate::errlog::Failure::Timeout,
+                    "reading upstream",
+                    &BodyTimeout,
+                );
                 Poll::Ready(Some(Err(Box::new(BodyTimeout))))
             }
         }

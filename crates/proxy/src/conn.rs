@@ -18,8 +18,6 @@
 //! moves earlier, and drops the connection (closing it, as nginx does:
 //! nothing is sent) when the deadline passes.
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,7 +25,9 @@ use std::time::Duration;
 use futures_util::task::AtomicWaker;
 use http::Version;
 use tokio::time::Instant;
-use vigil_core::config::{Config, ProxySettings, ServerBlock};
+use vigil_core::config::{ProxySettings, ServerBlock};
+
+use crate::request_check::HeadLimits;
 
 mod io;
 mod service;
@@ -265,17 +265,14 @@ impl std::fmt::Display for Expiry {
 pub(crate) struct DefaultServer {
     /// The connection's first timeouts.
     pub(crate) timeouts: Timeouts,
-    /// hyper's `max_buf_size`: the whole header within
-    /// `large_client_header_buffers` (NUMBER × SIZE).
-    pub(crate) max_buf: usize,
+    /// How request heads are judged (`large_client_header_buffers`,
+    /// `underscores_in_headers`, `ignore_invalid_headers`).
+    pub(crate) limits: HeadLimits,
 }
 
 // === impl DefaultServer ===
 
 impl DefaultServer {
-    /// hyper's smallest read buffer.
-    const MIN_BUF: u64 = 8192;
-
     /// The limits of `server` (nginx's defaults without one).
     pub(crate) fn of(server: Option<&ServerBlock>) -> Self {
         let client = server.map(|s| s.client.clone()).unwrap_or_default();
@@ -285,29 +282,24 @@ impl DefaultServer {
         let loc = server
             .and_then(|s| s.locations.first())
             .map_or(&fallback, |l| &l.proxy);
-        let whole = u64::from(client.header_buffers).saturating_mul(client.header_buffer_size);
         Self {
             timeouts: Timeouts {
                 header: client.header_timeout,
                 keepalive: loc.client_keepalive_timeout,
                 send: loc.client_send_timeout,
             },
-            max_buf: usize::try_from(whole.max(Self::MIN_BUF)).unwrap_or(usize::MAX),
+            limits: HeadLimits::of(&client),
         }
     }
 
-    /// Per listen address, its default server: the one marked
-    /// `default_server`, else the first that lists the address.
-    pub(crate) fn by_address(config: &Config) -> HashMap<SocketAddr, DefaultServer> {
-        let mut out = HashMap::new();
-        for s in &config.servers {
-            for l in &s.listen {
-                if l.default_server || !out.contains_key(&l.addr) {
-                    out.insert(l.addr, Self::of(Some(s)));
-                }
-            }
-        }
-        out
+    /// hyper's `max_buf_size`: above the gate's own bound of the head
+    /// (`crate::request_check` refuses a head as nginx does, with nginx's
+    /// status), and never below hyper's default.
+    pub(crate) fn max_buf(&self) -> usize {
+        self.limits
+            .max_head()
+            .saturating_add(16 * 1024)
+            .max(8192 + 4096 * 100)
     }
 }
 

@@ -121,8 +121,16 @@ async fn proxy_request(
     start: Instant,
     obs: &mut RequestObserver<'_>,
 ) -> Response<UpBody> {
-    let upgrade = is_upgrade(req.headers());
+    // nginx tunnels when the client sent Upgrade and the upstream answered
+    // 101 (`u->upgrade`); vigil asks the upstream to switch only where the
+    // location passes Upgrade on (see `passes_upgrade`).
+    let upgrade = req.version() == http::Version::HTTP_11
+        && req.headers().contains_key(header::UPGRADE)
+        && passes_upgrade(route);
     let on_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+    // What the gate did to HTTP/1 heads, here for every request (HTTP/2 too),
+    // with the settings of the location's server.
+    crate::request_check::drop_invalid_headers(req.headers_mut(), &route.client);
     let (parts, incoming) = req.into_parts();
     let settings = &route.location.proxy;
     let max = settings.client_max_body_size;
@@ -282,20 +290,41 @@ async fn proxy_request(
                         continue;
                     }
                     StatusVerdict::PassThrough(guard, _) => {
-                        let (head, incoming) = answered.response.into_parts();
+                        let (mut head, incoming) = answered.response.into_parts();
+                        let cx = crate::errlog::Context::new(
+                            upstream.name(),
+                            peer.addr_text(),
+                            client,
+                            &parts,
+                        );
                         if head.status == StatusCode::SWITCHING_PROTOCOLS {
+                            // attempt::run lets a 101 through only when this
+                            // request asked for it, so on_upgrade is there.
                             if let Some(client_up) = on_upgrade {
                                 let upstream_up = hyper::upgrade::on(Response::from_parts(
                                     head.clone(),
                                     incoming,
                                 ));
-
+                                let timeouts = crate::tunnel::Timeouts {
+                                    idle: settings.read_timeout,
+                                    upstream_send: settings.send_timeout,
+                                    client_send: settings.client_send_timeout,
+                                };
                                 tokio::spawn(async move {
                                     let _guard = guard;
-                                    if let (Ok(a), Ok(b)) = (client_up.await, upstream_up.await) {
-                                        let mut a = hyper_util::rt::TokioIo::new(a);
-                                        let mut b = hyper_util::rt::TokioIo::new(b);
-                                        let _ = tokio::io::copy_bidirectional(&mut a, &mut b).await;
+                                    match (client_up.await, upstream_up.await) {
+                                        (Ok(a), Ok(b)) => {
+                                            let a = hyper_util::rt::TokioIo::new(a);
+                                            let b = hyper_util::rt::TokioIo::new(b);
+                                            crate::tunnel::run(a, b, timeouts, &cx).await;
+                                        }
+                                        (a, b) => tracing::warn!(
+                                            client = %cx.client,
+                                            upstream = %cx.upstream,
+                                            client_ok = a.is_ok(),
+                                            upstream_ok = b.is_ok(),
+                                            "upgrade failed"
+                                        ),
                                     }
                                 });
                                 let mut resp = Response::from_parts(head, body::empty());
@@ -313,8 +342,13 @@ async fn proxy_request(
                             .pool
                             .enabled()
                             .then(|| (route.pool.clone(), answered.conn));
+                        // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length
+                        // (nginx clears the length of a chunked response).
+                        if head.headers.contains_key(header::TRANSFER_ENCODING) {
+                            head.headers.remove(header::CONTENT_LENGTH);
+                        }
                         let streamed =
-                            Streamed::new(incoming, settings.read_timeout, guard, pooled);
+                            Streamed::new(incoming, settings.read_timeout, guard, pooled, cx);
                         let mut resp = Response::from_parts(head, BodyExt::boxed(streamed));
                         strip_hop_by_hop(resp.headers_mut(), false);
                         return finish(route, &parts, client, local, &attempts, start, resp);
@@ -441,7 +475,6 @@ fn build_request(
         .map_err(|e| format!("cannot build upstream request: {e}"))?;
     let headers = req.headers_mut();
     *headers = parts.headers.clone();
-    let upgrade_value = headers.get(header::UPGRADE).cloned();
     strip_hop_by_hop(headers, false);
     headers.remove(header::HOST);
     if let Ok(v) = HeaderValue::from_str(&route.proxy_host) {
@@ -478,15 +511,17 @@ fn build_request(
             }
         }
     }
-    match (upgrade, upgrade_value) {
-        (true, Some(u)) => {
-            headers.insert(header::UPGRADE, u);
-            headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-        }
+    match upgrade {
+        // The location's proxy_set_header put Upgrade and Connection.
+        true if headers.contains_key(header::UPGRADE) => {}
+        // Otherwise no Upgrade goes upstream: what nginx sends with
+        // proxy_http_version 1.0 a server must ignore (RFC 9110 §7.8).
         _ if route.pool.enabled() => {
+            headers.remove(header::UPGRADE);
             headers.insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
         }
         _ => {
+            headers.remove(header::UPGRADE);
             headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
     }
@@ -544,15 +579,22 @@ fn content_length(h: &HeaderMap) -> Option<u64> {
         .ok()
 }
 
-fn is_upgrade(h: &HeaderMap) -> bool {
-    h.contains_key(header::UPGRADE)
-        && h.get_all(header::CONNECTION)
+/// Whether the location passes a client's Upgrade on: nginx drops the
+/// client's Upgrade and Connection (hop-by-hop) and sends them only as
+/// `proxy_set_header Upgrade ...; proxy_set_header Connection ...;` put
+/// them, and a server honours Upgrade only in an HTTP/1.1 request
+/// (`proxy_http_version 1.1`; vigil's wire is always 1.1, so it asks only
+/// when nginx would ask in 1.1).
+fn passes_upgrade(route: &Route) -> bool {
+    let sets = |name: &HeaderName| {
+        route
+            .set_headers
             .iter()
-            .filter_map(|v| v.to_str().ok())
-            .any(|v| {
-                v.split(',')
-                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
-            })
+            .any(|(n, v)| n == name && v.is_some())
+    };
+    route.location.proxy.http_version == vigil_core::config::HttpVersion::Http11
+        && sets(&header::UPGRADE)
+        && sets(&header::CONNECTION)
 }
 
 /// nginx-style error page.

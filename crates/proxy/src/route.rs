@@ -47,6 +47,8 @@ pub struct Route {
     pub hash_key: Option<Template>,
     /// The access log, if on.
     pub access_log: Option<Arc<crate::log::AccessLogWriter>>,
+    /// The client-side settings of the location's server block.
+    pub client: vigil_core::config::ClientSettings,
 }
 
 // === impl Routes ===
@@ -65,11 +67,17 @@ impl Routes {
         for s in &config.servers {
             let mut compiled = Vec::new();
             for loc in &s.locations {
-                compiled.push(Route::build(loc, registry, pools, &mut logs)?.map(Arc::new));
+                compiled
+                    .push(Route::build(loc, &s.client, registry, pools, &mut logs)?.map(Arc::new));
             }
             routes.push(compiled);
         }
         Ok(Self { router, routes })
+    }
+
+    /// The index (into `Config::servers`) of the default server of `listener`.
+    pub(crate) fn default_server(&self, listener: SocketAddr) -> Option<usize> {
+        self.router.default_server(listener)
     }
 
     /// Route a request that arrived on `listener`.
@@ -137,6 +145,7 @@ pub fn upstream_target(location: &Location, uri: &RequestUri) -> String {
 impl Route {
     fn build(
         loc: &Location,
+        client: &vigil_core::config::ClientSettings,
         registry: &Registry,
         pools: &HashMap<String, Arc<Pool>>,
         logs: &mut HashMap<std::path::PathBuf, Arc<crate::log::AccessLogWriter>>,
@@ -199,6 +208,7 @@ impl Route {
             }),
         };
         Ok(Some(Self {
+            client: client.clone(),
             access_log,
             policy: RetryPolicy::of(&loc.proxy),
             proxy_host: pass.upstream.clone(),

@@ -232,6 +232,12 @@ impl Router {
 
     /// The blocks for a connection accepted on `listener`: its own address,
     /// else the wildcard address of its port (`listen 8080` is 0.0.0.0:8080).
+    /// The index of the default server of `listener` (its `default_server`,
+    /// else the first block listing it), if the configuration listens there.
+    pub(crate) fn default_server(&self, listener: SocketAddr) -> Option<usize> {
+        self.address(listener).map(|a| a.default)
+    }
+
     fn address(&self, listener: SocketAddr) -> Option<&Address> {
         self.addresses.get(&listener).or_else(|| {
             let any = SocketAddr::new(

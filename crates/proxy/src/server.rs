@@ -30,7 +30,6 @@ pub struct Generation {
     pub routes: Routes,
     pools: HashMap<String, Arc<Pool>>,
     /// Per listen address, the limits of its default server.
-    listeners: HashMap<SocketAddr, DefaultServer>,
     /// Its counters, once the proxy has metrics.
     stats: OnceLock<Arc<GenerationStats>>,
 }
@@ -79,7 +78,6 @@ impl Generation {
             .collect();
         let routes = Routes::build(&config, &registry, &pools)?;
         Ok(Self {
-            listeners: DefaultServer::by_address(&config),
             config,
             registry,
             routes,
@@ -90,10 +88,11 @@ impl Generation {
 
     /// The limits in force on `addr` before a request is routed.
     pub(crate) fn default_server(&self, addr: SocketAddr) -> DefaultServer {
-        self.listeners
-            .get(&addr)
-            .copied()
-            .unwrap_or_else(|| DefaultServer::of(None))
+        let block = self
+            .routes
+            .default_server(addr)
+            .and_then(|i| self.config.servers.get(i));
+        DefaultServer::of(block)
     }
 
     /// Its counters (None when the proxy has no metrics).

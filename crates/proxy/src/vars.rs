@@ -174,12 +174,10 @@ impl Var {
                 let _ = write!(out, "{}", cx.client.port());
             }
             Var::ProxyAddXForwardedFor => {
-                if let Some(v) = p
-                    .headers
-                    .get("x-forwarded-for")
-                    .and_then(|v| v.to_str().ok())
-                {
-                    out.push_str(v);
+                // nginx 1.22: every X-Forwarded-For line, each followed by
+                // ", " (an empty one too), then the client's address.
+                for v in p.headers.get_all("x-forwarded-for") {
+                    out.push_str(&String::from_utf8_lossy(v.as_bytes()));
                     out.push_str(", ");
                 }
                 let _ = write!(out, "{}", cx.client.ip());

@@ -3,6 +3,7 @@
 
 mod behaviour;
 mod bodies;
+mod hardening;
 mod reload;
 mod routing;
 mod support;

@@ -187,12 +187,28 @@ fn with_backends(conf: &str, backends: &[Backend]) -> String {
 impl Twin {
     /// Start `conf` (the inside of `http {}`) under both, with `n` backends each.
     pub(crate) async fn start(conf: &str, n: usize) -> Self {
+        Self::start_with(conf, n, &[], &[]).await
+    }
+
+    /// As [`Twin::start`], with more placeholders filled per side (`("{R0}",
+    /// addr)`): for backends a test runs itself, one for each side.
+    pub(crate) async fn start_with(
+        conf: &str,
+        n: usize,
+        vigil: &[(&str, SocketAddr)],
+        nginx: &[(&str, SocketAddr)],
+    ) -> Self {
+        let each = |conf: &str, vars: &[(&str, SocketAddr)]| {
+            vars.iter()
+                .fold(conf.to_string(), |c, (k, a)| c.replace(k, &a.to_string()))
+        };
         let vb = backends(n).await;
+        let vconf = each(conf, vigil);
         // start_proxy picks the listen address itself and fills `{LISTEN}`.
-        let running = start_proxy(&format!("http {{\n{}\n}}", with_backends(conf, &vb))).await;
+        let running = start_proxy(&format!("http {{\n{}\n}}", with_backends(&vconf, &vb))).await;
         let nb = backends(n).await;
         let naddr = free_addr();
-        let stock = Nginx::start(&fill(conf, naddr, &nb), naddr).await;
+        let stock = Nginx::start(&fill(&each(conf, nginx), naddr, &nb), naddr).await;
         Self {
             vigil: Side {
                 addr: running.addr,

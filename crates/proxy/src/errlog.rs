@@ -1,0 +1,134 @@
+//! nginx's error_log lines for what fails after the response header went
+//! out (a broken body, an upgraded connection that times out): nginx's
+//! words, and the context nginx appends (client, request, upstream, host),
+//! kept as cheap clones and formatted only when a line is written.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http::request::Parts;
+use http::{Method, Uri, Version};
+
+/// Who a failure after the header concerns.
+#[derive(Clone, Debug)]
+pub(crate) struct Context {
+    pub(crate) upstream: Arc<str>,
+    pub(crate) peer: Arc<str>,
+    pub(crate) client: SocketAddr,
+    method: Method,
+    uri: Uri,
+    version: Version,
+    host: Option<http::HeaderValue>,
+}
+
+/// What failed, in nginx's words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// The upstream closed before the body was complete.
+    PrematureClose,
+    /// A chunk the upstream sent does not parse.
+    InvalidChunk,
+    /// The upstream reset the connection.
+    Reset,
+    /// Nothing arrived within proxy_read_timeout (or an upgraded
+    /// connection was idle that long).
+    Timeout,
+    /// Any other read error.
+    Other,
+}
+
+// === impl Context ===
+
+impl Context {
+    /// The context of `parts`, proxied to `peer` of `upstream`.
+    pub(crate) fn new(
+        upstream: &Arc<str>,
+        peer: &Arc<str>,
+        client: SocketAddr,
+        parts: &Parts,
+    ) -> Self {
+        Self {
+            upstream: upstream.clone(),
+            peer: peer.clone(),
+            client,
+            method: parts.method.clone(),
+            uri: parts.uri.clone(),
+            version: parts.version,
+            host: parts.headers.get(http::header::HOST).cloned(),
+        }
+    }
+
+    /// The request line, as nginx's `request: "..."`.
+    pub(crate) fn request(&self) -> String {
+        let pq = self.uri.path_and_query().map_or("/", |p| p.as_str());
+        format!("{} {pq} {:?}", self.method, self.version)
+    }
+
+    /// The Host header, as nginx's `host: "..."`.
+    pub(crate) fn host(&self) -> &str {
+        self.host
+            .as_ref()
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("")
+    }
+
+    /// Write one error_log line: `failure` while `action` (nginx's
+    /// `c->log->action`, e.g. "reading upstream").
+    pub(crate) fn log(&self, failure: Failure, action: &str, detail: &dyn std::fmt::Display) {
+        let what = match failure {
+            Failure::PrematureClose => "upstream prematurely closed connection",
+            Failure::InvalidChunk => "upstream sent invalid chunked response",
+            Failure::Reset => "recv() failed (104: Connection reset by peer)",
+            Failure::Timeout => "upstream timed out (110: Connection timed out)",
+            Failure::Other => "upstream read failed",
+        };
+        tracing::error!(
+            upstream = %self.upstream,
+            peer = %self.peer,
+            client = %self.client.ip(),
+            request = %self.request(),
+            host = %self.host(),
+            error = %detail,
+            "{what} while {action}, client: {}, request: \"{}\", upstream: \"{}\" ({}), host: \"{}\"",
+            self.client.ip(),
+            self.request(),
+            self.peer,
+            self.upstream,
+            self.host(),
+        );
+    }
+}
+
+// === impl Failure ===
+
+impl Failure {
+    /// The failure a body read error stands for.
+    pub(crate) fn of(e: &(dyn std::error::Error + 'static)) -> Self {
+        let mut cur = Some(e);
+        while let Some(err) = cur {
+            if let Some(io) = err.downcast_ref::<std::io::Error>() {
+                return match io.kind() {
+                    std::io::ErrorKind::UnexpectedEof => Failure::PrematureClose,
+                    std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput => {
+                        Failure::InvalidChunk
+                    }
+                    std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe => {
+                        Failure::Reset
+                    }
+                    std::io::ErrorKind::TimedOut => Failure::Timeout,
+                    _ => Failure::Other,
+                };
+            }
+            if let Some(h) = err.downcast_ref::<hyper::Error>() {
+                if h.is_incomplete_message() {
+                    return Failure::PrematureClose;
+                }
+                if h.is_parse() {
+                    return Failure::InvalidChunk;
+                }
+            }
+            cur = err.source();
+        }
+        Failure::Other
+    }
+}
