@@ -8,6 +8,8 @@ use std::net::SocketAddr;
 use super::at::At;
 use super::forms::{RawAccessLog, RawListen};
 use super::raw::{RawLocation, RawProxy, RawServer};
+use crate::config::addr::Use;
+use crate::config::validate;
 use crate::config::{
     AccessLog, AddHeader, ConfigError, HttpVersion, Listen, Location, LocationMatch, LogFormat,
     ProxyPass, ProxySettings, Resolver, ServerBlock, ServerConfig, SetHeader, UpstreamConfig,
@@ -19,6 +21,8 @@ use crate::outcome::NextUpstream;
 pub(super) struct Cx<'a, 'r> {
     pub(super) resolve: Resolver<'r>,
     pub(super) upstreams: &'a mut Vec<UpstreamConfig>,
+    /// Every server's listen addresses so far (nginx's cross-server checks).
+    pub(super) listens: validate::ListenBook,
 }
 
 pub(super) fn server(
@@ -26,9 +30,16 @@ pub(super) fn server(
     raw: &RawServer,
     at: &At<'_>,
 ) -> Result<ServerBlock, ConfigError> {
-    let mut listen = Vec::new();
+    let mut listen: Vec<Listen> = Vec::new();
     for (i, l) in raw.listen.iter().enumerate() {
-        listen.push(listen_entry(cx, l, &at.key("listen").index(i))?);
+        let at = at.key("listen").index(i);
+        let entry = listen_entry(cx, l, &at)?;
+        let options =
+            matches!(l, RawListen::Table(t) if t.reuseport == Some(true) || t.backlog.is_some());
+        cx.listens
+            .add(&listen, &entry, options)
+            .map_err(|m| at.err(m))?;
+        listen.push(entry);
     }
     if listen.is_empty() {
         // nginx's default: *:80.
@@ -42,7 +53,10 @@ pub(super) fn server(
     let defaults = proxy(&raw.proxy(), ProxySettings::default(), at)?;
     let mut locations = Vec::new();
     for (i, l) in raw.location.iter().enumerate() {
-        locations.push(location(cx, l, &defaults, &at.key("location").index(i))?);
+        let at = at.key("location").index(i);
+        let loc = location(cx, l, &defaults, &at)?;
+        validate::duplicate_location(&locations, &loc).map_err(|m| at.key("path").err(m))?;
+        locations.push(loc);
     }
     Ok(ServerBlock {
         listen,
@@ -58,11 +72,8 @@ fn listen_entry(cx: &Cx<'_, '_>, raw: &RawListen, at: &At<'_>) -> Result<Listen,
         RawListen::Addr(a) => (a, at.clone()),
         RawListen::Table(t) => (&t.addr, at.key("addr")),
     };
-    let addr = if let Ok(port) = text.parse::<u16>() {
-        SocketAddr::from(([0, 0, 0, 0], port))
-    } else {
-        at.resolve(cx.resolve, text, 80)?
-    };
+    // A bare number is a port, `*` any address, no port 80 (as nginx's `listen`).
+    let addr = at.resolve(cx.resolve, text, 80, Use::Listen)?;
     let mut l = Listen {
         addr,
         default_server: false,
@@ -143,7 +154,7 @@ fn proxy_pass(cx: &mut Cx<'_, '_>, url: &str, at: &At<'_>) -> Result<ProxyPass, 
     }
     if !cx.upstreams.iter().any(|u| u.name == host) {
         let addr = at
-            .resolve(cx.resolve, host, if tls { 443 } else { 80 })
+            .resolve(cx.resolve, host, if tls { 443 } else { 80 }, Use::Upstream)
             .map_err(|e| match e {
                 ConfigError::Invalid { at, message } => ConfigError::Invalid {
                     at,
