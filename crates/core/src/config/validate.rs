@@ -26,6 +26,21 @@ pub(crate) fn check(c: &CheckConfig) -> Result<(), String> {
     Ok(())
 }
 
+/// nginx's `connection_pool_size` on 64-bit systems (not configurable in
+/// vigil): `large_client_header_buffers` may not be smaller.
+pub(crate) const CONNECTION_POOL_SIZE: u64 = 512;
+
+/// `large_client_header_buffers NUMBER SIZE` as nginx accepts it.
+pub(crate) fn header_buffers(number: u32, size: u64) -> Result<(), String> {
+    if number == 0 || size == 0 {
+        return Err("\"large_client_header_buffers\" directive invalid value".into());
+    }
+    if size < CONNECTION_POOL_SIZE {
+        return Err("the \"large_client_header_buffers\" size must be equal to or greater than \"connection_pool_size\"".into());
+    }
+    Ok(())
+}
+
 /// The listen addresses of the servers read so far, for nginx's checks
 /// across servers (both front ends use one book per configuration).
 #[derive(Debug, Default)]

@@ -252,6 +252,40 @@ fn upstream_addresses_nginx_refuses() {
     );
 }
 
+#[test]
+fn header_buffers_nginx_refuses() {
+    // nginx finds a size below connection_pool_size only when it merges
+    // the levels, and names the end of the http block; vigil names the
+    // directive itself.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("nginx.conf");
+    let body = "server { listen 127.0.0.1:18080; large_client_header_buffers 4 511; }";
+    std::fs::write(&file, conf(dir.path(), body)).expect("write");
+    let msg = "the \"large_client_header_buffers\" size must be equal to or greater than \"connection_pool_size\"";
+    assert_eq!(nginx_says(dir.path(), &file), Some((msg.to_string(), 4)));
+    assert_eq!(vigil_says(&file), Some((msg.to_string(), 3)));
+    for (body, msg) in [
+        (
+            "server { listen 127.0.0.1:18080; large_client_header_buffers 0 8k; }",
+            "\"large_client_header_buffers\" directive invalid value",
+        ),
+        (
+            "server { listen 127.0.0.1:18080; large_client_header_buffers 4 0; }",
+            "\"large_client_header_buffers\" directive invalid value",
+        ),
+        (
+            "server { listen 127.0.0.1:18080; large_client_header_buffers 4 8x; }",
+            "\"large_client_header_buffers\" directive invalid value",
+        ),
+    ] {
+        same_refusal(body, Some(msg));
+    }
+    same_refusal(
+        "server { listen 127.0.0.1:18080; large_client_header_buffers 4 512; }",
+        None,
+    );
+}
+
 fn toml_err(src: &str) -> String {
     match toml::load_str(src, Path::new("vigil.toml"), &literal_resolver) {
         Ok(c) => panic!("expected a refusal, got {c:#?}\n{src}"),

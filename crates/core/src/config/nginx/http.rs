@@ -385,15 +385,13 @@ impl Level {
             "client_header_timeout" => c.header_timeout = time(d, one(d)?)?,
             "large_client_header_buffers" => {
                 let a = args(d, 2, 2)?;
-                let n = number(d, &a[0])?;
-                let size = parse_size(&a[1].value)
-                    .map_err(|e| ConfigError::invalid(&a[1].span, e.to_string()))?;
-                if n == 0 || size == 0 {
-                    return Err(ConfigError::invalid(
-                        &d.span,
-                        "\"large_client_header_buffers\" needs a non-zero number and size",
-                    ));
-                }
+                // nginx says only "invalid value", for either word.
+                let n = Some(&a[0].value)
+                    .filter(|v| v.bytes().all(|b| b.is_ascii_digit()))
+                    .and_then(|v| v.parse::<u32>().ok())
+                    .unwrap_or(0);
+                let size = parse_size(&a[1].value).unwrap_or(0);
+                validate::header_buffers(n, size).map_err(|m| ConfigError::invalid(&d.span, m))?;
                 c.header_buffers = n;
                 c.header_buffer_size = size;
             }

@@ -6,13 +6,14 @@
 use std::net::SocketAddr;
 
 use super::at::At;
-use super::forms::{RawAccessLog, RawListen};
+use super::forms::{RawAccessLog, RawHeaderBuffers, RawListen};
 use super::raw::{RawLocation, RawProxy, RawServer};
 use crate::config::addr::Use;
 use crate::config::validate;
 use crate::config::{
-    AccessLog, AddHeader, ConfigError, HttpVersion, Listen, Location, LocationMatch, LogFormat,
-    ProxyPass, ProxySettings, Resolver, ServerBlock, ServerConfig, SetHeader, UpstreamConfig,
+    AccessLog, AddHeader, ClientSettings, ConfigError, HttpVersion, Listen, Location,
+    LocationMatch, LogFormat, ProxyPass, ProxySettings, Resolver, ServerBlock, ServerConfig,
+    SetHeader, UpstreamConfig,
 };
 use crate::outcome::NextUpstream;
 
@@ -61,10 +62,55 @@ pub(super) fn server(
     Ok(ServerBlock {
         listen,
         server_names: raw.server_name.clone(),
-        client: Default::default(),
+        client: client(raw, at)?,
         locations,
         origin: Default::default(),
     })
+}
+
+/// The server-level header-phase keys (nginx's http/server-level
+/// `client_header_timeout`, `large_client_header_buffers`, ...).
+fn client(raw: &RawServer, at: &At<'_>) -> Result<ClientSettings, ConfigError> {
+    let mut c = ClientSettings::default();
+    if let Some(t) = &raw.client_header_timeout {
+        c.header_timeout = at.key("client_header_timeout").time(t)?;
+    }
+    if let Some(b) = &raw.large_client_header_buffers {
+        let at = at.key("large_client_header_buffers");
+        let (number, size) = match b {
+            RawHeaderBuffers::Words(w) => {
+                let words: Vec<&str> = w.split_whitespace().collect();
+                let [n, size] = words.as_slice() else {
+                    return Err(at.err(format!(
+                        "invalid value \"{w}\", expected \"NUMBER SIZE\" (e.g. \"4 8k\")"
+                    )));
+                };
+                let n = Some(*n)
+                    .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+                    .and_then(|n| n.parse::<u32>().ok())
+                    .ok_or_else(|| {
+                        at.err(format!(
+                            "invalid number \"{n}\" in \"{w}\", expected \"NUMBER SIZE\" (e.g. \"4 8k\")"
+                        ))
+                    })?;
+                (n, at.size(size)?)
+            }
+            RawHeaderBuffers::Table(t) => (t.number, at.key("size").size(&t.size)?),
+        };
+        validate::header_buffers(number, size).map_err(|m| at.err(m))?;
+        c.header_buffers = number;
+        c.header_buffer_size = size;
+    }
+    for (value, slot) in [
+        (raw.underscores_in_headers, &mut c.underscores_in_headers),
+        (raw.ignore_invalid_headers, &mut c.ignore_invalid_headers),
+        (raw.merge_slashes, &mut c.merge_slashes),
+    ] {
+        if let Some(v) = value {
+            *slot = v;
+        }
+    }
+    Ok(c)
 }
 
 fn listen_entry(cx: &Cx<'_, '_>, raw: &RawListen, at: &At<'_>) -> Result<Listen, ConfigError> {
