@@ -7,5 +7,21 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+mod admin;
+mod config;
+mod probe;
+
+pub use admin::admin_query;
+pub use config::{nginx_conf, toml_conf};
+pub use probe::probe_response;
+
+/// A target's body.
+pub type Target = fn(&[u8]);
+
 /// Every target, by the name of its corpus directory and fuzz binary.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[];
+pub const TARGETS: &[(&str, Target)] = &[
+    ("admin_query", admin_query),
+    ("nginx_conf", nginx_conf),
+    ("probe_response", probe_response),
+    ("toml_conf", toml_conf),
+];
