@@ -7,9 +7,15 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+mod admin;
+mod config;
+mod probe;
 mod proxy;
 mod uri_route;
 
+pub use admin::admin_query;
+pub use config::{nginx_conf, toml_conf};
+pub use probe::probe_response;
 pub use proxy::proxy_request;
 pub use uri_route::uri_route;
 
@@ -17,5 +23,11 @@ pub use uri_route::uri_route;
 pub type Target = fn(&[u8]);
 
 /// Every target, by the name of its corpus directory and fuzz binary.
-pub const TARGETS: &[(&str, Target)] =
-    &[("proxy_request", proxy_request), ("uri_route", uri_route)];
+pub const TARGETS: &[(&str, Target)] = &[
+    ("admin_query", admin_query),
+    ("nginx_conf", nginx_conf),
+    ("probe_response", probe_response),
+    ("proxy_request", proxy_request),
+    ("toml_conf", toml_conf),
+    ("uri_route", uri_route),
+];

@@ -7,13 +7,15 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
-mod admin;
 mod client;
 mod cmd;
 mod load;
 mod stack;
 
 use std::process::ExitCode;
+
+// The admin API is the library target's (so the fuzz crate reaches it).
+use vigil::admin;
 
 use clap::{Parser, Subcommand};
 

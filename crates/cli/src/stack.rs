@@ -78,7 +78,7 @@ pub(crate) async fn start(config: Config, opts: Options) -> anyhow::Result<Stack
     let mut admin_addr = None;
     if !opts.no_admin {
         let explicit = opts.admin_listen.or(admin_cfg.listen);
-        let addr = explicit.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9901)));
+        let addr = explicit.unwrap_or(crate::admin::DEFAULT_LISTEN);
         let token = opts.admin_token.clone().or(admin_cfg.token.clone());
         let p = proxy.clone();
         let m = metrics.clone();
@@ -100,8 +100,8 @@ pub(crate) async fn start(config: Config, opts: Options) -> anyhow::Result<Stack
             }
             // The default address being taken (another vigil on this host)
             // must not keep the proxy down; an address asked for must work.
-            Err(crate::admin::AdminError::Bind { addr, source }) if explicit.is_none() => {
-                tracing::warn!(%addr, error = %source, "admin API not started (set admin.listen or --admin-listen)");
+            Err(e @ crate::admin::AdminError::Bind { .. }) if explicit.is_none() => {
+                crate::admin::warn_default_unavailable(&e, "set admin.listen or --admin-listen");
             }
             Err(e) => return Err(e.into()),
         }

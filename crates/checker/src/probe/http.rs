@@ -1,7 +1,11 @@
 //! The HTTP exchange of an `http`/`https` probe: raw request bytes out,
 //! status line (and, for a body match, headers and up to 64 KiB of body) in.
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use vigil_core::config::{CheckKind, HttpCheck};
 use vigil_core::health::ProbePhase;
 
 use super::{Deadline, FailureKind, ProbeFailure, ProbeResult, Target};
@@ -142,6 +146,74 @@ where
                 ),
             ));
         }
+    }
+}
+
+/// Judge a reply held in memory exactly as a probe judges one read from a
+/// socket: the request `check.send` is "sent", then `reply` arrives at most
+/// `chunk` bytes per read (at least 1) and the peer closes. Every read is
+/// ready at once, so no timer fires (a tokio runtime with time enabled must
+/// run it). For the `probe_response` fuzz target and tests: the same
+/// [`exchange`] code runs, there is no second parser.
+pub async fn judge_reply(
+    check: &HttpCheck,
+    reply: &[u8],
+    chunk: usize,
+) -> Result<String, ProbeFailure> {
+    let target = Target {
+        addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        kind: CheckKind::Http,
+        server_name: "127.0.0.1".to_string(),
+        http: check.clone(),
+        timeout: std::time::Duration::from_secs(3600),
+        interval: std::time::Duration::from_secs(7200),
+        jitter: std::time::Duration::ZERO,
+        tls: None,
+    };
+    let deadline = Deadline::new(target.timeout);
+    let stream = Replay {
+        reply,
+        chunk: chunk.max(1),
+    };
+    exchange(stream, &target, &deadline).await
+}
+
+/// A peer that answers `reply`, `chunk` bytes at a time, then closes; what
+/// is written to it is dropped.
+struct Replay<'a> {
+    reply: &'a [u8],
+    chunk: usize,
+}
+
+impl AsyncRead for Replay<'_> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let n = self.reply.len().min(self.chunk).min(buf.remaining());
+        let (now, later) = self.reply.split_at(n);
+        buf.put_slice(now);
+        self.reply = later;
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for Replay<'_> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
     }
 }
 

@@ -11,6 +11,8 @@
 mod http;
 pub mod tls;
 
+pub use http::judge_reply;
+
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;

@@ -15,19 +15,17 @@
 //! Write endpoints need `Authorization: Bearer TOKEN`; without a configured
 //! token they are refused. A non-loopback listen address needs a token.
 
+mod listener;
+mod route;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use http::{header, Method, Request, Response, StatusCode};
+use http::{header, Request, Response, StatusCode};
 use http_body_util::Full;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -38,12 +36,21 @@ use vigil_core::peer::AdminState;
 use vigil_core::registry::Registry;
 use vigil_core::Clock;
 
+pub use listener::{Limits, HEADER_TIMEOUT, MAX_CONNECTIONS, REFUSED_LOG_INTERVAL, SEND_TIMEOUT};
+pub use route::{
+    parse_query, percent_decode_utf8, segments, BadRequest, Route, MAX_EVENTS_PER_CALL,
+};
+
+/// The default admin listen address.
+pub const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9901);
+
 type RegistryFn = Arc<dyn Fn() -> Arc<Registry> + Send + Sync>;
 type ReloadFn = Arc<dyn Fn() -> Result<u64, String> + Send + Sync>;
 
 /// Everything the admin API reads and acts on.
 #[derive(Clone)]
-pub(crate) struct Admin {
+pub struct Admin {
     registry: RegistryFn,
     clock: Arc<dyn Clock>,
     events: Arc<EventBus>,
@@ -51,6 +58,8 @@ pub(crate) struct Admin {
     reload: Arc<std::sync::OnceLock<ReloadFn>>,
     last_reload: Arc<Mutex<Option<ReloadResult>>>,
     status: StatusPage,
+    limits: Limits,
+    refused: Arc<listener::Refused>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -59,6 +68,9 @@ struct ReloadResult {
     ok: bool,
     generation: Option<u64>,
     error: Option<String>,
+    /// Set when `error` was withheld (no token given).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error_withheld: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -101,7 +113,7 @@ struct ErrorDoc {
 
 /// Why the admin listener will not start.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum AdminError {
+pub enum AdminError {
     /// Writes from anywhere but this host need a token.
     #[error(
         "admin listen address {0} is not loopback: configure admin.token (or --admin-token) first"
@@ -118,10 +130,45 @@ pub(crate) enum AdminError {
     },
 }
 
+// === impl AdminError ===
+
+impl AdminError {
+    /// The address is held by another process (`EADDRINUSE`).
+    pub fn is_addr_in_use(&self) -> bool {
+        matches!(self, AdminError::Bind { source, .. } if source.kind() == std::io::ErrorKind::AddrInUse)
+    }
+}
+
+/// Log why the admin API is off when the *default* address (nobody asked
+/// for it) could not be bound; the caller runs on without it. When another
+/// process holds the port, the CLI commands would talk to that process and
+/// hand it the operator's token: say so plainly.
+pub fn warn_default_unavailable(err: &AdminError, how_to_set: &str) {
+    let addr = match err {
+        AdminError::Bind { addr, .. } | AdminError::NeedsToken(addr) => *addr,
+    };
+    tracing::warn!(%addr, "{}", default_unavailable_message(err, how_to_set));
+}
+
+/// The sentence [`warn_default_unavailable`] logs.
+pub fn default_unavailable_message(err: &AdminError, how_to_set: &str) -> String {
+    match err {
+        AdminError::Bind { addr, .. } if err.is_addr_in_use() => format!(
+            "{addr} is in use (EADDRINUSE) by another process; the admin API is off. \
+             `vigil status` and the other commands would talk to that process and send it your token \
+             ({how_to_set} to serve the admin API elsewhere)"
+        ),
+        _ => format!("{err}; the admin API is off ({how_to_set})"),
+    }
+}
+
 // === impl Admin ===
 
 impl Admin {
-    pub(crate) fn new(
+    /// An admin API over the registry `registry` returns (the current
+    /// generation's), writing transitions to `events`; `token` (empty: none)
+    /// guards the write endpoints and the reload error text.
+    pub fn new(
         registry: impl Fn() -> Arc<Registry> + Send + Sync + 'static,
         clock: Arc<dyn Clock>,
         events: Arc<EventBus>,
@@ -136,21 +183,35 @@ impl Admin {
             reload: Arc::new(std::sync::OnceLock::new()),
             last_reload: Arc::new(Mutex::new(None)),
             status,
+            limits: Limits::default(),
+            refused: Arc::default(),
         }
     }
 
+    /// Other listener bounds than the defaults.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Connections closed at once because [`Limits::max_connections`] were open.
+    pub fn refused_connections(&self) -> u64 {
+        self.refused.get()
+    }
+
     /// Let `POST /api/reload` reload (every clone sees it; set once).
-    pub(crate) fn set_reload(&self, f: impl Fn() -> Result<u64, String> + Send + Sync + 'static) {
+    pub fn set_reload(&self, f: impl Fn() -> Result<u64, String> + Send + Sync + 'static) {
         let _ = self.reload.set(Arc::new(f));
     }
 
     /// Remember a reload's result for `GET /api/config`.
-    pub(crate) fn record_reload(&self, r: &Result<u64, String>) {
+    pub fn record_reload(&self, r: &Result<u64, String>) {
         let result = ReloadResult {
             at_unix_ms: self.clock.unix_ms(self.clock.now()),
             ok: r.is_ok(),
             generation: r.as_ref().ok().copied(),
             error: r.as_ref().err().cloned(),
+            error_withheld: None,
         };
         if let Ok(mut g) = self.last_reload.lock() {
             *g = Some(result);
@@ -158,7 +219,7 @@ impl Admin {
     }
 
     /// Bind and serve until `shutdown`; returns the bound address.
-    pub(crate) async fn listen(
+    pub async fn listen(
         self,
         addr: SocketAddr,
         shutdown: CancellationToken,
@@ -177,50 +238,27 @@ impl Admin {
         Ok(bound)
     }
 
-    /// Serve on an already bound listener until `shutdown`.
-    pub(crate) async fn serve(self, listener: TcpListener, shutdown: CancellationToken) {
-        let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-        loop {
-            let (stream, _) = tokio::select! {
-                r = listener.accept() => match r {
-                    Ok(x) => x,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "admin accept failed");
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-                _ = shutdown.cancelled() => return,
-            };
-            let admin = self.clone();
-            let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
-                let admin = admin.clone();
-                async move { Ok::<_, Infallible>(admin.handle(&req)) }
-            });
-            let conn = builder
-                .serve_connection(TokioIo::new(stream), svc)
-                .into_owned();
-            tokio::spawn(async move {
-                let _ = conn.await;
-            });
-        }
+    /// Serve on an already bound listener until `shutdown` (see [`Limits`]).
+    pub async fn serve(self, listener: TcpListener, shutdown: CancellationToken) {
+        listener::serve(self, listener, shutdown).await;
     }
 
-    /// Answer one request (bodies are never read: every input is in the path or query).
-    pub(crate) fn handle<B>(&self, req: &Request<B>) -> Response<Full<Bytes>> {
-        let path = req.uri().path().trim_end_matches('/');
-        let query = parse_query(req.uri().query().unwrap_or(""));
-        let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-        let method = req.method().clone();
-        match (method, segs.as_slice()) {
-            (_, ["status"]) | (_, ["metrics"]) => self.status.respond(req),
-            (Method::GET, ["api", "status"]) => json(
+    /// Answer one request. Bodies are never read: every input is in the
+    /// path or the query. Nothing in the request can make this panic.
+    pub fn handle<B>(&self, req: &Request<B>) -> Response<Full<Bytes>> {
+        let route = match Route::decode(req.method(), req.uri().path(), req.uri().query()) {
+            Ok(r) => r,
+            Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+        };
+        match route {
+            Route::StatusPage => self.status.respond(req),
+            Route::Status => json(
                 StatusCode::OK,
                 &api::status(&(self.registry)(), &*self.clock),
             ),
-            (Method::GET, ["api", "upstreams", name]) => {
+            Route::Upstream { name } => {
                 let reg = (self.registry)();
-                match reg.get(name) {
+                match reg.get(&name) {
                     Some(u) => json(
                         StatusCode::OK,
                         &api::upstream_view(u, &*self.clock, self.clock.now()),
@@ -228,49 +266,38 @@ impl Admin {
                     None => error(StatusCode::NOT_FOUND, format!("no upstream \"{name}\"")),
                 }
             }
-            (Method::GET, ["api", "explain"]) => self.explain(&query),
-            (Method::GET, ["api", "events"]) => self.events(&query),
-            (Method::GET, ["api", "config"]) => json(
-                StatusCode::OK,
-                &ConfigDoc {
-                    generation: (self.registry)().generation(),
-                    last_reload: self.last_reload.lock().ok().and_then(|g| g.clone()),
-                },
-            ),
-            (Method::POST, ["api", "peers", upstream, peer, action]) => {
-                if let Err(r) = self.authorize(req) {
-                    return *r;
-                }
-                self.set_admin(upstream, &percent_decode(peer), action)
+            Route::Explain { upstream, peer } => self.explain(&upstream, peer.as_deref()),
+            Route::Events {
+                since,
+                limit,
+                upstream,
+            } => self.events(since, limit, upstream.as_deref()),
+            Route::Config => self.config(self.authorize(req).is_ok()),
+            Route::SetAdmin {
+                upstream,
+                peer,
+                action,
+            } => match self.authorize(req) {
+                Err(r) => *r,
+                Ok(()) => self.set_admin(&upstream, &peer, &action),
+            },
+            Route::Reload => match self.authorize(req) {
+                Err(r) => *r,
+                Ok(()) => self.reload(),
+            },
+            Route::MethodNotAllowed => {
+                let mut r = error(StatusCode::METHOD_NOT_ALLOWED, "GET or POST only".into());
+                r.headers_mut()
+                    .insert(header::ALLOW, header::HeaderValue::from_static("GET, POST"));
+                r
             }
-            (Method::POST, ["api", "reload"]) => {
-                if let Err(r) = self.authorize(req) {
-                    return *r;
-                }
-                match self.reload.get() {
-                    None => error(
-                        StatusCode::NOT_IMPLEMENTED,
-                        "this process cannot reload".into(),
-                    ),
-                    Some(f) => {
-                        let r = f();
-                        self.record_reload(&r);
-                        match r {
-                            Ok(g) => json(
-                                StatusCode::OK,
-                                &serde_json::json!({"ok": true, "generation": g}),
-                            ),
-                            Err(e) => error(StatusCode::UNPROCESSABLE_ENTITY, e),
-                        }
-                    }
-                }
-            }
-            (m, ["api", ..]) if m != Method::GET && m != Method::POST => {
-                error(StatusCode::METHOD_NOT_ALLOWED, "GET or POST only".into())
-            }
-            _ => error(
+            Route::NotFound => error(
                 StatusCode::NOT_FOUND,
-                format!("no such endpoint: {} {}", req.method(), req.uri().path()),
+                format!(
+                    "no such endpoint: {} {}",
+                    req.method(),
+                    shorten(req.uri().path())
+                ),
             ),
         }
     }
@@ -285,9 +312,8 @@ impl Admin {
         let given = req
             .headers()
             .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
+            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+        if given.is_some_and(|g| token_matches(g, token.as_bytes())) {
             Ok(())
         } else {
             let mut r = error(
@@ -299,6 +325,45 @@ impl Admin {
                 header::HeaderValue::from_static("Bearer"),
             );
             Err(Box::new(r))
+        }
+    }
+
+    /// `GET /api/config`. A reload error quotes the configuration (a
+    /// `proxy_set_header Authorization ...`, a token in a URL): its text
+    /// is shown only to a caller with the token.
+    fn config(&self, authorized: bool) -> Response<Full<Bytes>> {
+        let mut last = self.last_reload.lock().ok().and_then(|g| g.clone());
+        if let Some(r) = last.as_mut().filter(|r| !authorized && r.error.is_some()) {
+            r.error = None;
+            r.error_withheld = Some(format!(
+                "last reload failed at {}; the error text is shown with the admin token (Authorization: Bearer) and in the server log",
+                http_date(r.at_unix_ms)
+            ));
+        }
+        json(
+            StatusCode::OK,
+            &ConfigDoc {
+                generation: (self.registry)().generation(),
+                last_reload: last,
+            },
+        )
+    }
+
+    fn reload(&self) -> Response<Full<Bytes>> {
+        let Some(f) = self.reload.get() else {
+            return error(
+                StatusCode::NOT_IMPLEMENTED,
+                "this process cannot reload".into(),
+            );
+        };
+        let r = f();
+        self.record_reload(&r);
+        match r {
+            Ok(g) => json(
+                StatusCode::OK,
+                &serde_json::json!({"ok": true, "generation": g}),
+            ),
+            Err(e) => error(StatusCode::UNPROCESSABLE_ENTITY, e),
         }
     }
 
@@ -331,18 +396,12 @@ impl Admin {
         }
     }
 
-    fn events(&self, q: &HashMap<String, String>) -> Response<Full<Bytes>> {
-        let since = q.get("since").and_then(|s| s.parse().ok()).unwrap_or(0);
-        let limit = q
-            .get("limit")
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(1000usize)
-            .min(10_000);
+    fn events(&self, since: u64, limit: usize, upstream: Option<&str>) -> Response<Full<Bytes>> {
         let got = self.events.since(since, limit);
         let events = got
             .events
             .iter()
-            .filter(|e| q.get("upstream").is_none_or(|u| &*e.upstream == u.as_str()))
+            .filter(|e| upstream.is_none_or(|u| &*e.upstream == u))
             .map(api::event_view)
             .collect();
         json(
@@ -355,10 +414,7 @@ impl Admin {
         )
     }
 
-    fn explain(&self, q: &HashMap<String, String>) -> Response<Full<Bytes>> {
-        let Some(name) = q.get("upstream") else {
-            return error(StatusCode::BAD_REQUEST, "upstream=NAME is required".into());
-        };
+    fn explain(&self, name: &str, peer: Option<&str>) -> Response<Full<Bytes>> {
         let reg = (self.registry)();
         let Some(up) = reg.get(name) else {
             return error(StatusCode::NOT_FOUND, format!("no upstream \"{name}\""));
@@ -369,13 +425,13 @@ impl Admin {
             .since(0, usize::MAX)
             .events
             .iter()
-            .filter(|e| &*e.upstream == name.as_str())
+            .filter(|e| &*e.upstream == name)
             .map(api::event_view)
             .collect();
         let peers: Vec<ExplainPeer> = view
             .peers
             .iter()
-            .filter(|p| q.get("peer").is_none_or(|want| &p.address == want))
+            .filter(|p| peer.is_none_or(|want| p.address == want))
             .map(|p| ExplainPeer {
                 peer: p.address.clone(),
                 sentences: api::explain(&view, p, &events),
@@ -384,16 +440,13 @@ impl Admin {
         if peers.is_empty() {
             return error(
                 StatusCode::NOT_FOUND,
-                format!(
-                    "no peer \"{}\" in upstream \"{name}\"",
-                    q.get("peer").map_or("", String::as_str)
-                ),
+                format!("no peer \"{}\" in upstream \"{name}\"", peer.unwrap_or("")),
             );
         }
         json(
             StatusCode::OK,
             &ExplainDoc {
-                upstream: name.clone(),
+                upstream: name.to_string(),
                 peers,
             },
         )
@@ -416,35 +469,28 @@ fn error(status: StatusCode, message: String) -> Response<Full<Bytes>> {
     json(status, &ErrorDoc { error: message })
 }
 
-fn parse_query(q: &str) -> HashMap<String, String> {
-    q.split('&')
-        .filter(|kv| !kv.is_empty())
-        .map(|kv| {
-            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            (percent_decode(k), percent_decode(v))
-        })
-        .collect()
+/// The bearer token check, in constant time over the bytes (`subtle`): how
+/// long it takes does not tell how many leading bytes were right.
+fn token_matches(given: &[u8], token: &[u8]) -> bool {
+    use subtle::ConstantTimeEq;
+    bool::from(given.ct_eq(token))
 }
 
-/// `%3A` → `:` (peer addresses travel in paths and queries).
-pub(crate) fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                out.push(v);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(if b[i] == b'+' { b' ' } else { b[i] });
-        i += 1;
+/// `Tue, 01 Dec 2026 08:26:12 GMT` for Unix milliseconds (past year 9999,
+/// which HTTP dates cannot write, the milliseconds).
+fn http_date(unix_ms: u64) -> String {
+    const YEAR_10000_MS: u64 = 253_402_300_800_000;
+    match std::time::UNIX_EPOCH.checked_add(std::time::Duration::from_millis(unix_ms)) {
+        Some(t) if unix_ms < YEAR_10000_MS => httpdate::fmt_http_date(t),
+        _ => format!("{unix_ms} ms after 1970"),
     }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// At most 200 characters of a request's path, for an error message.
+fn shorten(s: &str) -> String {
+    let mut out: String = s.chars().take(200).collect();
+    if out.len() < s.len() {
+        out.push_str("...");
+    }
+    out
 }

@@ -12,7 +12,7 @@ use vigil_core::peer::AdminState;
 use vigil_core::registry::Registry;
 use vigil_core::{Clock, ManualClock};
 
-use super::Admin;
+use super::{Admin, Route};
 
 fn setup(token: Option<&str>) -> (Admin, Arc<Registry>) {
     let conf = "upstream api { server 10.0.0.1:80; server 10.0.0.2:80 max_fails=2; }
@@ -272,4 +272,278 @@ async fn a_public_listen_address_needs_a_token() {
         .await
         .expect_err("refused");
     assert!(err.to_string().contains("not loopback"));
+}
+
+/// Write `raw` on a fresh connection to `addr` and read until the server closes.
+async fn raw_exchange(addr: std::net::SocketAddr, raw: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    s.write_all(raw).await.expect("write");
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.expect("read");
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+async fn serving(admin: Admin) -> (std::net::SocketAddr, tokio_util::sync::CancellationToken) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(admin.serve(listener, stop.clone()));
+    (addr, stop)
+}
+
+#[tokio::test]
+async fn the_issues_query_is_answered_not_a_panic() {
+    // Issue item 6: `%` followed by a multi-byte character sliced a &str
+    // inside the character, before authentication.
+    assert_eq!(
+        Route::decode(&Method::GET, "/api/status", Some("x=%€")),
+        Ok(Route::Status)
+    );
+    assert_eq!(
+        super::parse_query("x=%€&y=%e2%82%ac&z=a+b%2Bc%"),
+        Ok([("x", "%€"), ("y", "€"), ("z", "a b+c%")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect())
+    );
+    let (admin, _) = setup(None);
+    let (addr, stop) = serving(admin).await;
+    let reply = raw_exchange(
+        addr,
+        b"GET /api/status?x=%\xe2\x82\xac HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(
+        reply.starts_with("HTTP/1.1 200"),
+        "answered, not dropped: {reply}"
+    );
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn undecodable_input_is_a_400_that_says_why() {
+    let (admin, _) = setup(Some("t"));
+    let (st, v) = call(&admin, Method::GET, "/api/explain?upstream=%FF", None).await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        v["error"],
+        "the value of query parameter \"upstream\" is not UTF-8 after percent-decoding"
+    );
+    let (st, v) = call(&admin, Method::GET, "/api/upstreams/%C3%28", None).await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        v["error"],
+        "path segment \"%C3%28\" is not UTF-8 after percent-decoding"
+    );
+    let (st, v) = call(&admin, Method::GET, "/api/events?since=-1", None).await;
+    assert_eq!(
+        (st, v["error"].as_str()),
+        (
+            StatusCode::BAD_REQUEST,
+            Some("since=\"-1\" is not a non-negative integer")
+        )
+    );
+    let (st, _) = call(
+        &admin,
+        Method::POST,
+        "/api/peers/api/10.0.0.1%3A80%FF/down",
+        Some("t"),
+    )
+    .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    // Every segment is decoded, the upstream's too (the CLI encodes both).
+    let (st, v) = call(&admin, Method::GET, "/api/upstreams/so%6Co", None).await;
+    assert_eq!((st, v["name"].as_str()), (StatusCode::OK, Some("solo")));
+    let (st, _) = call(&admin, Method::DELETE, "/api/reload", Some("t")).await;
+    assert_eq!(st, StatusCode::METHOD_NOT_ALLOWED);
+}
+
+#[tokio::test]
+async fn the_token_check_takes_any_header_bytes() {
+    let (admin, _) = setup(Some("s3cret"));
+    for given in [
+        &b"Bearer s3cre"[..],
+        b"Bearer s3cret2",
+        b"Bearer \xff\xfe",
+        b"bearer s3cret",
+        b"Bearer",
+        b"",
+    ] {
+        let req = Request::builder()
+            .method(Method::POST)
+            .uri("/api/reload")
+            .header(
+                "authorization",
+                http::HeaderValue::from_bytes(given).expect("header value"),
+            )
+            .body(())
+            .expect("request");
+        assert_eq!(
+            admin.handle(&req).status(),
+            StatusCode::UNAUTHORIZED,
+            "{}",
+            String::from_utf8_lossy(given)
+        );
+    }
+    assert!(super::token_matches(b"s3cret", b"s3cret"));
+}
+
+#[tokio::test]
+async fn config_shows_the_reload_error_only_with_the_token() {
+    let (admin, _) = setup(Some("t"));
+    let secret = "nginx.conf:7:5: invalid value \"Basic dXNlcjpwYXNz\" in \"proxy_set_header\"";
+    admin.record_reload(&Err(secret.into()));
+    let (st, v) = call(&admin, Method::GET, "/api/config", None).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(v["last_reload"]["ok"], false);
+    assert!(v["last_reload"]["error"].is_null(), "{v}");
+    let withheld = v["last_reload"]["error_withheld"].as_str().unwrap_or("");
+    assert!(
+        withheld.starts_with("last reload failed at Tue, 14 Nov 2023 22:13:20 GMT;"),
+        "{withheld}"
+    );
+    assert!(!v.to_string().contains("dXNlcjpwYXNz"), "{v}");
+    let (_, v) = call(&admin, Method::GET, "/api/config", Some("wrong")).await;
+    assert!(v["last_reload"]["error"].is_null(), "{v}");
+    let (_, v) = call(&admin, Method::GET, "/api/config", Some("t")).await;
+    assert_eq!(v["last_reload"]["error"], secret);
+    assert!(v["last_reload"]["error_withheld"].is_null(), "{v}");
+    // A successful reload has nothing to withhold.
+    admin.record_reload(&Ok(2));
+    let (_, v) = call(&admin, Method::GET, "/api/config", None).await;
+    assert_eq!(
+        (
+            v["last_reload"]["ok"].as_bool(),
+            v["last_reload"]["generation"].as_u64()
+        ),
+        (Some(true), Some(2))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_silent_connection_is_closed_after_the_header_timeout() {
+    use tokio::io::AsyncReadExt;
+    let (admin, _) = setup(None);
+    let (addr, stop) = serving(admin).await;
+    let started = tokio::time::Instant::now();
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut buf = [0u8; 64];
+    // Never sends a byte: the server closes it (EOF, or a reset).
+    let n = tokio::time::timeout(super::HEADER_TIMEOUT * 2, s.read(&mut buf))
+        .await
+        .expect("closed by the server")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "{:?}", String::from_utf8_lossy(&buf[..n]));
+    assert!(
+        started.elapsed() >= super::HEADER_TIMEOUT,
+        "closed by the header timer, not at once ({:?})",
+        started.elapsed()
+    );
+    stop.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_kept_alive_connection_is_closed_too() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (admin, _) = setup(None);
+    let (addr, stop) = serving(admin).await;
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    s.write_all(b"GET /api/config HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .expect("write");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("\"last_reload\"") {
+        let n = s.read(&mut buf).await.expect("read");
+        assert!(n > 0, "closed before the response");
+        got.extend_from_slice(&buf[..n]);
+    }
+    let answered = tokio::time::Instant::now();
+    // A partial header then silence: the keep-alive connection's header timer runs.
+    s.write_all(b"GET /api/st").await.expect("write");
+    let n = tokio::time::timeout(super::HEADER_TIMEOUT * 2, s.read(&mut buf))
+        .await
+        .expect("closed by the server")
+        .unwrap_or(0);
+    let rest = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(n == 0 || rest.starts_with("HTTP/1.1 408"), "{rest}");
+    assert!(answered.elapsed() >= super::HEADER_TIMEOUT);
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn connections_past_the_cap_are_closed_at_once_and_counted() {
+    use tokio::io::AsyncReadExt;
+    let (admin, _) = setup(None);
+    let admin = admin.with_limits(super::Limits {
+        max_connections: 2,
+        ..super::Limits::default()
+    });
+    let (addr, stop) = serving(admin.clone()).await;
+    let held: Vec<tokio::net::TcpStream> = vec![
+        tokio::net::TcpStream::connect(addr).await.expect("1"),
+        tokio::net::TcpStream::connect(addr).await.expect("2"),
+    ];
+    // The accept loop takes them in order: wait (bounded) until the third is refused.
+    let mut third = tokio::net::TcpStream::connect(addr).await.expect("3");
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(10), third.read(&mut buf))
+        .await
+        .expect("closed at once, not held")
+        .unwrap_or(0);
+    assert_eq!(n, 0);
+    assert_eq!(admin.refused_connections(), 1);
+    // The held ones still work, and a slot freed is a slot taken.
+    drop(held);
+    let mut answered = false;
+    for _ in 0..200 {
+        let reply = raw_exchange(
+            addr,
+            b"GET /api/config HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+        if reply.starts_with("HTTP/1.1 200") {
+            answered = true;
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(answered, "a freed slot is served again");
+    stop.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_write_the_client_never_reads_times_out() {
+    use tokio::io::AsyncWriteExt;
+    let (near, _far) = tokio::io::duplex(16);
+    let mut w = super::listener::SendTimeout::new(near, super::SEND_TIMEOUT);
+    let started = tokio::time::Instant::now();
+    let big = vec![b'x'; 1024];
+    let err = w.write_all(&big).await.expect_err("the reader never reads");
+    assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+    assert!(started.elapsed() >= super::SEND_TIMEOUT);
+}
+
+#[tokio::test]
+async fn a_taken_port_is_reported_as_in_use() {
+    let holder = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = holder.local_addr().expect("addr");
+    let (admin, _) = setup(None);
+    let err = admin
+        .listen(addr, tokio_util::sync::CancellationToken::new())
+        .await
+        .expect_err("taken");
+    assert!(err.is_addr_in_use(), "{err}");
+    let text = super::default_unavailable_message(&err, "set --admin-listen");
+    assert_eq!(
+        text,
+        format!(
+            "{addr} is in use (EADDRINUSE) by another process; the admin API is off. `vigil status` and the other commands would talk to that process and send it your token (set --admin-listen to serve the admin API elsewhere)"
+        )
+    );
 }

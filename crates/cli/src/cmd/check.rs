@@ -148,13 +148,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 status,
             );
             let explicit = args.admin_listen.is_some();
-            let addr = args
-                .admin_listen
-                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9901)));
+            let addr = args.admin_listen.unwrap_or(crate::admin::DEFAULT_LISTEN);
             match admin.listen(addr, stop_admin.clone()).await {
                 Ok(_) => {}
-                Err(crate::admin::AdminError::Bind { addr, source }) if !explicit => {
-                    tracing::warn!(%addr, error = %source, "admin API not started (set --admin-listen)");
+                Err(e @ crate::admin::AdminError::Bind { .. }) if !explicit => {
+                    crate::admin::warn_default_unavailable(&e, "set --admin-listen");
                 }
                 Err(e) => return Err(e.into()),
             }

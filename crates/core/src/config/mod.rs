@@ -1,9 +1,11 @@
 //! Configuration: one typed model ([`model`]), two front ends
 //! ([`toml`](mod@self::toml) and [`nginx`]), and the shared value parsers.
 
+mod addr;
 mod error;
 pub mod model;
 pub mod nginx;
+pub mod read;
 pub mod toml;
 mod validate;
 pub mod value;

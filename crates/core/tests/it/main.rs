@@ -1,7 +1,9 @@
 //! vigil-core integration tests: one binary, one module per subject.
 
+mod conf_files;
 mod conformance;
 mod golden_balancers;
 mod lint;
+mod refusals;
 mod support;
 mod toml_config;

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use vigil_core::config::{
-    literal_resolver, nginx, toml, AccessLog, AddHeader, Balancer, CheckConfig, CheckKind, Config,
-    ConfigError, HttpVersion, InitialState, Keepalive, LocationMatch, LogFormat, ProxySettings,
-    ServerConfig, SetHeader, StatusClass, UpstreamConfig,
+    literal_resolver, nginx, toml, AccessLog, AddHeader, Balancer, CheckConfig, CheckKind,
+    ClientSettings, Config, ConfigError, HttpVersion, InitialState, Keepalive, LocationMatch,
+    LogFormat, ProxySettings, ServerConfig, SetHeader, StatusClass, UpstreamConfig,
 };
 use vigil_core::convert::nginx_to_toml;
 use vigil_core::{FailureClass, NextUpstream};
@@ -766,6 +766,107 @@ fn docs_example_equals_its_nginx_conf() {
     assert_eq!(from_toml, nginx_load(&block("```nginx\n")).config);
 }
 
+#[test]
+fn client_keys_build_the_server_settings() {
+    let c = load_ok(
+        "[[server]]\nclient_header_timeout = \"10s\"\nlarge_client_header_buffers = \"8 16k\"\nunderscores_in_headers = true\nignore_invalid_headers = false\nmerge_slashes = false\nclient_body_timeout = \"5s\"\nclient_send_timeout = \"6s\"\nclient_keepalive_timeout = \"0s\"\n[[server.location]]\npath = \"/\"\n[[server]]\nlarge_client_header_buffers = { number = 2, size = \"1k\" }\nlisten = [81]\n",
+    );
+    assert_eq!(
+        c.servers[0].client,
+        ClientSettings {
+            header_timeout: secs(10),
+            header_buffers: 8,
+            header_buffer_size: 16 * 1024,
+            underscores_in_headers: true,
+            ignore_invalid_headers: false,
+            merge_slashes: false,
+        }
+    );
+    let p = &c.servers[0].locations[0].proxy;
+    assert_eq!(
+        (
+            p.client_body_timeout,
+            p.client_send_timeout,
+            p.client_keepalive_timeout
+        ),
+        (secs(5), secs(6), Duration::ZERO)
+    );
+    assert_eq!(
+        (
+            c.servers[1].client.header_buffers,
+            c.servers[1].client.header_buffer_size
+        ),
+        (2, 1024)
+    );
+    assert_eq!(c.servers[1].client.header_timeout, secs(60));
+    // The same as nginx.conf gives.
+    let n = nginx_load(
+        "http { server { listen 80; client_header_timeout 10s; large_client_header_buffers 8 16k; underscores_in_headers on; ignore_invalid_headers off; merge_slashes off; } }",
+    );
+    assert_eq!(n.config.servers[0].client, c.servers[0].client);
+}
+
+#[test]
+fn client_key_errors_name_the_field() {
+    for (src, expected) in [
+        (
+            "[[server]]\nlarge_client_header_buffers = \"4\"",
+            "vigil.toml: server[0].large_client_header_buffers: invalid value \"4\", expected \"NUMBER SIZE\" (e.g. \"4 8k\")",
+        ),
+        (
+            "[[server]]\nlarge_client_header_buffers = \"x 8k\"",
+            "vigil.toml: server[0].large_client_header_buffers: invalid number \"x\" in \"x 8k\", expected \"NUMBER SIZE\" (e.g. \"4 8k\")",
+        ),
+        (
+            "[[server]]\nlarge_client_header_buffers = \"4 100\"",
+            "vigil.toml: server[0].large_client_header_buffers: the \"large_client_header_buffers\" size must be equal to or greater than \"connection_pool_size\"",
+        ),
+        (
+            "[[server]]\nlarge_client_header_buffers = { number = 0, size = \"8k\" }",
+            "vigil.toml: server[0].large_client_header_buffers: \"large_client_header_buffers\" directive invalid value",
+        ),
+        (
+            "[[server]]\nlarge_client_header_buffers = { number = 4, size = \"8q\" }",
+            "vigil.toml: server[0].large_client_header_buffers.size: invalid size \"8q\", expected bytes with an optional k or m unit (e.g. 512k, 1m)",
+        ),
+        (
+            "[[server]]\nclient_header_timeout = \"60\"",
+            "vigil.toml: server[0].client_header_timeout: invalid time \"60\", expected a unit (\"60s\" or \"60ms\"): a bare number is seconds in nginx but milliseconds in tengine's check",
+        ),
+    ] {
+        assert_eq!(load_err(src), expected, "{src}");
+    }
+    // Server level only, as in nginx ("not allowed here" in a location).
+    let e = load_err("[[server]]\n[[server.location]]\npath = \"/\"\nmerge_slashes = false\n");
+    assert!(e.contains("unknown field `merge_slashes`"), "{e}");
+}
+
+#[test]
+fn round_trip_client_settings() {
+    let text = assert_round_trip(
+        "
+http {
+  client_header_timeout 15s;
+  large_client_header_buffers 2 1k;
+  server { listen 127.0.0.1:8080; underscores_in_headers on; merge_slashes off;
+    client_body_timeout 7s; send_timeout 8s; keepalive_timeout 0;
+    location / { proxy_pass http://127.0.0.1:9000; } }
+  server { listen 127.0.0.1:8081; ignore_invalid_headers off; large_client_header_buffers 4 8k;
+    location / { proxy_pass http://127.0.0.1:9000; keepalive_timeout 30s; } }
+}
+",
+    );
+    assert_eq!(
+        text.matches("client_header_timeout = \"15s\"").count(),
+        2,
+        "{text}"
+    );
+    assert!(
+        text.contains("large_client_header_buffers = \"2 1k\""),
+        "{text}"
+    );
+}
+
 fn duration_ms(max: u64) -> impl Strategy<Value = Duration> {
     (0..=max).prop_map(Duration::from_millis)
 }
@@ -899,8 +1000,46 @@ fn upstream_strategy() -> impl Strategy<Value = UpstreamConfig> {
         })
 }
 
+fn client_strategy() -> impl Strategy<Value = ClientSettings> {
+    (
+        duration_ms(600_000),
+        1u32..64,
+        prop_oneof![512u64..100_000, (1u64..64).prop_map(|k| k << 10)],
+        (any::<bool>(), any::<bool>(), any::<bool>()),
+    )
+        .prop_map(|(t, n, size, (u, i, m))| ClientSettings {
+            header_timeout: t,
+            header_buffers: n,
+            header_buffer_size: size,
+            underscores_in_headers: u,
+            ignore_invalid_headers: i,
+            merge_slashes: m,
+        })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn client_settings_round_trip(
+        clients in proptest::collection::vec(client_strategy(), 1..4),
+        timeouts in (duration_ms(100_000), duration_ms(100_000), duration_ms(100_000)),
+    ) {
+        let mut config = Config::default();
+        for (i, c) in clients.into_iter().enumerate() {
+            let text = format!("[[server]]\nlisten = [{}]\n[[server.location]]\npath = \"/\"\n", 8000 + i);
+            let mut s = load(&text).expect("base").servers.remove(0);
+            s.client = c;
+            s.locations[0].proxy.client_body_timeout = timeouts.0;
+            s.locations[0].proxy.client_send_timeout = timeouts.1;
+            s.locations[0].proxy.client_keepalive_timeout = timeouts.2;
+            config.servers.push(s);
+        }
+        let text = toml::to_toml_string(&config);
+        let back = load(&text);
+        prop_assert!(back.is_ok(), "{:?}\n{}", back.err(), text);
+        prop_assert_eq!(back.ok(), Some(config), "{}", text);
+    }
 
     #[test]
     fn upstreams_round_trip(ups in proptest::collection::vec(upstream_strategy(), 1..4)) {

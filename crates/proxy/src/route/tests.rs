@@ -271,8 +271,11 @@ fn host_is_never_cut_inside_brackets() {
 
 #[test]
 fn configurations_nginx_refuses_are_route_errors() {
+    // Refused by the config loader (core validates duplicates) or by the router.
     let refused = |conf: &str| {
-        Router::build(&config(conf))
+        let loaded = nginx::load_str(conf, "t.conf".as_ref(), ".".as_ref(), &literal_resolver)
+            .map_err(|e| e.to_string())?;
+        Router::build(&loaded.config)
             .map(|_| ())
             .map_err(|e| e.to_string())
     };

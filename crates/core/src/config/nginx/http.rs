@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use super::syntax::Directive;
 use super::upstream::upstream_block;
 use super::{args, bad, block, number, on_off, one, origin, time, unknown, unsupported, Context};
+use crate::config::addr::Use;
+use crate::config::validate;
 use crate::config::value::parse_size;
 use crate::config::{
     AccessLog, AddHeader, ClientSettings, ConfigError, HttpVersion, Listen, Location,
@@ -63,12 +65,16 @@ fn server_block(
 ) -> Result<ServerBlock, ConfigError> {
     let body = block(d)?;
     let mut level = parent.child();
-    let mut listen = Vec::new();
+    let mut listen: Vec<Listen> = Vec::new();
     let mut server_names = Vec::new();
     let mut locations = Vec::new();
     for d in body {
         match d.name.as_str() {
-            "listen" => listen.push(listen_directive(cx, d)?),
+            "listen" => {
+                let (l, options) = listen_directive(cx, d)?;
+                seen_listen(cx, d, &listen, &l, options)?;
+                listen.push(l);
+            }
             "server_name" => server_names.extend(args(d, 1, 64)?.iter().map(|a| a.value.clone())),
             "location" => locations.push(d),
             "if" | "rewrite" | "return" | "try_files" | "root" | "alias" | "index"
@@ -100,9 +106,11 @@ fn server_block(
             backlog: None,
         });
     }
-    let mut out = Vec::new();
+    let mut out: Vec<Location> = Vec::new();
     for l in locations {
-        out.push(location_block(cx, l, &level)?);
+        let loc = location_block(cx, l, &level)?;
+        validate::duplicate_location(&out, &loc).map_err(|m| ConfigError::invalid(&l.span, m))?;
+        out.push(loc);
     }
     Ok(ServerBlock {
         listen,
@@ -209,12 +217,13 @@ fn proxy_pass(cx: &mut Context<'_>, d: &Directive) -> Result<ProxyPass, ConfigEr
         host.to_string()
     } else {
         let default_port = if tls { 443 } else { 80 };
-        let host_arg = super::syntax::Arg {
-            value: host.to_string(),
+        // nginx quotes what follows the scheme: `invalid port in upstream "h:0/x"`.
+        let quoted = super::syntax::Arg {
+            value: rest.to_string(),
             quoted: a.quoted,
             span: a.span.clone(),
         };
-        let addr = super::upstream::resolve_one(cx, &host_arg, default_port)?;
+        let addr = super::upstream::resolve_as(cx, &quoted, host, default_port, Use::Upstream)?;
         let mut up = UpstreamConfig::new(host);
         up.origin = origin(&d.span);
         let mut s = ServerConfig::new(host, addr);
@@ -232,39 +241,45 @@ fn proxy_pass(cx: &mut Context<'_>, d: &Directive) -> Result<ProxyPass, ConfigEr
     })
 }
 
-fn listen_directive(cx: &mut Context<'_>, d: &Directive) -> Result<Listen, ConfigError> {
+/// One `listen`, and whether it sets socket options (nginx allows those
+/// on one server of an address only).
+fn listen_directive(cx: &mut Context<'_>, d: &Directive) -> Result<(Listen, bool), ConfigError> {
     let a = args(d, 1, 16)?;
-    let text = a[0].value.as_str();
-    let addr = if let Ok(port) = text.parse::<u16>() {
-        SocketAddr::from(([0, 0, 0, 0], port))
-    } else if text.starts_with("unix:") {
+    if a[0].value.starts_with("unix:") {
         return Err(ConfigError::invalid(
             &a[0].span,
             "unix-socket listeners are not supported",
         ));
-    } else if text.contains(':') {
-        super::upstream::resolve_one(cx, &a[0], 80)?
-    } else {
-        // `listen 127.0.0.1` means port 80.
-        super::upstream::resolve_one(cx, &a[0], 80)?
-    };
+    }
+    // A bare number is a port, `*` any address, no port 80.
+    let addr = super::upstream::resolve_as(cx, &a[0], &a[0].value, 80, Use::Listen)?;
     let mut l = Listen {
         addr,
         default_server: false,
         reuseport: false,
         backlog: None,
     };
+    let mut options = false;
     for p in &a[1..] {
         match p.value.as_str() {
             "default_server" | "default" => l.default_server = true,
-            "reuseport" => l.reuseport = true,
-            "http2" | "deferred" | "bind" | "so_keepalive=on" | "fastopen" => {}
+            "reuseport" => {
+                l.reuseport = true;
+                options = true;
+            }
+            "http2" => {}
+            "deferred" | "bind" | "fastopen" => options = true,
             v if v.starts_with("backlog=") => {
                 l.backlog = Some(v[8..].parse().map_err(|_| bad(p, d, "backlog=N"))?);
+                options = true;
             }
             v if v.starts_with("rcvbuf=")
                 || v.starts_with("sndbuf=")
-                || v.starts_with("so_keepalive=") => {}
+                || v.starts_with("so_keepalive=")
+                || v.starts_with("fastopen=") =>
+            {
+                options = true
+            }
             "ssl" | "quic" | "proxy_protocol" => {
                 return Err(ConfigError::invalid(
                     &p.span,
@@ -277,7 +292,19 @@ fn listen_directive(cx: &mut Context<'_>, d: &Directive) -> Result<Listen, Confi
             _ => return Err(bad(p, d, "default_server, reuseport, backlog=N")),
         }
     }
-    Ok(l)
+    Ok((l, options))
+}
+
+fn seen_listen(
+    cx: &mut Context<'_>,
+    d: &Directive,
+    own: &[Listen],
+    l: &Listen,
+    options: bool,
+) -> Result<(), ConfigError> {
+    cx.listens
+        .add(own, l, options)
+        .map_err(|m| ConfigError::invalid(&d.span, m))
 }
 
 /// Directives with no meaning for vigil: accepted, reported once.
@@ -358,15 +385,13 @@ impl Level {
             "client_header_timeout" => c.header_timeout = time(d, one(d)?)?,
             "large_client_header_buffers" => {
                 let a = args(d, 2, 2)?;
-                let n = number(d, &a[0])?;
-                let size = parse_size(&a[1].value)
-                    .map_err(|e| ConfigError::invalid(&a[1].span, e.to_string()))?;
-                if n == 0 || size == 0 {
-                    return Err(ConfigError::invalid(
-                        &d.span,
-                        "\"large_client_header_buffers\" needs a non-zero number and size",
-                    ));
-                }
+                // nginx says only "invalid value", for either word.
+                let n = Some(&a[0].value)
+                    .filter(|v| v.bytes().all(|b| b.is_ascii_digit()))
+                    .and_then(|v| v.parse::<u32>().ok())
+                    .unwrap_or(0);
+                let size = parse_size(&a[1].value).unwrap_or(0);
+                validate::header_buffers(n, size).map_err(|m| ConfigError::invalid(&d.span, m))?;
                 c.header_buffers = n;
                 c.header_buffer_size = size;
             }

@@ -39,7 +39,19 @@ pub fn load_str(
     prefix: &Path,
     resolve: Resolver<'_>,
 ) -> Result<Loaded, ConfigError> {
-    let directives = syntax::parse_str(src, file, prefix)?;
+    load_str_with(src, file, prefix, resolve, syntax::Includes::Disk)
+}
+
+/// [`load_str`] with the included files taken from `includes`
+/// ([`syntax::Includes::Memory`] never touches the disk).
+pub fn load_str_with(
+    src: &str,
+    file: &Path,
+    prefix: &Path,
+    resolve: Resolver<'_>,
+    includes: syntax::Includes<'_>,
+) -> Result<Loaded, ConfigError> {
+    let directives = syntax::parse_str_with(src, file, prefix, includes)?;
     build(&directives, resolve)
 }
 
@@ -49,6 +61,7 @@ pub fn build(directives: &[Directive], resolve: Resolver<'_>) -> Result<Loaded, 
         resolve,
         ignored: BTreeMap::new(),
         config: Config::default(),
+        listens: Default::default(),
     };
     // `upstream` and `server` blocks may also stand at the top level of a
     // file that holds only them (the checker's SRC file, a conf.d snippet).
@@ -108,6 +121,8 @@ pub(crate) struct Context<'r> {
     pub(crate) resolve: Resolver<'r>,
     pub(crate) ignored: BTreeMap<String, Span>,
     pub(crate) config: Config,
+    /// Every address listened on so far, for nginx's cross-server checks.
+    pub(crate) listens: super::validate::ListenBook,
 }
 
 impl Context<'_> {

@@ -48,10 +48,17 @@
 //! containing `*`, `?` or `[` is expanded in sorted path order, where `*` and
 //! `?` match neither `/` nor a leading `.` (as glob(3) does), and may match
 //! nothing; any other pattern must name a readable file.
+//!
+//! Files are read with [`crate::config::read::read_regular_file`]: regular
+//! files only (an `include` of a device, FIFO, socket or directory is an
+//! error at the `include`), at most 16 MiB each. [`parse_str_with`] takes
+//! the included files from memory instead ([`Includes::Memory`]), so that
+//! text from anywhere (a fuzzer) can be parsed without touching the disk.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 /// Longest accepted token, in bytes.
@@ -60,6 +67,17 @@ const MAX_TOKEN_LEN: usize = 64 * 1024;
 const MAX_BLOCK_DEPTH: usize = 64;
 /// Deepest accepted nesting of `include` directives.
 const MAX_INCLUDE_DEPTH: usize = 32;
+
+/// Where the files named by `include` come from.
+#[derive(Clone, Copy, Debug)]
+pub enum Includes<'a> {
+    /// The file system (regular files only; see the module doc).
+    Disk,
+    /// Only these files, keyed by path as `include` names them (a relative
+    /// pattern joined to the prefix; `.` components do not count). A
+    /// wildcard pattern matches these paths. The disk is never touched.
+    Memory(&'a BTreeMap<PathBuf, String>),
+}
 
 /// Where something is in a config file (1-based line and column, column counts chars).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -175,6 +193,16 @@ pub fn parse_file(path: &Path) -> Result<Vec<Directive>, SyntaxError> {
 /// Parse text that claims to come from `file`; includes are resolved against
 /// `prefix` (a directory) and read from disk.
 pub fn parse_str(src: &str, file: &Path, prefix: &Path) -> Result<Vec<Directive>, SyntaxError> {
+    parse_str_with(src, file, prefix, Includes::Disk)
+}
+
+/// [`parse_str`] with the included files taken from `includes`.
+pub fn parse_str_with(
+    src: &str,
+    file: &Path,
+    prefix: &Path,
+    includes: Includes<'_>,
+) -> Result<Vec<Directive>, SyntaxError> {
     let prefix = if prefix.as_os_str().is_empty() {
         Path::new(".")
     } else {
@@ -182,18 +210,24 @@ pub fn parse_str(src: &str, file: &Path, prefix: &Path) -> Result<Vec<Directive>
     };
     let mut parser = Parser {
         prefix,
-        include_stack: vec![identity(file)],
+        includes,
+        include_stack: vec![identity(includes, file)],
     };
     parser.parse_source(src, Arc::new(file.to_path_buf()), 0)
 }
 
 /// Reads a file as UTF-8; `span` is the including directive, if any.
 fn read_source(path: &Path, span: Option<&Span>) -> Result<String, SyntaxError> {
-    let bytes = fs::read(path).map_err(|source| SyntaxError::Io {
+    let bytes = crate::config::read::read_regular_file(path).map_err(|source| SyntaxError::Io {
         path: path.to_path_buf(),
         span: span.cloned(),
         source,
     })?;
+    utf8_source(bytes, path)
+}
+
+/// The text of `bytes`, or a parse error at the first byte that is not UTF-8.
+fn utf8_source(bytes: Vec<u8>, path: &Path) -> Result<String, SyntaxError> {
     String::from_utf8(bytes).map_err(|err| {
         let valid = &err.as_bytes()[..err.utf8_error().valid_up_to()];
         // The prefix is valid UTF-8 by construction; lossy never replaces here.
@@ -225,8 +259,18 @@ fn advance((line, col): (u32, u32), ch: char) -> (u32, u32) {
 }
 
 /// A key identifying a file for include cycle detection.
-fn identity(path: &Path) -> PathBuf {
-    fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+fn identity(includes: Includes<'_>, path: &Path) -> PathBuf {
+    match includes {
+        Includes::Disk => fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()),
+        Includes::Memory(_) => lexical(path),
+    }
+}
+
+/// `path` without `.` components (`./a//b.conf` → `a/b.conf`).
+fn lexical(path: &Path) -> PathBuf {
+    path.components()
+        .filter(|c| !matches!(c, Component::CurDir))
+        .collect()
 }
 
 /// What one call of [`Lexer::next_statement`] found.
@@ -474,6 +518,7 @@ fn unescape(raw: &str) -> String {
 /// Builds the directive tree and expands includes.
 struct Parser<'p> {
     prefix: &'p Path,
+    includes: Includes<'p>,
     /// Identities of the files being parsed, outermost first.
     include_stack: Vec<PathBuf>,
 }
@@ -583,10 +628,22 @@ impl Parser<'_> {
             require_literal_separator: true,
             require_literal_leading_dot: true,
         };
-        let entries = glob::glob_with(&full, options).map_err(|err| {
+        let invalid = |err: glob::PatternError| {
             let message = format!("invalid include pattern \"{pattern}\": {err}");
             parse_error(span.clone(), message)
-        })?;
+        };
+        if let Includes::Memory(files) = self.includes {
+            // The keys are lexical paths: match them with a lexical pattern.
+            let lexical_full = lexical(Path::new(&full));
+            let glob =
+                glob::Pattern::new(lexical_full.to_str().unwrap_or(&full)).map_err(invalid)?;
+            return Ok(files
+                .keys()
+                .filter(|p| glob.matches_path_with(p, options))
+                .cloned()
+                .collect());
+        }
+        let entries = glob::glob_with(&full, options).map_err(invalid)?;
         let mut files = Vec::new();
         for entry in entries {
             files.push(entry.map_err(|err| SyntaxError::Io {
@@ -605,14 +662,29 @@ impl Parser<'_> {
         span: &Span,
         depth: usize,
     ) -> Result<Vec<Directive>, SyntaxError> {
-        let id = identity(&path);
+        let id = identity(self.includes, &path);
         if self.include_stack.len() > MAX_INCLUDE_DEPTH || self.include_stack.contains(&id) {
             return Err(SyntaxError::IncludeDepth {
                 span: span.clone(),
                 path,
             });
         }
-        let src = read_source(&path, Some(span))?;
+        let src = match self.includes {
+            Includes::Disk => read_source(&path, Some(span))?,
+            Includes::Memory(files) => match files.get(&id) {
+                Some(text) => text.clone(),
+                None => {
+                    return Err(SyntaxError::Io {
+                        source: std::io::Error::new(
+                            std::io::ErrorKind::NotFound,
+                            "no such file (included files are read from memory here)",
+                        ),
+                        span: Some(span.clone()),
+                        path,
+                    })
+                }
+            },
+        };
         self.include_stack.push(id);
         let result = self.parse_source(&src, Arc::new(path), depth);
         self.include_stack.pop();

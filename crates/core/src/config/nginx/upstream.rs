@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::syntax::{Arg, Directive};
 use super::{args, bad, no_block, number, one, origin, time, unknown, unsupported, Context};
+use crate::config::addr;
 use crate::config::value::parse_time;
 use crate::config::{
     Balancer, CheckConfig, CheckKind, ConfigError, InitialState, Keepalive, ServerConfig,
@@ -224,37 +225,33 @@ fn value_arg(p: &Arg, value: &str) -> Arg {
     }
 }
 
-/// Resolve `host[:port]` (or `[v6]:port`) to one address.
+/// Resolve an upstream `server`'s `host[:port]` (or `[v6]:port`) to one
+/// address, with nginx's errors (`invalid port in upstream "h:0"`).
 pub(super) fn resolve_one(
     cx: &Context<'_>,
     a: &Arg,
     default_port: u16,
 ) -> Result<std::net::SocketAddr, ConfigError> {
-    let text = a.value.as_str();
-    if text.starts_with("unix:") {
-        return Err(ConfigError::invalid(
-            &a.span,
-            format!("\"{text}\": unix sockets are not supported"),
-        ));
-    }
-    if let Ok(sa) = text.parse::<std::net::SocketAddr>() {
-        return Ok(sa);
-    }
-    let (host, port) = match text.rsplit_once(':') {
-        Some((h, p)) if !h.contains(':') || h.ends_with(']') => {
-            let port = p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
-                ConfigError::invalid(&a.span, format!("invalid port in \"{text}\""))
-            })?;
-            (h, port)
-        }
-        _ => (text, default_port),
-    };
-    let addrs = (cx.resolve)(host, port)
-        .map_err(|e| ConfigError::invalid(&a.span, format!("host not found in \"{text}\": {e}")))?;
-    addrs
-        .first()
-        .copied()
-        .ok_or_else(|| ConfigError::invalid(&a.span, format!("host not found in \"{text}\"")))
+    resolve_as(cx, a, &a.value, default_port, addr::Use::Upstream)
+}
+
+/// Resolve `text` (the address part of `a`) for `used`; an error quotes
+/// `a` as nginx does (`... in upstream "TEXT"`, `... in "TEXT" of the
+/// "listen" directive`).
+pub(super) fn resolve_as(
+    cx: &Context<'_>,
+    a: &Arg,
+    text: &str,
+    default_port: u16,
+    used: addr::Use,
+) -> Result<std::net::SocketAddr, ConfigError> {
+    addr::resolve(text, default_port, used, cx.resolve).map_err(|e| {
+        let message = match used {
+            addr::Use::Listen => e.message("", &a.value, " of the \"listen\" directive"),
+            addr::Use::Upstream => e.message("upstream ", &a.value, ""),
+        };
+        ConfigError::invalid(&a.span, message)
+    })
 }
 
 /// tengine's `check interval=ms rise=n fall=n timeout=ms type=... default_down=... port=n`,

@@ -5,6 +5,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::config::addr::{self, Use};
 use crate::config::value::{parse_size, parse_time};
 use crate::config::{ConfigError, Resolver};
 
@@ -69,40 +70,18 @@ impl<'f> At<'f> {
         parse_size(text).map_err(|e| self.err(e.to_string()))
     }
 
-    /// Resolve `host[:port]` or `[v6]:port` to one address, as the nginx
-    /// front end's `resolve_one` does.
+    /// Resolve `host[:port]` or `[v6]:port` to one address with nginx's
+    /// rules (`config::addr`, shared with the nginx front end): for
+    /// [`Use::Listen`] a bare number is a port and `*` any address.
     pub(crate) fn resolve(
         &self,
         resolve: Resolver<'_>,
         text: &str,
         default_port: u16,
+        used: Use,
     ) -> Result<SocketAddr, ConfigError> {
-        if text.starts_with("unix:") {
-            return Err(self.err(format!("\"{text}\": unix sockets are not supported")));
-        }
-        if let Ok(sa) = text.parse::<SocketAddr>() {
-            return Ok(sa);
-        }
-        let (host, port) = match text.rsplit_once(':') {
-            Some((h, p)) if !h.contains(':') || h.ends_with(']') => {
-                let port = p
-                    .parse::<u16>()
-                    .ok()
-                    .filter(|p| *p != 0)
-                    .ok_or_else(|| self.err(format!("invalid port in \"{text}\"")))?;
-                (h, port)
-            }
-            _ => (text, default_port),
-        };
-        if host.is_empty() {
-            return Err(self.err(format!("no host in \"{text}\"")));
-        }
-        let addrs = resolve(host, port)
-            .map_err(|e| self.err(format!("host not found in \"{text}\": {e}")))?;
-        addrs
-            .first()
-            .copied()
-            .ok_or_else(|| self.err(format!("host not found in \"{text}\"")))
+        addr::resolve(text, default_port, used, resolve)
+            .map_err(|e| self.err(e.message("", text, "")))
     }
 }
 

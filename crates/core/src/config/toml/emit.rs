@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::forms::{RawAccessLog, RawAccessLogTable, RawListen, RawListenTable};
+use super::forms::{RawAccessLog, RawAccessLogTable, RawHeaderBuffers, RawListen, RawListenTable};
 use super::ordered::Ordered;
 use super::raw::{
     RawAddHeader, RawAdmin, RawCheck, RawConfig, RawLocation, RawPeer, RawProxy, RawServer,
@@ -14,8 +14,9 @@ use super::raw::{
 };
 use crate::config::value::format_time;
 use crate::config::{
-    AdminConfig, Balancer, CheckConfig, CheckKind, Config, HttpVersion, InitialState, Listen,
-    Location, LocationMatch, LogFormat, ProxySettings, ServerBlock, ServerConfig, UpstreamConfig,
+    AdminConfig, Balancer, CheckConfig, CheckKind, ClientSettings, Config, HttpVersion,
+    InitialState, Listen, Location, LocationMatch, LogFormat, ProxySettings, ServerBlock,
+    ServerConfig, UpstreamConfig,
 };
 
 pub(super) fn config(c: &Config) -> RawConfig {
@@ -175,7 +176,37 @@ fn server(s: &ServerBlock) -> RawServer {
         ..RawServer::default()
     };
     raw.set_proxy(diff(&shared, &ProxySettings::default()));
+    client(&s.client, &mut raw);
     raw
+}
+
+/// The server's header-phase keys that differ from nginx's defaults.
+fn client(c: &ClientSettings, raw: &mut RawServer) {
+    let d = ClientSettings::default();
+    // Destructured so that a new model field fails to compile here.
+    let ClientSettings {
+        header_timeout,
+        header_buffers,
+        header_buffer_size,
+        underscores_in_headers,
+        ignore_invalid_headers,
+        merge_slashes,
+    } = c;
+    raw.client_header_timeout =
+        (*header_timeout != d.header_timeout).then(|| format_time(*header_timeout));
+    raw.large_client_header_buffers = (*header_buffers != d.header_buffers
+        || *header_buffer_size != d.header_buffer_size)
+        .then(|| {
+            RawHeaderBuffers::Words(format!(
+                "{header_buffers} {}",
+                format_size(*header_buffer_size)
+            ))
+        });
+    raw.underscores_in_headers =
+        (*underscores_in_headers != d.underscores_in_headers).then_some(*underscores_in_headers);
+    raw.ignore_invalid_headers =
+        (*ignore_invalid_headers != d.ignore_invalid_headers).then_some(*ignore_invalid_headers);
+    raw.merge_slashes = (*merge_slashes != d.merge_slashes).then_some(*merge_slashes);
 }
 
 fn listen(l: &Listen) -> RawListen {

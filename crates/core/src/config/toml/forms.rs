@@ -1,5 +1,5 @@
-//! Keys that take either a short form (a string) or a table: `listen` and
-//! `access_log`. Deserialized by hand so each form keeps serde's precise
+//! Keys that take either a short form (a string) or a table: `listen`,
+//! `access_log` and `large_client_header_buffers`. Deserialized by hand so each form keeps serde's precise
 //! errors and `deny_unknown_fields`.
 
 use std::fmt;
@@ -52,6 +52,26 @@ pub(crate) struct RawAccessLogTable {
     /// `combined` (default) or `json`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) format: Option<String>,
+}
+
+/// `large_client_header_buffers`: `"4 8k"` (nginx's two words) or
+/// `{ number = 4, size = "8k" }`.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum RawHeaderBuffers {
+    /// `"NUMBER SIZE"`, as in nginx.conf.
+    Words(String),
+    /// The table form.
+    Table(RawHeaderBuffersTable),
+}
+
+/// The table form of `large_client_header_buffers`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHeaderBuffersTable {
+    /// How many buffers (the whole header may take NUMBER × SIZE).
+    pub(crate) number: u32,
+    /// The size of one (a longer request line or header line is refused).
+    pub(crate) size: String,
 }
 
 // === impl RawListen ===
@@ -127,6 +147,37 @@ impl Serialize for RawAccessLog {
                 s.serialize_str(&t.path)
             }
             RawAccessLog::Log(t) => t.serialize(s),
+        }
+    }
+}
+
+// === impl RawHeaderBuffers ===
+
+impl<'de> Deserialize<'de> for RawHeaderBuffers {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawHeaderBuffers;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("\"NUMBER SIZE\" (e.g. \"4 8k\") or a table { number, size }")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawHeaderBuffers, E> {
+                Ok(RawHeaderBuffers::Words(v.to_string()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawHeaderBuffers, A::Error> {
+                RawHeaderBuffersTable::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(RawHeaderBuffers::Table)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Serialize for RawHeaderBuffers {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            RawHeaderBuffers::Words(w) => s.serialize_str(w),
+            RawHeaderBuffers::Table(t) => t.serialize(s),
         }
     }
 }

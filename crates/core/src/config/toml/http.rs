@@ -6,11 +6,14 @@
 use std::net::SocketAddr;
 
 use super::at::At;
-use super::forms::{RawAccessLog, RawListen};
+use super::forms::{RawAccessLog, RawHeaderBuffers, RawListen};
 use super::raw::{RawLocation, RawProxy, RawServer};
+use crate::config::addr::Use;
+use crate::config::validate;
 use crate::config::{
-    AccessLog, AddHeader, ConfigError, HttpVersion, Listen, Location, LocationMatch, LogFormat,
-    ProxyPass, ProxySettings, Resolver, ServerBlock, ServerConfig, SetHeader, UpstreamConfig,
+    AccessLog, AddHeader, ClientSettings, ConfigError, HttpVersion, Listen, Location,
+    LocationMatch, LogFormat, ProxyPass, ProxySettings, Resolver, ServerBlock, ServerConfig,
+    SetHeader, UpstreamConfig,
 };
 use crate::outcome::NextUpstream;
 
@@ -19,6 +22,8 @@ use crate::outcome::NextUpstream;
 pub(super) struct Cx<'a, 'r> {
     pub(super) resolve: Resolver<'r>,
     pub(super) upstreams: &'a mut Vec<UpstreamConfig>,
+    /// Every server's listen addresses so far (nginx's cross-server checks).
+    pub(super) listens: validate::ListenBook,
 }
 
 pub(super) fn server(
@@ -26,9 +31,16 @@ pub(super) fn server(
     raw: &RawServer,
     at: &At<'_>,
 ) -> Result<ServerBlock, ConfigError> {
-    let mut listen = Vec::new();
+    let mut listen: Vec<Listen> = Vec::new();
     for (i, l) in raw.listen.iter().enumerate() {
-        listen.push(listen_entry(cx, l, &at.key("listen").index(i))?);
+        let at = at.key("listen").index(i);
+        let entry = listen_entry(cx, l, &at)?;
+        let options =
+            matches!(l, RawListen::Table(t) if t.reuseport == Some(true) || t.backlog.is_some());
+        cx.listens
+            .add(&listen, &entry, options)
+            .map_err(|m| at.err(m))?;
+        listen.push(entry);
     }
     if listen.is_empty() {
         // nginx's default: *:80.
@@ -42,15 +54,63 @@ pub(super) fn server(
     let defaults = proxy(&raw.proxy(), ProxySettings::default(), at)?;
     let mut locations = Vec::new();
     for (i, l) in raw.location.iter().enumerate() {
-        locations.push(location(cx, l, &defaults, &at.key("location").index(i))?);
+        let at = at.key("location").index(i);
+        let loc = location(cx, l, &defaults, &at)?;
+        validate::duplicate_location(&locations, &loc).map_err(|m| at.key("path").err(m))?;
+        locations.push(loc);
     }
     Ok(ServerBlock {
         listen,
         server_names: raw.server_name.clone(),
-        client: Default::default(),
+        client: client(raw, at)?,
         locations,
         origin: Default::default(),
     })
+}
+
+/// The server-level header-phase keys (nginx's http/server-level
+/// `client_header_timeout`, `large_client_header_buffers`, ...).
+fn client(raw: &RawServer, at: &At<'_>) -> Result<ClientSettings, ConfigError> {
+    let mut c = ClientSettings::default();
+    if let Some(t) = &raw.client_header_timeout {
+        c.header_timeout = at.key("client_header_timeout").time(t)?;
+    }
+    if let Some(b) = &raw.large_client_header_buffers {
+        let at = at.key("large_client_header_buffers");
+        let (number, size) = match b {
+            RawHeaderBuffers::Words(w) => {
+                let words: Vec<&str> = w.split_whitespace().collect();
+                let [n, size] = words.as_slice() else {
+                    return Err(at.err(format!(
+                        "invalid value \"{w}\", expected \"NUMBER SIZE\" (e.g. \"4 8k\")"
+                    )));
+                };
+                let n = Some(*n)
+                    .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+                    .and_then(|n| n.parse::<u32>().ok())
+                    .ok_or_else(|| {
+                        at.err(format!(
+                            "invalid number \"{n}\" in \"{w}\", expected \"NUMBER SIZE\" (e.g. \"4 8k\")"
+                        ))
+                    })?;
+                (n, at.size(size)?)
+            }
+            RawHeaderBuffers::Table(t) => (t.number, at.key("size").size(&t.size)?),
+        };
+        validate::header_buffers(number, size).map_err(|m| at.err(m))?;
+        c.header_buffers = number;
+        c.header_buffer_size = size;
+    }
+    for (value, slot) in [
+        (raw.underscores_in_headers, &mut c.underscores_in_headers),
+        (raw.ignore_invalid_headers, &mut c.ignore_invalid_headers),
+        (raw.merge_slashes, &mut c.merge_slashes),
+    ] {
+        if let Some(v) = value {
+            *slot = v;
+        }
+    }
+    Ok(c)
 }
 
 fn listen_entry(cx: &Cx<'_, '_>, raw: &RawListen, at: &At<'_>) -> Result<Listen, ConfigError> {
@@ -58,11 +118,8 @@ fn listen_entry(cx: &Cx<'_, '_>, raw: &RawListen, at: &At<'_>) -> Result<Listen,
         RawListen::Addr(a) => (a, at.clone()),
         RawListen::Table(t) => (&t.addr, at.key("addr")),
     };
-    let addr = if let Ok(port) = text.parse::<u16>() {
-        SocketAddr::from(([0, 0, 0, 0], port))
-    } else {
-        at.resolve(cx.resolve, text, 80)?
-    };
+    // A bare number is a port, `*` any address, no port 80 (as nginx's `listen`).
+    let addr = at.resolve(cx.resolve, text, 80, Use::Listen)?;
     let mut l = Listen {
         addr,
         default_server: false,
@@ -143,7 +200,7 @@ fn proxy_pass(cx: &mut Cx<'_, '_>, url: &str, at: &At<'_>) -> Result<ProxyPass, 
     }
     if !cx.upstreams.iter().any(|u| u.name == host) {
         let addr = at
-            .resolve(cx.resolve, host, if tls { 443 } else { 80 })
+            .resolve(cx.resolve, host, if tls { 443 } else { 80 }, Use::Upstream)
             .map_err(|e| match e {
                 ConfigError::Invalid { at, message } => ConfigError::Invalid {
                     at,

@@ -24,16 +24,21 @@ mod upstream;
 use std::net::SocketAddr;
 use std::path::Path;
 
+use super::addr::Use;
 use super::{AdminConfig, Config, ConfigError, Resolver};
 use at::At;
 use raw::{RawAdmin, RawConfig};
 
-/// Read and check a `vigil.toml`.
+/// Read and check a `vigil.toml` (a regular file of at most 16 MiB, see
+/// [`crate::config::read`]).
 pub fn load_file(path: &Path, resolve: Resolver<'_>) -> Result<Config, ConfigError> {
-    let src = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+    let io = |source| ConfigError::Io {
         path: path.to_path_buf(),
         source,
-    })?;
+    };
+    let bytes = super::read::read_regular_file(path).map_err(io)?;
+    let src = String::from_utf8(bytes)
+        .map_err(|e| io(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
     load_str(&src, path, resolve)
 }
 
@@ -80,6 +85,7 @@ fn build(raw: &RawConfig, at: &At<'_>, resolve: Resolver<'_>) -> Result<Config, 
     let mut cx = http::Cx {
         resolve,
         upstreams: &mut config.upstreams,
+        listens: Default::default(),
     };
     let mut servers = Vec::new();
     for (i, s) in raw.server.iter().enumerate() {
@@ -98,7 +104,10 @@ fn admin(
         return Ok(AdminConfig::default());
     };
     let listen: Option<SocketAddr> = match &raw.listen {
-        Some(text) => Some(at.key("listen").resolve(resolve, text, 9901)?),
+        Some(text) => Some(
+            at.key("listen")
+                .resolve(resolve, text, 9901, Use::Upstream)?,
+        ),
         None => None,
     };
     if raw.token.as_deref() == Some("") {

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::forms::{RawAccessLog, RawListen};
+use super::forms::{RawAccessLog, RawHeaderBuffers, RawListen};
 use super::ordered::Ordered;
 
 /// A whole `vigil.toml`.
@@ -277,6 +277,22 @@ proxy_keys!(table_with_proxy_keys! {
         /// `server_name`.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         server_name: Vec<String>,
+        /// nginx's `client_header_timeout`, default `60s`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        client_header_timeout: Option<String>,
+        /// nginx's `large_client_header_buffers`: `"4 8k"` (default) or
+        /// `{ number = 4, size = "8k" }`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        large_client_header_buffers: Option<RawHeaderBuffers>,
+        /// nginx's `underscores_in_headers`, default false.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        underscores_in_headers: Option<bool>,
+        /// nginx's `ignore_invalid_headers`, default true.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ignore_invalid_headers: Option<bool>,
+        /// nginx's `merge_slashes`, default true.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        merge_slashes: Option<bool>,
     }
     {
         /// `[[server.location]]`, in order.

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::at::At;
 use super::raw::{RawCheck, RawPeer, RawUpstream};
+use crate::config::addr::Use;
 use crate::config::{
     validate, Balancer, CheckConfig, CheckKind, ConfigError, InitialState, Keepalive, Resolver,
     ServerConfig, StatusClass, UpstreamConfig,
@@ -94,7 +95,9 @@ fn balancer_word(b: &Balancer) -> &'static str {
 }
 
 fn server(raw: &RawPeer, at: &At<'_>, resolve: Resolver<'_>) -> Result<ServerConfig, ConfigError> {
-    let addr = at.key("address").resolve(resolve, &raw.address, 80)?;
+    let addr = at
+        .key("address")
+        .resolve(resolve, &raw.address, 80, Use::Upstream)?;
     let mut s = ServerConfig::new(raw.address.clone(), addr);
     if let Some(w) = raw.weight {
         s.weight = NonZeroU32::new(w)

@@ -1,0 +1,3 @@
+//! libFuzzer entry of [`vigil_fuzz::toml_conf`].
+#![no_main]
+libfuzzer_sys::fuzz_target!(|d: &[u8]| vigil_fuzz::toml_conf(d));
