@@ -47,14 +47,50 @@ pub fn explain(up: &UpstreamView, peer: &PeerView, events: &[EventView]) -> Vec<
                 let cause = last_exclusion
                     .map(|e| format!(" (last: {} at {})", cause_of(&e.text), clock(e.at_unix_ms)))
                     .unwrap_or_default();
+                let length = match (&up.rules.passive_penalty, r.nth) {
+                    (Some(p), nth) if nth > 0 => {
+                        let lasts = r
+                            .until_unix_ms
+                            .zip(r.since_unix_ms)
+                            .map(|(u, s)| dur(u.saturating_sub(s)))
+                            .unwrap_or_else(|| "?".into());
+                        format!(
+                            "exclusion {nth} in a row, {lasts} (passive_penalty base={} max={}{})",
+                            dur(p.base_ms),
+                            dur(p.max_ms),
+                            if p.jitter_percent > 0 {
+                                format!(" jitter={}%", p.jitter_percent)
+                            } else {
+                                String::new()
+                            }
+                        )
+                    }
+                    _ => format!("fail_timeout={}", dur(peer.fail_timeout_ms)),
+                };
                 format!(
-                    "{addr} gets no traffic: {} failure(s){cause} reached max_fails={}; excluded until {} (fail_timeout={}); after that one request will test it, and only a success forgives the failures.",
+                    "{addr} gets no traffic: {} failure(s){cause} reached max_fails={}; excluded until {} ({length}); {}",
                     peer.fails,
                     peer.max_fails,
                     r.until_unix_ms.map(clock).unwrap_or_else(|| "?".into()),
-                    dur(peer.fail_timeout_ms)
+                    recovery_text(&up.rules.passive_recovery)
                 )
             }
+            "awaiting_probe" => {
+                let probe = peer
+                    .active
+                    .as_ref()
+                    .and_then(|a| a.last_probe.as_ref())
+                    .map(|p| format!(" (last probe: {})", probe_text(p)))
+                    .unwrap_or_default();
+                format!(
+                    "{addr} gets no traffic: its exclusion ended{} and under passive_recovery probe it returns only when an active probe passes{probe}; no client request is spent testing it.",
+                    at(r.since_unix_ms)
+                )
+            }
+            "probation" => format!(
+                "{addr} is on probation (passive_recovery {}): {}; it takes one request at a time, and that one is in flight.",
+                up.rules.passive_recovery, r.detail
+            ),
             "full" => format!(
                 "{addr} is skipped while at max_conns: {}; it gets requests again as soon as one finishes.",
                 r.detail
@@ -62,6 +98,23 @@ pub fn explain(up: &UpstreamView, peer: &PeerView, events: &[EventView]) -> Vec<
             _ => format!("{addr}: {} ({})", r.rule, r.detail),
         };
         out.push(s);
+    }
+    for r in &peer.waived {
+        let limit = up
+            .rules
+            .max_ejected
+            .as_ref()
+            .map(|m| {
+                format!(
+                    "max_ejected {}% keeps it eligible: {} of the {} primaries in service would be ejected and at most {} may be",
+                    m.percent, m.ejected, m.in_service, m.allowed
+                )
+            })
+            .unwrap_or_else(|| "max_ejected keeps it eligible".into());
+        out.push(format!(
+            "{addr} would be ejected ({}: {}) but {limit}; of those it has the best recent record (fewest failures counted, then the most recent to fail), so it still gets requests and is charged as usual.",
+            r.rule, r.detail
+        ));
     }
     if peer.backup {
         let primaries: Vec<&PeerView> = up.peers.iter().filter(|p| !p.backup).collect();
@@ -89,6 +142,21 @@ pub fn explain(up: &UpstreamView, peer: &PeerView, events: &[EventView]) -> Vec<
                 dur(peer.fail_timeout_ms)
             ));
         }
+        if let Some(p) = &peer.probation {
+            s.push_str(&format!(
+                "; it is on probation (passive_recovery probation={}): one request at a time until {} succeed in a row ({} so far), and a failure excludes it again",
+                p.needed, p.needed, p.successes
+            ));
+        }
+        if let (true, Some(until)) = (peer.weight_now < peer.weight, peer.ramp_until_unix_ms) {
+            s.push_str(&format!(
+                "; slow start: its weight is {} of {} now, rising until {} (slow_start={})",
+                peer.weight_now,
+                peer.weight,
+                clock(until),
+                dur(peer.slow_start_ms.unwrap_or(0))
+            ));
+        }
         s.push_str(&pick_hint(up, peer));
         s.push('.');
         out.push(s);
@@ -114,11 +182,12 @@ fn pick_hint(up: &UpstreamView, peer: &PeerView) -> String {
         .collect();
     match up.balancer.as_str() {
         "round_robin" => {
-            let total: u64 = eligible.iter().map(|p| u64::from(p.weight)).sum();
-            let n = total.div_ceil(u64::from(peer.weight.max(1)));
+            let w = |p: &PeerView| if p.weight_now == 0 { p.weight } else { p.weight_now };
+            let total: u64 = eligible.iter().map(|p| u64::from(w(p))).sum();
+            let n = total.div_ceil(u64::from(w(peer).max(1)));
             format!(
                 "; with weight {} of {total} it is picked about once every {n} request(s)",
-                peer.weight
+                w(peer)
             )
         }
         "least_conn" => format!(
@@ -127,6 +196,18 @@ fn pick_hint(up: &UpstreamView, peer: &PeerView) -> String {
         ),
         b if b.starts_with("hash") || b == "ip_hash" => "; it serves the keys that hash to it".into(),
         _ => format!("; {} of {} eligible peers", 1, eligible.len()),
+    }
+}
+
+/// What happens when a passive exclusion ends, per `passive_recovery`.
+fn recovery_text(mode: &str) -> String {
+    match mode {
+        "probe" => "after that it stays out until an active probe passes (passive_recovery probe: the probe runs when the exclusion ends); no client request is spent testing it.".into(),
+        m if m.starts_with("probation=") => format!(
+            "after that it takes one request at a time until {} succeed in a row (passive_recovery {m}); a failure excludes it again.",
+            m.trim_start_matches("probation=")
+        ),
+        _ => "after that one request will test it, and only a success forgives the failures.".into(),
     }
 }
 

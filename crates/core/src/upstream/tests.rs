@@ -1023,7 +1023,8 @@ fn every_verdict_says_what_core_charged_and_why_it_did_not_retry() {
         a,
         Accounting {
             charged: Some(FailureClass::Http503),
-            excluded: true
+            excluded: true,
+            rule: None,
         }
     );
     // The last try passes the 503 through, charged nothing (nginx counts it a success).
@@ -1046,7 +1047,8 @@ fn every_verdict_says_what_core_charged_and_why_it_did_not_retry() {
         sel.on_status(g, 404, f.now()),
         StatusVerdict::Retry(Accounting {
             charged: None,
-            excluded: false
+            excluded: false,
+            rule: None,
         })
     ));
 
@@ -1066,7 +1068,8 @@ fn every_verdict_says_what_core_charged_and_why_it_did_not_retry() {
             status: 502,
             accounting: Accounting {
                 charged: Some(FailureClass::Error),
-                excluded: true
+                excluded: true,
+                rule: None,
             },
             denied: RetryDenied::NonIdempotent,
         }
