@@ -134,7 +134,7 @@ pub fn explain(up: &UpstreamView, peer: &PeerView, events: &[EventView]) -> Vec<
         && !(peer.backup && up.peers.iter().any(|p| !p.backup && p.reasons.is_empty()))
     {
         let mut s = format!("{addr} is eligible");
-        if peer.fails > 0 && peer.max_fails > 0 {
+        if peer.fails > 0 && peer.max_fails > 0 && peer.probation.is_none() {
             s.push_str(&format!(
                 "; it carries {} unforgiven failure(s) of max_fails={} (a success more than fail_timeout={} after the last failure clears them)",
                 peer.fails,
@@ -227,8 +227,8 @@ fn probe_text(p: &super::ProbeView) -> String {
 }
 
 fn cause_of(text: &str) -> String {
-    text.rsplit_once("(last: ")
-        .map(|(_, c)| c.trim_end_matches(')').to_string())
+    text.split_once("(last: ")
+        .map(|(_, c)| c.split_once(')').map_or(c, |(c, _)| c).to_string())
         .unwrap_or_else(|| text.to_string())
 }
 
@@ -337,6 +337,159 @@ mod tests {
         assert!(
             !backup.contains("10.0.0.3:80 is eligible"),
             "a backup behind live primaries gets no traffic"
+        );
+    }
+
+    /// Requests (the other peers answer) until `addr` took one, which fails
+    /// or succeeds.
+    fn hit(up: &Arc<crate::Upstream>, now: crate::Timestamp, addr: &str, fail: bool) {
+        for _ in 0..10 {
+            let mut sel = up.begin(
+                SelectKey::None,
+                RetryPolicy::default(),
+                RequestFacts::default(),
+                now,
+            );
+            let Ok(g) = up.select(&mut sel, now) else {
+                continue;
+            };
+            if &**g.peer().name() == addr {
+                if fail {
+                    let f = TransportFailure {
+                        class: FailureClass::Error,
+                        request_sent: true,
+                        cached_connection: false,
+                    };
+                    let _ = sel.on_failure(g, f, now);
+                }
+                return;
+            }
+        }
+        panic!("{addr} never picked");
+    }
+
+    fn sentences(
+        reg: &Registry,
+        clock: &ManualClock,
+        bus: &EventBus,
+        up: usize,
+        peer: usize,
+    ) -> String {
+        let doc = super::super::status(reg, clock);
+        let events: Vec<_> = bus
+            .since(0, 100)
+            .events
+            .iter()
+            .map(super::super::event_view)
+            .collect();
+        let upv = &doc.upstreams[up];
+        super::explain(upv, &upv.peers[peer], &events).join(" ")
+    }
+
+    #[test]
+    fn penalty_probe_recovery_and_max_ejected_are_explained() {
+        let (reg, clock, bus) = setup(
+            "upstream api {
+                server 10.0.0.1:80; server 10.0.0.2:80;
+                check interval=3000 rise=1 fall=3 timeout=1000 default_down=false;
+                passive_recovery probe;
+                passive_penalty base=2s max=8s;
+                max_ejected 50%;
+            }",
+        );
+        let up = reg.get("api").expect("api").clone();
+        hit(&up, clock.now(), "10.0.0.2:80", true);
+        let text = sentences(&reg, &clock, &bus, 0, 1);
+        assert!(
+            text.contains("10.0.0.2:80 gets no traffic: 1 failure(s) (last: error at 12:01:07) reached max_fails=1; excluded until 12:01:09 (exclusion 1 in a row, 2s (passive_penalty base=2s max=8s)); after that it stays out until an active probe passes"),
+            "{text}"
+        );
+        clock.advance(Duration::from_millis(2_001));
+        let text = sentences(&reg, &clock, &bus, 0, 1);
+        assert!(
+            text.contains("its exclusion ended at 12:01:09 and under passive_recovery probe it returns only when an active probe passes; no client request is spent testing it"),
+            "{text}"
+        );
+        // The other one fails too: max_ejected keeps the one that failed last.
+        hit(&up, clock.now(), "10.0.0.1:80", true);
+        let text = sentences(&reg, &clock, &bus, 0, 0);
+        assert!(
+            text.contains("10.0.0.1:80 would be ejected (excluded: 1/1 failures) but max_ejected 50% keeps it eligible: 2 of the 2 primaries in service would be ejected and at most 1 may be"),
+            "{text}"
+        );
+        let doc = super::super::status(&reg, &*clock);
+        let json = serde_json::to_string(&doc.upstreams[0]).expect("json");
+        for field in [
+            "\"passive_recovery\":\"probe\"",
+            "\"max_ejected\":{\"percent\":50,\"in_service\":2,\"ejected\":2,\"allowed\":1}",
+            "\"state\":\"awaiting_probe\"",
+            "\"waived\":[{\"rule\":\"excluded\"",
+        ] {
+            assert!(json.contains(field), "{field} in {json}");
+        }
+    }
+
+    #[test]
+    fn probation_and_slow_start_are_explained() {
+        let (reg, clock, bus) = setup(
+            "upstream app {
+                server 10.0.0.1:80 weight=10 slow_start=30s; server 10.0.0.2:80;
+                passive_recovery probation=2;
+            }",
+        );
+        let up = reg.get("app").expect("app").clone();
+        hit(&up, clock.now(), "10.0.0.1:80", true);
+        clock.advance(Duration::from_millis(10_001));
+        let text = sentences(&reg, &clock, &bus, 0, 0);
+        assert!(
+            text.contains("10.0.0.1:80 is eligible; it is on probation (passive_recovery probation=2): one request at a time until 2 succeed in a row (0 so far)"),
+            "{text}"
+        );
+        hit(&up, clock.now(), "10.0.0.1:80", false);
+        hit(&up, clock.now(), "10.0.0.1:80", false);
+        let text = sentences(&reg, &clock, &bus, 0, 0);
+        assert!(
+            text.contains("10.0.0.1:80 is eligible; slow start: its weight is 1 of 10 now, rising until 12:01:47 (slow_start=30s)"),
+            "{text}"
+        );
+        let kinds: Vec<String> = bus
+            .since(0, 100)
+            .events
+            .iter()
+            .map(|e| e.kind.name().to_string())
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                "excluded",
+                "probation_started",
+                "probation_passed",
+                "slow_start"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_ramping_peer_is_explained_with_its_weight_now() {
+        let (reg, clock, bus) = setup(
+            "upstream app { server 10.0.0.1:80 weight=10 slow_start=20s; server 10.0.0.2:80 weight=10; }",
+        );
+        let up = reg.get("app").expect("app").clone();
+        up.set_admin(
+            crate::peer::PeerId(0),
+            crate::peer::AdminState::Down,
+            clock.now(),
+        );
+        up.set_admin(
+            crate::peer::PeerId(0),
+            crate::peer::AdminState::Up,
+            clock.now(),
+        );
+        clock.advance(Duration::from_secs(10));
+        let text = sentences(&reg, &clock, &bus, 0, 0);
+        assert!(
+            text.contains("10.0.0.1:80 is eligible; slow start: its weight is 5 of 10 now, rising until 12:01:27 (slow_start=20s); with weight 5 of 15 it is picked about once every 3 request(s)"),
+            "{text}"
         );
     }
 

@@ -46,8 +46,8 @@ pub(crate) struct Slot {
     pub(crate) trial: bool,
     /// `passive_recovery probation`: successes in a row so far.
     pub(crate) probation_ok: u16,
-    /// When the peer last came back from an exclusion (the clean period
-    /// of `passive_penalty` counts from here).
+    /// When the peer was last readmitted after an exclusion (the clean
+    /// period of `passive_penalty` counts from here).
     pub(crate) clean_since: Timestamp,
 }
 

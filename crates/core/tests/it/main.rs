@@ -2,6 +2,7 @@
 
 mod conformance;
 mod golden_balancers;
+mod health_rules;
 mod lint;
 mod support;
 mod toml_config;

@@ -61,8 +61,8 @@ impl Record<'_> {
         // A failure while an exclusion runs (not its trial request)
         // continues it; any other failure that reaches max_fails starts a
         // new one.
-        let continuing =
-            over_max_fails(peer, self.s) && !window_over(peer, self.s, now) && !self.s.trial;
+        let was_over = over_max_fails(peer, self.s);
+        let continuing = was_over && !window_over(peer, self.s, now) && !self.s.trial;
         let s = &mut *self.s;
         s.fails = s.fails.saturating_add(1);
         s.accessed = now;
@@ -73,7 +73,7 @@ impl Record<'_> {
             if over_max_fails(peer, s) {
                 excluded = true;
                 if let (Some(p), false) = (&self.rules.penalty, continuing) {
-                    penalize(p, s, now, jitter());
+                    penalize(p, s, was_over, now, jitter());
                 }
                 s.trial = false;
                 s.probation_ok = 0;
@@ -145,7 +145,6 @@ impl Record<'_> {
             Recovery::Window => {
                 self.event(EventKind::TrialRequest);
                 self.s.trial = true;
-                self.s.clean_since = now;
                 self.s.checked = now;
             }
             Recovery::Probation(needed) => {
@@ -153,7 +152,6 @@ impl Record<'_> {
                     self.event(EventKind::ProbationStarted {
                         needed: needed.get(),
                     });
-                    self.s.clean_since = now;
                 }
             }
             Recovery::Probe => {}
@@ -195,11 +193,13 @@ impl Record<'_> {
 }
 
 /// Start the next exclusion of a `passive_penalty`: the k-th in a row lasts
-/// `min(base × 2^(k−1), max)`, ± jitter; k starts again at 1 after a clean
-/// period as long as `max`.
-fn penalize(p: &Penalty, s: &mut Slot, now: Timestamp, random: u64) {
+/// `min(base × 2^(k−1), max)`, ± jitter. A peer never readmitted since its
+/// last exclusion (`was_over`: its trial, probation or kept request failed)
+/// is in a row whatever the time; a readmitted one starts again at k = 1
+/// once it has been clean (readmitted) for as long as `max`.
+fn penalize(p: &Penalty, s: &mut Slot, was_over: bool, now: Timestamp, random: u64) {
     let max = crate::clock::duration_ms(p.max);
-    let clean = s.nth == 0 || now.millis_since(s.clean_since) >= max;
+    let clean = s.nth == 0 || (!was_over && now.millis_since(s.clean_since) >= max);
     s.nth = if clean { 1 } else { s.nth.saturating_add(1) };
     s.pause_ms = pause_ms(p, s.nth, random);
 }
