@@ -153,7 +153,8 @@ pub struct Accounting {
     /// server, for `http_403`/`http_404`, and for a passed-through status
     /// unless `passive_count last_try`).
     pub charged: Option<FailureClass>,
-    /// Whether this charge excluded the peer (it reached `max_fails`).
+    /// Whether this charge excluded the peer (it reached `max_fails`;
+    /// `max_ejected` may still keep it eligible).
     pub excluded: bool,
     /// The vigil-only rule that made this a charge, where nginx would not
     /// have charged it.

@@ -16,6 +16,7 @@ type Events = Vec<(u32, EventKind)>;
 const HASH_TRIES: u32 = 20;
 
 /// Pick from the primary tier with the upstream's method.
+#[inline]
 pub(super) fn primary(
     up: &Upstream,
     sel: &mut Selection,
@@ -141,7 +142,7 @@ pub(super) fn primary(
                 let ok = Some(p) != prev
                     && !sel.tried.contains(p)
                     && gate.eligible(peer, p, &slots[p])
-                    && ramp_admits(peer, rng, now);
+                    && (!gate.ramps() || ramp_admits(&gate, peer, rng));
                 if ok {
                     if !*two {
                         return Some(take(up, &gate, tier, &mut slots, &mut sel.tried, p, ev));
@@ -151,7 +152,7 @@ pub(super) fn primary(
                         // loaded: conns/weight compared by cross-multiplying.
                         let (a, b) = (&up.peers[tier.offset + first], peer);
                         let load = |x: &crate::peer::Peer, y: &crate::peer::Peer| {
-                            u64::from(x.conns()) * u64::from(policy::nominal(y, now))
+                            u64::from(x.conns()) * u64::from(gate.nominal(y))
                         };
                         let pick = if load(b, a) > load(a, b) { first } else { p };
                         return Some(take(up, &gate, tier, &mut slots, &mut sel.tried, pick, ev));
@@ -211,7 +212,7 @@ fn round_robin(
             if let Some(p) = tier.fast_pick(&mut slots) {
                 // Every peer is at rest: no rule is in force, so the pick
                 // needs no max_ejected count.
-                let gate = Gate::new(&up.config.rules, false, now, None);
+                let gate = Gate::new(&up.config.rules, false, now, None, false);
                 return Some(take(up, &gate, tier, &mut slots, &mut sel.tried, p, ev));
             }
         } else {
@@ -239,7 +240,23 @@ fn swrr(
     tried: &super::Tried,
     candidates: impl Iterator<Item = usize>,
 ) -> Option<usize> {
-    let now = gate.now();
+    if gate.ramps() {
+        swrr_scan::<true>(up, gate, tier, slots, tried, candidates)
+    } else {
+        swrr_scan::<false>(up, gate, tier, slots, tried, candidates)
+    }
+}
+
+/// [`swrr`] with the weights static (`RAMPS` false: no server has
+/// `slow_start`) or ramping.
+fn swrr_scan<const RAMPS: bool>(
+    up: &Upstream,
+    gate: &Gate<'_>,
+    tier: &Tier,
+    slots: &mut TierState,
+    tried: &super::Tried,
+    candidates: impl Iterator<Item = usize>,
+) -> Option<usize> {
     let mut best: Option<(usize, i64)> = None;
     let mut total = 0i64;
     for i in candidates {
@@ -252,7 +269,11 @@ fn swrr(
             continue;
         }
         let weight = i64::from(peer.config().weight.get());
-        let now_weight = policy::weight(peer, s, now);
+        let now_weight = if RAMPS {
+            gate.weight(peer, s)
+        } else {
+            s.effective
+        };
         s.current += now_weight;
         total += now_weight;
         let mut restored = false;
@@ -263,7 +284,7 @@ fn swrr(
         if best.is_none_or(|(_, cur)| s.current > cur) {
             best = Some((i, s.current));
         }
-        if peer.config().slow_start.is_some() && policy::ramp::settle(peer, now) {
+        if RAMPS && gate.settle(peer) {
             restored = true;
         }
         if restored {
@@ -285,13 +306,36 @@ fn least_conn(
 ) -> Option<usize> {
     let mut slots = tier.lock();
     let gate = tier.gate(up, &mut slots, now, ev);
+    // Two copies of the scan: without slow_start the weights are static.
+    if gate.ramps() {
+        least_conn_scan::<true>(up, &gate, tier, &mut slots, sel, ev)
+    } else {
+        least_conn_scan::<false>(up, &gate, tier, &mut slots, sel, ev)
+    }
+}
+
+fn least_conn_scan<const RAMPS: bool>(
+    up: &Upstream,
+    gate: &Gate<'_>,
+    tier: &Tier,
+    slots: &mut TierState,
+    sel: &mut Selection,
+    ev: &mut Events,
+) -> Option<usize> {
     let n = slots.len();
     let mut best: Option<usize> = None;
     let mut many = false;
+    let weight = |j: usize| {
+        let peer = &up.peers[tier.offset + j];
+        if RAMPS {
+            gate.nominal(peer)
+        } else {
+            peer.config().weight.get()
+        }
+    };
     let load = |i: usize, j: usize| {
         // conns(i) * weight(j), the weight with its slow-start ramp
-        u64::from(up.peers[tier.offset + i].conns())
-            * u64::from(policy::nominal(&up.peers[tier.offset + j], now))
+        u64::from(up.peers[tier.offset + i].conns()) * u64::from(weight(j))
     };
     for i in 0..n {
         if sel.tried.contains(i) || !gate.eligible(&up.peers[tier.offset + i], i, &slots[i]) {
@@ -310,13 +354,14 @@ fn least_conn(
     if many {
         let first = b;
         let tied = (first..n).filter(|&i| load(i, first) == load(first, i));
-        b = swrr(up, &gate, tier, &mut slots, &sel.tried, tied)?;
+        b = swrr_scan::<RAMPS>(up, gate, tier, slots, &sel.tried, tied)?;
     }
-    Some(take(up, &gate, tier, &mut slots, &mut sel.tried, b, ev))
+    Some(take(up, gate, tier, slots, &mut sel.tried, b, ev))
 }
 
 /// Common end of every pick: the trial-request `checked` move, the
 /// connection count and the tried bit.
+#[inline(always)]
 fn take(
     up: &Upstream,
     gate: &Gate<'_>,
@@ -343,12 +388,13 @@ fn take(
 
 /// `slow_start` with `random`: a draw of a ramping peer is kept with
 /// probability (weight now / weight), so draws follow the ramped weights.
-fn ramp_admits(peer: &crate::peer::Peer, rng: &mut u64, now: Timestamp) -> bool {
-    if peer.config().slow_start.is_none() || !policy::ramp::ramping(peer) {
+#[cold]
+fn ramp_admits(gate: &Gate<'_>, peer: &crate::peer::Peer, rng: &mut u64) -> bool {
+    if !policy::ramp::ramping(peer) {
         return true;
     }
     let w = u64::from(peer.config().weight.get());
-    next_random(rng) % w < u64::from(policy::nominal(peer, now))
+    next_random(rng) % w < u64::from(gate.nominal(peer))
 }
 
 /// xorshift64*: the per-request generator for `random`.

@@ -89,6 +89,8 @@ pub(crate) struct Tier {
     pub(crate) single: bool,
     /// The primaries (what `max_ejected` limits), not the backups.
     pub(crate) primary: bool,
+    /// Some server has `slow_start`: weights may ramp.
+    ramps: bool,
     /// Non-down peers (nginx's `peers->tries`).
     pub(crate) tries: u32,
     /// Weights for planning (0 = `down`), when the fast path applies
@@ -152,6 +154,9 @@ impl Tier {
             offset,
             single,
             primary,
+            ramps: peers
+                .iter()
+                .any(|p| p.config().slow_start.is_some_and(|t| !t.is_zero())),
             tries: peers.iter().filter(|p| !p.config().down).count() as u32,
             state: Mutex::new(TierState {
                 slots,
@@ -269,7 +274,23 @@ impl Tier {
     /// The rules of this tier at `now` for a pick: with `max_ejected`, the
     /// peers it keeps eligible, and an event for each peer that starts or
     /// stops being kept.
+    #[inline(always)]
     pub(crate) fn gate<'a>(
+        &self,
+        up: &'a Upstream,
+        st: &mut TierState,
+        now: Timestamp,
+        events: &mut Vec<(u32, EventKind)>,
+    ) -> Gate<'a> {
+        let rules = &up.config.rules;
+        if !self.primary || rules.max_ejected.is_none() {
+            return Gate::new(rules, self.single, now, None, self.ramps);
+        }
+        self.limited_gate(up, st, now, events)
+    }
+
+    /// [`Tier::gate`] under `max_ejected`.
+    fn limited_gate<'a>(
         &self,
         up: &'a Upstream,
         st: &mut TierState,
@@ -293,13 +314,19 @@ impl Tier {
             }
             st.kept = k.set.clone();
         }
-        Gate::new(&up.config.rules, self.single, now, kept.map(|k| k.set))
+        Gate::new(
+            &up.config.rules,
+            self.single,
+            now,
+            kept.map(|k| Box::new(k.set)),
+            self.ramps,
+        )
     }
 
     /// The gate for reading (status, explain, checker-only): no events.
     pub(crate) fn view<'a>(&self, up: &'a Upstream, slots: &[Slot], now: Timestamp) -> Gate<'a> {
-        let kept = self.kept_in(up, slots, now).map(|k| k.set);
-        Gate::new(&up.config.rules, self.single, now, kept)
+        let kept = self.kept_in(up, slots, now).map(|k| Box::new(k.set));
+        Gate::new(&up.config.rules, self.single, now, kept, self.ramps)
     }
 
     fn kept(&self, up: &Upstream, st: &TierState, now: Timestamp) -> Option<Kept> {

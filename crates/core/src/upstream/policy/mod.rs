@@ -27,8 +27,6 @@ use crate::peer::{AdminState, Peer};
 use super::tier::Slot;
 use super::Tried;
 
-pub(crate) use ramp::{nominal, weight};
-
 /// Why a peer gets no new requests right now.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Ineligible {
@@ -96,8 +94,11 @@ pub(crate) struct Gate<'a> {
     rules: &'a HealthRules,
     single: bool,
     now: Timestamp,
-    /// Tier indices whose ejections `max_ejected` waives now.
-    kept: Option<Tried>,
+    /// Tier indices whose ejections `max_ejected` waives now (boxed: the
+    /// gate is made on every pick, the set only under `max_ejected`).
+    kept: Option<Box<Tried>>,
+    /// Some server of the tier has `slow_start` (else weights are static).
+    ramps: bool,
 }
 
 // === impl Ineligible ===
@@ -137,19 +138,54 @@ impl Ineligible {
 
 impl<'a> Gate<'a> {
     /// The gate of a tier whose `max_ejected` waivers are `kept` (None for
-    /// backups and upstreams without the rule).
+    /// backups and upstreams without the rule); `ramps`: some server of the
+    /// tier has `slow_start`.
     pub(crate) fn new(
         rules: &'a HealthRules,
         single: bool,
         now: Timestamp,
-        kept: Option<Tried>,
+        kept: Option<Box<Tried>>,
+        ramps: bool,
     ) -> Self {
         Self {
             rules,
             single,
             now,
             kept,
+            ramps,
         }
+    }
+
+    /// The weight smooth round robin adds for `peer` now ([`ramp::weight`]).
+    #[inline]
+    pub(crate) fn weight(&self, peer: &Peer, s: &Slot) -> i64 {
+        if self.ramps {
+            ramp::weight(peer, s, self.now)
+        } else {
+            s.effective
+        }
+    }
+
+    /// The configured weight with any slow-start ramp ([`ramp::nominal`]):
+    /// what least_conn and random compare.
+    #[inline]
+    pub(crate) fn nominal(&self, peer: &Peer) -> u32 {
+        if self.ramps {
+            ramp::nominal(peer, self.now)
+        } else {
+            peer.config().weight.get()
+        }
+    }
+
+    /// Clear `peer`'s ramp if it has ended; true when it did.
+    #[inline]
+    pub(crate) fn settle(&self, peer: &Peer) -> bool {
+        self.ramps && ramp::settle(peer, self.now)
+    }
+
+    /// Whether some server of the tier has `slow_start`.
+    pub(crate) fn ramps(&self) -> bool {
+        self.ramps
     }
 
     /// The rules in force.
@@ -176,10 +212,9 @@ impl<'a> Gate<'a> {
         mut reason: impl FnMut(Ineligible, bool) -> ControlFlow<()>,
     ) -> bool {
         let cfg = peer.config();
-        let waived = self.kept.as_ref().is_some_and(|k| k.contains(i));
         let mut admitted = true;
         let mut each = |r: Ineligible| {
-            let w = waived && r.is_ejection();
+            let w = r.is_ejection() && self.kept.as_ref().is_some_and(|k| k.contains(i));
             if !w {
                 admitted = false;
             }
@@ -220,8 +255,28 @@ impl<'a> Gate<'a> {
         admitted
     }
 
-    /// Whether `peer` may take a new request (the balancers' test).
+    /// Whether `peer` may take a new request (the balancers' test, once per
+    /// peer per pick). First the common case, cheaply: every rule [`admit`]
+    /// walks needs one of these conditions to be in force, so when none is,
+    /// no rule is (debug builds check that against the walk); otherwise
+    /// the walk decides.
+    ///
+    /// [`admit`]: Gate::admit
+    #[inline(always)]
     pub(crate) fn eligible(&self, peer: &Peer, i: usize, s: &Slot) -> bool {
+        let clear = !peer.config().down
+            && peer.admin() == AdminState::Up
+            && peer.health().allows_traffic()
+            && !over_max_fails(peer, s)
+            && !peer.is_full();
+        if clear {
+            debug_assert!(self.walk(peer, i, s), "a rule in force the shortcut missed");
+            return true;
+        }
+        self.walk(peer, i, s)
+    }
+
+    fn walk(&self, peer: &Peer, i: usize, s: &Slot) -> bool {
         self.admit(peer, i, s, |_, waived| {
             if waived {
                 ControlFlow::Continue(())
@@ -255,6 +310,7 @@ impl<'a> Gate<'a> {
 /// nginx's passive threshold: `max_fails != 0 && fails >= max_fails`. Past
 /// the window such a peer is not excluded but owes a trial request (or,
 /// with `passive_recovery`, a probe or probation).
+#[inline]
 pub(crate) fn over_max_fails(peer: &Peer, s: &Slot) -> bool {
     let max = peer.config().max_fails;
     max != 0 && s.fails >= max
@@ -263,6 +319,7 @@ pub(crate) fn over_max_fails(peer: &Peer, s: &Slot) -> bool {
 /// The length of the window after `checked`, in ms: nginx's
 /// `fail_timeout`, or the exclusion `passive_penalty` gave an over-the-
 /// threshold peer.
+#[inline]
 pub(crate) fn window_ms(peer: &Peer, s: &Slot) -> u64 {
     if s.pause_ms != 0 && over_max_fails(peer, s) {
         u64::from(s.pause_ms)
@@ -272,12 +329,14 @@ pub(crate) fn window_ms(peer: &Peer, s: &Slot) -> u64 {
 }
 
 /// Whether the exclusion window of an over-the-threshold peer has passed.
+#[inline]
 pub(crate) fn window_over(peer: &Peer, s: &Slot, now: Timestamp) -> bool {
     now.millis_since(s.checked) > window_ms(peer, s)
 }
 
 /// The passive rule in force at `now`, if any (never for the single server
 /// of an upstream: nginx does not exclude it).
+#[inline]
 pub(crate) fn passive_reason(
     rules: &HealthRules,
     peer: &Peer,

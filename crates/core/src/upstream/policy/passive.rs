@@ -133,10 +133,16 @@ impl Record<'_> {
     /// request here (`passive_recovery window`); under `probation` the
     /// exclusion does not restart (one request at a time is the limit),
     /// and under `probe` only a probe readmits, so `checked` stays.
+    #[inline(always)]
     pub(crate) fn picked(&mut self, now: Timestamp) {
-        if !window_over(self.peer, self.s, now) {
-            return;
+        // At most once per window per peer: the rest is out of line.
+        if window_over(self.peer, self.s, now) {
+            self.window_passed(now);
         }
+    }
+
+    #[cold]
+    fn window_passed(&mut self, now: Timestamp) {
         if !over_max_fails(self.peer, self.s) {
             self.s.checked = now;
             return;
