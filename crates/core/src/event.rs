@@ -37,6 +37,8 @@ pub struct Event {
 #[derive(Clone, Debug, PartialEq)]
 pub enum EventKind {
     /// Passive: `fails` reached `max_fails`; no traffic until `until`.
+    /// Under `passive_recovery probe` the checker probes the peer at
+    /// `until` ([`crate::upstream::Upstream::probes_wanted`] lists them too).
     Excluded {
         /// The failure that tipped it.
         cause: FailureClass,
@@ -44,8 +46,11 @@ pub enum EventKind {
         fails: u32,
         /// The threshold.
         max_fails: u32,
-        /// End of the quiet period (`checked + fail_timeout`).
+        /// End of the exclusion (`checked + fail_timeout`, or the
+        /// `passive_penalty` length).
         until: Timestamp,
+        /// `passive_penalty`: the nth exclusion in a row (0: no penalty set).
+        nth: u32,
     },
     /// Passive: the quiet period ended and one request was sent to test the peer.
     TrialRequest,
@@ -53,6 +58,45 @@ pub enum EventKind {
     Readmitted {
         /// Failures forgiven.
         fails: u32,
+    },
+    /// `passive_recovery probation=N`: the exclusion ended; the peer takes
+    /// one request at a time until `needed` succeed in a row.
+    ProbationStarted {
+        /// Successes in a row needed.
+        needed: u32,
+    },
+    /// `passive_recovery probation=N`: enough successes in a row; back in
+    /// full rotation, the failures forgiven.
+    ProbationPassed {
+        /// Successes in a row.
+        successes: u32,
+        /// Failures forgiven.
+        fails: u32,
+    },
+    /// `passive_recovery probe`: a probe passed after the exclusion ended;
+    /// back in rotation, the failures forgiven.
+    ProbeReadmitted {
+        /// Failures forgiven.
+        fails: u32,
+    },
+    /// `slow_start`: after a readmission the weight ramps up.
+    SlowStart {
+        /// The weight now.
+        from: u32,
+        /// The configured weight, reached at `until`.
+        weight: u32,
+        /// The end of the ramp.
+        until: Timestamp,
+    },
+    /// `max_ejected`: this peer starts (`kept`) or stops being kept
+    /// eligible although a health rule ejects it.
+    MaxEjected {
+        /// Kept eligible from now (false: no longer).
+        kept: bool,
+        /// Primaries in service a health rule ejects.
+        ejected: u32,
+        /// How many may be ejected.
+        allowed: u32,
     },
     /// Active: probes say the peer is up.
     ProbeUp {
@@ -107,6 +151,11 @@ impl EventKind {
             EventKind::Excluded { .. } => "excluded",
             EventKind::TrialRequest => "trial_request",
             EventKind::Readmitted { .. } => "readmitted",
+            EventKind::ProbationStarted { .. } => "probation_started",
+            EventKind::ProbationPassed { .. } => "probation_passed",
+            EventKind::ProbeReadmitted { .. } => "probe_readmitted",
+            EventKind::SlowStart { .. } => "slow_start",
+            EventKind::MaxEjected { .. } => "max_ejected",
             EventKind::ProbeUp { .. } => "probe_up",
             EventKind::ProbeDown { .. } => "probe_down",
             EventKind::Admin { .. } => "admin",
@@ -121,11 +170,18 @@ impl fmt::Display for EventKind {
                 cause,
                 fails,
                 max_fails,
+                nth,
                 ..
-            } => write!(
-                f,
-                "excluded: {fails} failure(s) reached max_fails={max_fails} (last: {cause})"
-            ),
+            } => {
+                write!(
+                    f,
+                    "excluded: {fails} failure(s) reached max_fails={max_fails} (last: {cause})"
+                )?;
+                if *nth > 0 {
+                    write!(f, "; exclusion {nth} in a row (passive_penalty)")?;
+                }
+                Ok(())
+            }
             EventKind::TrialRequest => f.write_str("quiet period over: one request tests the peer"),
             EventKind::Readmitted { fails } => {
                 write!(
@@ -133,6 +189,37 @@ impl fmt::Display for EventKind {
                     "readmitted: a success after the quiet period forgave {fails} failure(s)"
                 )
             }
+            EventKind::ProbationStarted { needed } => write!(
+                f,
+                "exclusion over: probation, one request at a time until {needed} succeed in a row"
+            ),
+            EventKind::ProbationPassed { successes, fails } => write!(
+                f,
+                "readmitted: {successes} success(es) in a row on probation forgave {fails} failure(s)"
+            ),
+            EventKind::ProbeReadmitted { fails } => write!(
+                f,
+                "readmitted: a probe passed after the exclusion and forgave {fails} failure(s)"
+            ),
+            EventKind::SlowStart { from, weight, .. } => {
+                write!(f, "slow start: weight ramps from {from} to {weight}")
+            }
+            EventKind::MaxEjected {
+                kept: true,
+                ejected,
+                allowed,
+            } => write!(
+                f,
+                "max_ejected: {ejected} primaries would be ejected, at most {allowed} may be: kept eligible (best recent record)"
+            ),
+            EventKind::MaxEjected {
+                kept: false,
+                ejected,
+                allowed,
+            } => write!(
+                f,
+                "max_ejected no longer keeps it eligible ({ejected} ejected, {allowed} allowed)"
+            ),
             EventKind::ProbeUp { streak, detail } => {
                 write!(f, "probe up after {streak} pass(es): {detail}")
             }

@@ -14,6 +14,7 @@
 
 mod error;
 mod location;
+mod rules;
 mod upstream;
 
 use std::cmp::Ordering;
@@ -70,6 +71,13 @@ pub const CODES: &[(&str, Severity)] = &[
     (error::SYNTAX_ERROR, Severity::Error),
     (error::CONFIG_UNREADABLE, Severity::Error),
     (error::CONFIG_ERROR, Severity::Error),
+    (rules::PENALTY_MAX_BELOW_BASE, Severity::Warning),
+    (rules::MAX_EJECTED_ZERO, Severity::Warning),
+    (rules::MAX_EJECTED_ALL, Severity::Info),
+    (rules::MAX_EJECTED_WITH_BACKUP, Severity::Info),
+    (rules::LAST_TRY_NOTHING_LISTED, Severity::Warning),
+    (error::PROBE_RECOVERY_WITHOUT_CHECK, Severity::Error),
+    (error::SLOW_START_WITH_HASH, Severity::Error),
 ];
 
 /// The traps of a loaded configuration, sorted by position (file, line,
@@ -81,6 +89,7 @@ pub fn lint_config(config: &Config) -> Vec<Finding> {
     }
     for up in &config.upstreams {
         location::lint_upstream(config, up, &mut found);
+        rules::lint(config, up, &mut found);
     }
     for block in &config.servers {
         for loc in &block.locations {

@@ -45,6 +45,8 @@ pub struct Peer {
     fails_hint: AtomicU32,
     admin: AtomicU8,
     admin_since: AtomicU64,
+    /// End of the `slow_start` ramp (0: none), written under the tier lock.
+    ramp_until: AtomicU64,
     health: ActiveHealth,
     last_probe: Mutex<Option<crate::health::ProbeReport>>,
 }
@@ -118,6 +120,7 @@ impl Peer {
             fails_hint: AtomicU32::new(0),
             admin: AtomicU8::new(AdminState::Up.as_u8()),
             admin_since: AtomicU64::new(0),
+            ramp_until: AtomicU64::new(0),
             health,
             last_probe: Mutex::new(None),
         }
@@ -194,6 +197,16 @@ impl Peer {
             self.admin_since.store(now.0, Ordering::Relaxed);
         }
         from
+    }
+
+    /// When the `slow_start` weight ramp ends (0: no ramp; a past time:
+    /// ended, not yet cleared).
+    pub fn ramp_until(&self) -> Timestamp {
+        Timestamp(self.ramp_until.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn set_ramp_until(&self, until: Timestamp) {
+        self.ramp_until.store(until.0, Ordering::Relaxed);
     }
 
     /// The active-check state.

@@ -47,14 +47,50 @@ pub fn explain(up: &UpstreamView, peer: &PeerView, events: &[EventView]) -> Vec<
                 let cause = last_exclusion
                     .map(|e| format!(" (last: {} at {})", cause_of(&e.text), clock(e.at_unix_ms)))
                     .unwrap_or_default();
+                let length = match (&up.rules.passive_penalty, r.nth) {
+                    (Some(p), nth) if nth > 0 => {
+                        let lasts = r
+                            .until_unix_ms
+                            .zip(r.since_unix_ms)
+                            .map(|(u, s)| dur(u.saturating_sub(s)))
+                            .unwrap_or_else(|| "?".into());
+                        format!(
+                            "exclusion {nth} in a row, {lasts} (passive_penalty base={} max={}{})",
+                            dur(p.base_ms),
+                            dur(p.max_ms),
+                            if p.jitter_percent > 0 {
+                                format!(" jitter={}%", p.jitter_percent)
+                            } else {
+                                String::new()
+                            }
+                        )
+                    }
+                    _ => format!("fail_timeout={}", dur(peer.fail_timeout_ms)),
+                };
                 format!(
-                    "{addr} gets no traffic: {} failure(s){cause} reached max_fails={}; excluded until {} (fail_timeout={}); after that one request will test it, and only a success forgives the failures.",
+                    "{addr} gets no traffic: {} failure(s){cause} reached max_fails={}; excluded until {} ({length}); {}",
                     peer.fails,
                     peer.max_fails,
                     r.until_unix_ms.map(clock).unwrap_or_else(|| "?".into()),
-                    dur(peer.fail_timeout_ms)
+                    recovery_text(&up.rules.passive_recovery)
                 )
             }
+            "awaiting_probe" => {
+                let probe = peer
+                    .active
+                    .as_ref()
+                    .and_then(|a| a.last_probe.as_ref())
+                    .map(|p| format!(" (last probe: {})", probe_text(p)))
+                    .unwrap_or_default();
+                format!(
+                    "{addr} gets no traffic: its exclusion ended{} and under passive_recovery probe it returns only when an active probe passes{probe}; no client request is spent testing it.",
+                    at(r.since_unix_ms)
+                )
+            }
+            "probation" => format!(
+                "{addr} is on probation (passive_recovery {}): {}; it takes one request at a time, and that one is in flight.",
+                up.rules.passive_recovery, r.detail
+            ),
             "full" => format!(
                 "{addr} is skipped while at max_conns: {}; it gets requests again as soon as one finishes.",
                 r.detail
@@ -62,6 +98,23 @@ pub fn explain(up: &UpstreamView, peer: &PeerView, events: &[EventView]) -> Vec<
             _ => format!("{addr}: {} ({})", r.rule, r.detail),
         };
         out.push(s);
+    }
+    for r in &peer.waived {
+        let limit = up
+            .rules
+            .max_ejected
+            .as_ref()
+            .map(|m| {
+                format!(
+                    "max_ejected {}% keeps it eligible: {} of the {} primaries in service would be ejected and at most {} may be",
+                    m.percent, m.ejected, m.in_service, m.allowed
+                )
+            })
+            .unwrap_or_else(|| "max_ejected keeps it eligible".into());
+        out.push(format!(
+            "{addr} would be ejected ({}: {}) but {limit}; of those it has the best recent record (fewest failures counted, then the most recent to fail), so it still gets requests and is charged as usual.",
+            r.rule, r.detail
+        ));
     }
     if peer.backup {
         let primaries: Vec<&PeerView> = up.peers.iter().filter(|p| !p.backup).collect();
@@ -81,12 +134,27 @@ pub fn explain(up: &UpstreamView, peer: &PeerView, events: &[EventView]) -> Vec<
         && !(peer.backup && up.peers.iter().any(|p| !p.backup && p.reasons.is_empty()))
     {
         let mut s = format!("{addr} is eligible");
-        if peer.fails > 0 && peer.max_fails > 0 {
+        if peer.fails > 0 && peer.max_fails > 0 && peer.probation.is_none() {
             s.push_str(&format!(
                 "; it carries {} unforgiven failure(s) of max_fails={} (a success more than fail_timeout={} after the last failure clears them)",
                 peer.fails,
                 peer.max_fails,
                 dur(peer.fail_timeout_ms)
+            ));
+        }
+        if let Some(p) = &peer.probation {
+            s.push_str(&format!(
+                "; it is on probation (passive_recovery probation={}): one request at a time until {} succeed in a row ({} so far), and a failure excludes it again",
+                p.needed, p.needed, p.successes
+            ));
+        }
+        if let (true, Some(until)) = (peer.weight_now < peer.weight, peer.ramp_until_unix_ms) {
+            s.push_str(&format!(
+                "; slow start: its weight is {} of {} now, rising until {} (slow_start={})",
+                peer.weight_now,
+                peer.weight,
+                clock(until),
+                dur(peer.slow_start_ms.unwrap_or(0))
             ));
         }
         s.push_str(&pick_hint(up, peer));
@@ -114,11 +182,12 @@ fn pick_hint(up: &UpstreamView, peer: &PeerView) -> String {
         .collect();
     match up.balancer.as_str() {
         "round_robin" => {
-            let total: u64 = eligible.iter().map(|p| u64::from(p.weight)).sum();
-            let n = total.div_ceil(u64::from(peer.weight.max(1)));
+            let w = |p: &PeerView| if p.weight_now == 0 { p.weight } else { p.weight_now };
+            let total: u64 = eligible.iter().map(|p| u64::from(w(p))).sum();
+            let n = total.div_ceil(u64::from(w(peer).max(1)));
             format!(
                 "; with weight {} of {total} it is picked about once every {n} request(s)",
-                peer.weight
+                w(peer)
             )
         }
         "least_conn" => format!(
@@ -127,6 +196,18 @@ fn pick_hint(up: &UpstreamView, peer: &PeerView) -> String {
         ),
         b if b.starts_with("hash") || b == "ip_hash" => "; it serves the keys that hash to it".into(),
         _ => format!("; {} of {} eligible peers", 1, eligible.len()),
+    }
+}
+
+/// What happens when a passive exclusion ends, per `passive_recovery`.
+fn recovery_text(mode: &str) -> String {
+    match mode {
+        "probe" => "after that it stays out until an active probe passes (passive_recovery probe: the probe runs when the exclusion ends); no client request is spent testing it.".into(),
+        m if m.starts_with("probation=") => format!(
+            "after that it takes one request at a time until {} succeed in a row (passive_recovery {m}); a failure excludes it again.",
+            m.trim_start_matches("probation=")
+        ),
+        _ => "after that one request will test it, and only a success forgives the failures.".into(),
     }
 }
 
@@ -146,8 +227,8 @@ fn probe_text(p: &super::ProbeView) -> String {
 }
 
 fn cause_of(text: &str) -> String {
-    text.rsplit_once("(last: ")
-        .map(|(_, c)| c.trim_end_matches(')').to_string())
+    text.split_once("(last: ")
+        .map(|(_, c)| c.split_once(')').map_or(c, |(c, _)| c).to_string())
         .unwrap_or_else(|| text.to_string())
 }
 
@@ -256,6 +337,159 @@ mod tests {
         assert!(
             !backup.contains("10.0.0.3:80 is eligible"),
             "a backup behind live primaries gets no traffic"
+        );
+    }
+
+    /// Requests (the other peers answer) until `addr` took one, which fails
+    /// or succeeds.
+    fn hit(up: &Arc<crate::Upstream>, now: crate::Timestamp, addr: &str, fail: bool) {
+        for _ in 0..10 {
+            let mut sel = up.begin(
+                SelectKey::None,
+                RetryPolicy::default(),
+                RequestFacts::default(),
+                now,
+            );
+            let Ok(g) = up.select(&mut sel, now) else {
+                continue;
+            };
+            if &**g.peer().name() == addr {
+                if fail {
+                    let f = TransportFailure {
+                        class: FailureClass::Error,
+                        request_sent: true,
+                        cached_connection: false,
+                    };
+                    let _ = sel.on_failure(g, f, now);
+                }
+                return;
+            }
+        }
+        panic!("{addr} never picked");
+    }
+
+    fn sentences(
+        reg: &Registry,
+        clock: &ManualClock,
+        bus: &EventBus,
+        up: usize,
+        peer: usize,
+    ) -> String {
+        let doc = super::super::status(reg, clock);
+        let events: Vec<_> = bus
+            .since(0, 100)
+            .events
+            .iter()
+            .map(super::super::event_view)
+            .collect();
+        let upv = &doc.upstreams[up];
+        super::explain(upv, &upv.peers[peer], &events).join(" ")
+    }
+
+    #[test]
+    fn penalty_probe_recovery_and_max_ejected_are_explained() {
+        let (reg, clock, bus) = setup(
+            "upstream api {
+                server 10.0.0.1:80; server 10.0.0.2:80;
+                check interval=3000 rise=1 fall=3 timeout=1000 default_down=false;
+                passive_recovery probe;
+                passive_penalty base=2s max=8s;
+                max_ejected 50%;
+            }",
+        );
+        let up = reg.get("api").expect("api").clone();
+        hit(&up, clock.now(), "10.0.0.2:80", true);
+        let text = sentences(&reg, &clock, &bus, 0, 1);
+        assert!(
+            text.contains("10.0.0.2:80 gets no traffic: 1 failure(s) (last: error at 12:01:07) reached max_fails=1; excluded until 12:01:09 (exclusion 1 in a row, 2s (passive_penalty base=2s max=8s)); after that it stays out until an active probe passes"),
+            "{text}"
+        );
+        clock.advance(Duration::from_millis(2_001));
+        let text = sentences(&reg, &clock, &bus, 0, 1);
+        assert!(
+            text.contains("its exclusion ended at 12:01:09 and under passive_recovery probe it returns only when an active probe passes; no client request is spent testing it"),
+            "{text}"
+        );
+        // The other one fails too: max_ejected keeps the one that failed last.
+        hit(&up, clock.now(), "10.0.0.1:80", true);
+        let text = sentences(&reg, &clock, &bus, 0, 0);
+        assert!(
+            text.contains("10.0.0.1:80 would be ejected (excluded: 1/1 failures) but max_ejected 50% keeps it eligible: 2 of the 2 primaries in service would be ejected and at most 1 may be"),
+            "{text}"
+        );
+        let doc = super::super::status(&reg, &*clock);
+        let json = serde_json::to_string(&doc.upstreams[0]).expect("json");
+        for field in [
+            "\"passive_recovery\":\"probe\"",
+            "\"max_ejected\":{\"percent\":50,\"in_service\":2,\"ejected\":2,\"allowed\":1}",
+            "\"state\":\"awaiting_probe\"",
+            "\"waived\":[{\"rule\":\"excluded\"",
+        ] {
+            assert!(json.contains(field), "{field} in {json}");
+        }
+    }
+
+    #[test]
+    fn probation_and_slow_start_are_explained() {
+        let (reg, clock, bus) = setup(
+            "upstream app {
+                server 10.0.0.1:80 weight=10 slow_start=30s; server 10.0.0.2:80;
+                passive_recovery probation=2;
+            }",
+        );
+        let up = reg.get("app").expect("app").clone();
+        hit(&up, clock.now(), "10.0.0.1:80", true);
+        clock.advance(Duration::from_millis(10_001));
+        let text = sentences(&reg, &clock, &bus, 0, 0);
+        assert!(
+            text.contains("10.0.0.1:80 is eligible; it is on probation (passive_recovery probation=2): one request at a time until 2 succeed in a row (0 so far)"),
+            "{text}"
+        );
+        hit(&up, clock.now(), "10.0.0.1:80", false);
+        hit(&up, clock.now(), "10.0.0.1:80", false);
+        let text = sentences(&reg, &clock, &bus, 0, 0);
+        assert!(
+            text.contains("10.0.0.1:80 is eligible; slow start: its weight is 1 of 10 now, rising until 12:01:47 (slow_start=30s)"),
+            "{text}"
+        );
+        let kinds: Vec<String> = bus
+            .since(0, 100)
+            .events
+            .iter()
+            .map(|e| e.kind.name().to_string())
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                "excluded",
+                "probation_started",
+                "probation_passed",
+                "slow_start"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_ramping_peer_is_explained_with_its_weight_now() {
+        let (reg, clock, bus) = setup(
+            "upstream app { server 10.0.0.1:80 weight=10 slow_start=20s; server 10.0.0.2:80 weight=10; }",
+        );
+        let up = reg.get("app").expect("app").clone();
+        up.set_admin(
+            crate::peer::PeerId(0),
+            crate::peer::AdminState::Down,
+            clock.now(),
+        );
+        up.set_admin(
+            crate::peer::PeerId(0),
+            crate::peer::AdminState::Up,
+            clock.now(),
+        );
+        clock.advance(Duration::from_secs(10));
+        let text = sentences(&reg, &clock, &bus, 0, 0);
+        assert!(
+            text.contains("10.0.0.1:80 is eligible; slow start: its weight is 5 of 10 now, rising until 12:01:27 (slow_start=20s); with weight 5 of 15 it is picked about once every 3 request(s)"),
+            "{text}"
         );
     }
 

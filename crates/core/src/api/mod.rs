@@ -7,8 +7,8 @@ mod explain;
 
 use serde::{Deserialize, Serialize};
 
-use crate::clock::{Clock, Timestamp};
-use crate::config::{Balancer, CheckKind};
+use crate::clock::{duration_ms, Clock, Timestamp};
+use crate::config::{Balancer, CheckKind, HealthRules};
 use crate::event::{Event, EventKind};
 use crate::health::HealthState;
 use crate::registry::Registry;
@@ -38,8 +38,48 @@ pub struct UpstreamView {
     pub single: bool,
     /// The active check, if any.
     pub check: Option<CheckView>,
+    /// vigil's peer rules beyond nginx in force (all off: nginx).
+    #[serde(default)]
+    pub rules: RulesView,
     /// Primaries, then backups.
     pub peers: Vec<PeerView>,
+}
+
+/// The vigil-only peer rules of an upstream.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RulesView {
+    /// `passive_count`: `after_header`, `last_try` (empty: nginx's counting).
+    pub passive_count: Vec<String>,
+    /// `passive_recovery`: `window` (nginx), `probe`, `probation=N`.
+    pub passive_recovery: String,
+    /// `passive_penalty`, if set.
+    pub passive_penalty: Option<PenaltyView>,
+    /// `max_ejected`, if set, with its count now.
+    pub max_ejected: Option<MaxEjectedView>,
+}
+
+/// `passive_penalty base= max= jitter=`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PenaltyView {
+    /// The first exclusion, ms.
+    pub base_ms: u64,
+    /// The longest exclusion and the clean period that resets growth, ms.
+    pub max_ms: u64,
+    /// ± this percentage at random.
+    pub jitter_percent: u8,
+}
+
+/// `max_ejected P%` and what it decides now.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MaxEjectedView {
+    /// P.
+    pub percent: u8,
+    /// Primaries in service (not `down`, admin state up).
+    pub in_service: u32,
+    /// Of those, how many a health rule ejects (kept ones included).
+    pub ejected: u32,
+    /// How many may be ejected: `min(floor(in_service × P / 100), in_service − 1)`.
+    pub allowed: u32,
 }
 
 /// An upstream's active check.
@@ -65,10 +105,26 @@ pub struct PeerView {
     /// A backup server.
     pub backup: bool,
     /// `eligible`, or the first rule that keeps it out: `down`, `admin_down`,
-    /// `draining`, `probe_down`, `excluded`, `full`.
+    /// `draining`, `probe_down`, `excluded`, `awaiting_probe`, `probation`, `full`.
     pub state: String,
     /// Configured weight.
     pub weight: u32,
+    /// The weight it has now (lower while `slow_start` ramps).
+    #[serde(default)]
+    pub weight_now: u32,
+    /// `slow_start` in milliseconds, if set.
+    #[serde(default)]
+    pub slow_start_ms: Option<u64>,
+    /// End of the slow-start ramp in progress, ms since the epoch.
+    #[serde(default)]
+    pub ramp_until_unix_ms: Option<u64>,
+    /// `passive_penalty`: exclusions in a row so far.
+    #[serde(default)]
+    pub penalty_nth: u32,
+    /// `passive_recovery probation=N`: while half-open (one request at a
+    /// time), the successes in a row so far and N.
+    #[serde(default)]
+    pub probation: Option<ProbationView>,
     /// Smooth round-robin effective weight.
     pub effective_weight: i64,
     /// Requests in flight.
@@ -89,6 +145,18 @@ pub struct PeerView {
     pub active: Option<ActiveView>,
     /// Every rule in force against the peer now.
     pub reasons: Vec<ReasonView>,
+    /// Ejections `max_ejected` overrides: the peer stays eligible despite them.
+    #[serde(default)]
+    pub waived: Vec<ReasonView>,
+}
+
+/// A peer on probation (`passive_recovery probation=N`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProbationView {
+    /// Successes in a row so far.
+    pub successes: u32,
+    /// N.
+    pub needed: u32,
 }
 
 /// Active-check state of a peer.
@@ -126,7 +194,7 @@ pub struct ProbeView {
 /// A rule keeping a peer out.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ReasonView {
-    /// `down`, `admin`, `probe_down`, `excluded`, `full`.
+    /// `down`, `admin`, `probe_down`, `excluded`, `awaiting_probe`, `probation`, `full`.
     pub rule: String,
     /// Since when, ms since the epoch.
     pub since_unix_ms: Option<u64>,
@@ -134,6 +202,9 @@ pub struct ReasonView {
     pub until_unix_ms: Option<u64>,
     /// Numbers of the rule: `fails/max_fails`, `conns/max_conns`, streaks.
     pub detail: String,
+    /// `passive_penalty`: the nth exclusion in a row (0: no penalty).
+    #[serde(default)]
+    pub nth: u32,
 }
 
 /// One event.
@@ -147,7 +218,9 @@ pub struct EventView {
     pub upstream: String,
     /// Peer address.
     pub peer: String,
-    /// `excluded`, `trial_request`, `readmitted`, `probe_up`, `probe_down`, `admin`.
+    /// `excluded`, `trial_request`, `readmitted`, `probation_started`,
+    /// `probation_passed`, `probe_readmitted`, `slow_start`, `max_ejected`,
+    /// `probe_up`, `probe_down`, `admin`.
     pub kind: String,
     /// The sentence.
     pub text: String,
@@ -186,76 +259,112 @@ pub fn upstream_view(up: &Upstream, clock: &dyn Clock, now: Timestamp) -> Upstre
             fall: c.fall.get(),
             timeout_ms: crate::clock::duration_ms(c.timeout),
         }),
+        rules: rules_view(up, now),
         peers: up.status(now).iter().map(|s| peer_view(s, clock)).collect(),
+    }
+}
+
+fn rules_view(up: &Upstream, now: Timestamp) -> RulesView {
+    let r: &HealthRules = &up.config().rules;
+    let mut count = Vec::new();
+    if r.count.after_header {
+        count.push("after_header".to_string());
+    }
+    if r.count.last_try {
+        count.push("last_try".to_string());
+    }
+    RulesView {
+        passive_count: count,
+        passive_recovery: r.recovery.word(),
+        passive_penalty: r.penalty.map(|p| PenaltyView {
+            base_ms: duration_ms(p.base),
+            max_ms: duration_ms(p.max),
+            jitter_percent: p.jitter_percent,
+        }),
+        max_ejected: up.max_ejected_now(now).map(|m| MaxEjectedView {
+            percent: m.percent,
+            in_service: m.in_service,
+            ejected: m.ejected,
+            allowed: m.allowed,
+        }),
+    }
+}
+
+/// The view of one rule in force.
+pub fn reason_view(r: &Ineligible, clock: &dyn Clock) -> ReasonView {
+    let ms = |t: Timestamp| (t != Timestamp(0)).then(|| clock.unix_ms(t));
+    let view = |since: Option<u64>, until: Option<u64>, detail: String| ReasonView {
+        rule: r.state().into(),
+        since_unix_ms: since,
+        until_unix_ms: until,
+        detail,
+        nth: 0,
+    };
+    match r {
+        Ineligible::ConfigDown => view(None, None, "marked down in the configuration".into()),
+        Ineligible::Admin { state, since } => ReasonView {
+            rule: "admin".into(),
+            ..view(ms(*since), None, state.to_string())
+        },
+        Ineligible::ProbeDown {
+            since,
+            fail_streak,
+            rise_needed,
+        } => view(
+            ms(*since),
+            None,
+            format!("{fail_streak} failed probe(s) in a row; {rise_needed} pass(es) needed"),
+        ),
+        Ineligible::Excluded {
+            fails,
+            max_fails,
+            since,
+            until,
+            nth,
+        } => ReasonView {
+            nth: *nth,
+            ..view(
+                ms(*since),
+                Some(clock.unix_ms(*until)),
+                format!("{fails}/{max_fails} failures"),
+            )
+        },
+        Ineligible::AwaitingProbe { fails, since } => view(
+            ms(*since),
+            None,
+            format!("{fails} failure(s); waiting for a passing probe"),
+        ),
+        Ineligible::Probation { successes, needed } => view(
+            None,
+            None,
+            format!("{successes}/{needed} successes in a row; one request in flight"),
+        ),
+        Ineligible::Full { conns, max_conns } => {
+            view(None, None, format!("{conns}/{max_conns} connections"))
+        }
     }
 }
 
 fn peer_view(s: &PeerStatus, clock: &dyn Clock) -> PeerView {
     let cfg = s.peer.config();
     let ms = |t: Timestamp| (t != Timestamp(0)).then(|| clock.unix_ms(t));
-    let reasons: Vec<ReasonView> = s
-        .reasons
-        .iter()
-        .map(|r| match r {
-            Ineligible::ConfigDown => ReasonView {
-                rule: "down".into(),
-                since_unix_ms: None,
-                until_unix_ms: None,
-                detail: "marked down in the configuration".into(),
-            },
-            Ineligible::Admin { state, since } => ReasonView {
-                rule: "admin".into(),
-                since_unix_ms: ms(*since),
-                until_unix_ms: None,
-                detail: state.to_string(),
-            },
-            Ineligible::ProbeDown {
-                since,
-                fail_streak,
-                rise_needed,
-            } => ReasonView {
-                rule: "probe_down".into(),
-                since_unix_ms: ms(*since),
-                until_unix_ms: None,
-                detail: format!(
-                    "{fail_streak} failed probe(s) in a row; {rise_needed} pass(es) needed"
-                ),
-            },
-            Ineligible::Excluded {
-                fails,
-                max_fails,
-                since,
-                until,
-            } => ReasonView {
-                rule: "excluded".into(),
-                since_unix_ms: ms(*since),
-                until_unix_ms: Some(clock.unix_ms(*until)),
-                detail: format!("{fails}/{max_fails} failures"),
-            },
-            Ineligible::Full { conns, max_conns } => ReasonView {
-                rule: "full".into(),
-                since_unix_ms: None,
-                until_unix_ms: None,
-                detail: format!("{conns}/{max_conns} connections"),
-            },
-        })
-        .collect();
-    let state = match s.reasons.first() {
-        None => "eligible",
-        Some(Ineligible::ConfigDown) => "down",
-        Some(Ineligible::Admin { state, .. }) if *state == crate::peer::AdminState::Drain => {
-            "draining"
-        }
-        Some(Ineligible::Admin { .. }) => "admin_down",
-        Some(Ineligible::ProbeDown { .. }) => "probe_down",
-        Some(Ineligible::Excluded { .. }) => "excluded",
-        Some(Ineligible::Full { .. }) => "full",
-    };
+    let reasons: Vec<ReasonView> = s.reasons.iter().map(|r| reason_view(r, clock)).collect();
+    let state = s.reasons.first().map_or("eligible", Ineligible::state);
+    let ramp = s.peer.ramp_until();
     PeerView {
         address: cfg.address.clone(),
         backup: s.backup,
         state: state.into(),
         weight: cfg.weight.get(),
+        weight_now: s.weight_now,
+        slow_start_ms: cfg.slow_start.map(duration_ms),
+        ramp_until_unix_ms: (s.weight_now < cfg.weight.get())
+            .then(|| ms(ramp))
+            .flatten(),
+        penalty_nth: s.passive.penalty_nth,
+        probation: s
+            .probation
+            .map(|(successes, needed)| ProbationView { successes, needed }),
         effective_weight: s.passive.effective_weight,
         conns: s.peer.conns(),
         max_conns: cfg.max_conns,
@@ -283,6 +392,7 @@ fn peer_view(s: &PeerStatus, clock: &dyn Clock) -> PeerView {
             }),
         }),
         reasons,
+        waived: s.waived.iter().map(|r| reason_view(r, clock)).collect(),
     }
 }
 

@@ -81,8 +81,84 @@ pub struct UpstreamConfig {
     pub check: Option<CheckConfig>,
     /// `zone NAME [SIZE]`: accepted for compatibility; vigil's state is always shared.
     pub zone: Option<String>,
+    /// vigil's peer rules beyond nginx (`passive_count`, `passive_recovery`,
+    /// `passive_penalty`, `max_ejected`); the default is nginx's behaviour.
+    pub rules: HealthRules,
     /// Where the block starts.
     pub origin: Origin,
+}
+
+/// The vigil-only peer rules of an upstream. Each is off by default, and
+/// with all of them off vigil behaves exactly as nginx 1.22.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct HealthRules {
+    /// `passive_count after_header last_try`: what counts toward
+    /// `max_fails` beyond nginx's rules. Default: nothing more.
+    pub count: PassiveCount,
+    /// `passive_recovery window | probe | probation=N`: how a passively
+    /// excluded peer comes back. Default `window` (nginx).
+    pub recovery: Recovery,
+    /// `passive_penalty base=T max=T [jitter=P%]`: exclusions that grow.
+    /// Default none: every exclusion lasts `fail_timeout` (nginx).
+    pub penalty: Option<Penalty>,
+    /// `max_ejected P%`: at most this percentage (0..=100) of the primaries
+    /// in service ejected at once by every rule together. Default none.
+    pub max_ejected: Option<u8>,
+    /// Where each directive is, for errors and lint findings.
+    pub origins: RuleOrigins,
+}
+
+/// `passive_count`: the two extra kinds of evidence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct PassiveCount {
+    /// `after_header`: a failure after the response header went out (body
+    /// cut short, reset or read timeout mid-body) counts toward `max_fails`
+    /// (it is still not retried).
+    pub after_header: bool,
+    /// `last_try`: a listed status (`http_503`, ...) on an attempt that
+    /// cannot be retried counts as a failure instead of nginx's success.
+    pub last_try: bool,
+}
+
+/// `passive_recovery`: what happens when a passive exclusion ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Recovery {
+    /// nginx: one request tests the peer; a success forgives its failures.
+    #[default]
+    Window,
+    /// The peer stays out until an active probe passes after the exclusion
+    /// ended (the upstream needs a `check`). No user request tests it.
+    Probe,
+    /// Half-open: at most one request at a time until this many succeed in
+    /// a row; a failure excludes it again.
+    Probation(NonZeroU32),
+}
+
+/// `passive_penalty`: the k-th exclusion in a row lasts
+/// `min(base × 2^(k−1), max)`, ± `jitter` percent; after a clean period as
+/// long as `max`, k starts again at 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Penalty {
+    /// `base=`: the first exclusion's length.
+    pub base: Duration,
+    /// `max=`: the cap, and the clean period that resets the growth.
+    pub max: Duration,
+    /// `jitter=P%`: each exclusion lasts up to this percentage (0..=100)
+    /// more or less, at random. Default 0.
+    pub jitter_percent: u8,
+}
+
+/// Where the rule directives are (all compare equal, as [`Origin`] does).
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct RuleOrigins {
+    /// `passive_count`.
+    pub count: Origin,
+    /// `passive_recovery`.
+    pub recovery: Origin,
+    /// `passive_penalty`.
+    pub penalty: Origin,
+    /// `max_ejected`.
+    pub max_ejected: Origin,
 }
 
 /// The balancing method of an upstream.
@@ -129,7 +205,10 @@ pub struct ServerConfig {
     pub backup: bool,
     /// `down`.
     pub down: bool,
-    /// `slow_start=T` (nginx Plus): ramp the weight up after recovery.
+    /// `slow_start=T` (nginx Plus): after any readmission (passive exclusion
+    /// over, probe up, admin up) the weight rises linearly from
+    /// `max(1, weight/10)` to `weight` over T. Default none. Refused with
+    /// `hash` and `ip_hash`.
     pub slow_start: Option<Duration>,
     /// Where the line is.
     pub origin: Origin,
@@ -428,6 +507,34 @@ impl fmt::Display for Origin {
 
 // === impl defaults ===
 
+impl HealthRules {
+    /// The rule directives inside `upstream {}`. They are vigil's own:
+    /// stock nginx refuses them ("unknown directive"), so `vigil check`
+    /// leaves them out of the files it renders, as it does `check`.
+    pub const DIRECTIVES: [&'static str; 4] = [
+        "passive_count",
+        "passive_recovery",
+        "passive_penalty",
+        "max_ejected",
+    ];
+
+    /// Whether every rule is at nginx's default.
+    pub fn is_nginx(&self) -> bool {
+        *self == HealthRules::default()
+    }
+}
+
+impl Recovery {
+    /// The word in nginx.conf and TOML: `window`, `probe`, `probation=N`.
+    pub fn word(self) -> String {
+        match self {
+            Recovery::Window => "window".into(),
+            Recovery::Probe => "probe".into(),
+            Recovery::Probation(n) => format!("probation={n}"),
+        }
+    }
+}
+
 impl TelemetryConfig {
     /// The default `service.name`.
     pub const DEFAULT_SERVICE_NAME: &'static str = "vigil";
@@ -456,6 +563,11 @@ impl AdminConfig {
 }
 
 impl ServerConfig {
+    /// `server` parameters vigil reads that stock nginx (open source)
+    /// refuses ("invalid parameter"): `slow_start` is nginx Plus's. `vigil
+    /// check` leaves them out of the server lines it renders.
+    pub const NGINX_PLUS_PARAMETERS: [&'static str; 1] = ["slow_start"];
+
     /// A server with nginx's defaults.
     pub fn new(address: impl Into<String>, addr: SocketAddr) -> Self {
         Self {
@@ -583,6 +695,7 @@ impl UpstreamConfig {
             keepalive: None,
             check: None,
             zone: None,
+            rules: HealthRules::default(),
             origin: Origin::default(),
         }
     }

@@ -88,3 +88,59 @@ pub(crate) fn duplicate_location(earlier: &[Location], loc: &Location) -> Result
     }
     Ok(())
 }
+
+/// A percentage as both front ends write it: `N%`, N in 0..=100.
+pub(crate) fn percent(text: &str) -> Result<u8, String> {
+    text.strip_suffix('%')
+        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|n| n.parse::<u8>().ok())
+        .filter(|n| *n <= 100)
+        .ok_or_else(|| format!("invalid percentage \"{text}\", expected 0% to 100%"))
+}
+
+/// Which rule of an upstream cannot work, for the front end to point at.
+#[derive(Debug)]
+pub(crate) enum RuleProblem {
+    /// `passive_recovery probe` without a `check`.
+    ProbeWithoutCheck(String),
+    /// `passive_penalty` with a zero `base` or `max`.
+    Penalty(String),
+    /// `slow_start` on server `index` with a balancer that cannot ramp.
+    SlowStart(usize, String),
+}
+
+/// The vigil-only rules of an upstream that cannot work with the rest of it.
+pub(crate) fn rules(up: &super::UpstreamConfig) -> Result<(), RuleProblem> {
+    use super::{Balancer, Recovery};
+    let r = &up.rules;
+    if r.recovery == Recovery::Probe && up.check.is_none() {
+        return Err(RuleProblem::ProbeWithoutCheck(format!(
+            "\"passive_recovery probe\" in upstream \"{}\" needs an active \"check\": the peer returns after an exclusion only when a probe passes",
+            up.name
+        )));
+    }
+    if let Some(p) = &r.penalty {
+        if p.base.is_zero() || p.max.is_zero() {
+            return Err(RuleProblem::Penalty(
+                "\"passive_penalty\" base and max must be greater than 0".into(),
+            ));
+        }
+    }
+    let hashing = match &up.balancer {
+        Balancer::Hash { .. } => Some("hash"),
+        Balancer::IpHash => Some("ip_hash"),
+        _ => None,
+    };
+    if let Some(method) = hashing {
+        if let Some(i) = up.servers.iter().position(|s| s.slow_start.is_some()) {
+            return Err(RuleProblem::SlowStart(
+                i,
+                format!(
+                    "server parameter \"slow_start\" cannot be used with \"{method}\" in upstream \"{}\" (nginx Plus refuses it too: with a hash the weights decide which keys go to which server, so a ramp would move keys)",
+                    up.name
+                ),
+            ));
+        }
+    }
+    Ok(())
+}

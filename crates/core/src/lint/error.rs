@@ -17,12 +17,18 @@ pub(super) const UNSUPPORTED_DIRECTIVE: &str = "unsupported-directive";
 pub(super) const SYNTAX_ERROR: &str = "syntax-error";
 pub(super) const CONFIG_UNREADABLE: &str = "config-unreadable";
 pub(super) const CONFIG_ERROR: &str = "config-error";
+pub(super) const PROBE_RECOVERY_WITHOUT_CHECK: &str = "passive-recovery-probe-without-check";
+pub(super) const SLOW_START_WITH_HASH: &str = "slow-start-with-hash";
 
 /// `config/nginx/upstream.rs`, a `backup` server with hash, ip_hash or random.
 const BACKUP_TEXT: &str = "\"backup\" cannot be used with";
 /// `config/validate.rs`, `check` timeout not shorter than its interval.
 const CHECK_TIMEOUT_TEXT: &str = "check timeout (";
 const CHECK_INTERVAL_TEXT: &str = "must be shorter than interval";
+/// `config/validate.rs` `rules()`, `passive_recovery probe` without `check`.
+const PROBE_WITHOUT_CHECK_TEXT: &str = "\"passive_recovery probe\" in upstream";
+/// `config/validate.rs` `rules()`, `slow_start` with hash or ip_hash.
+const SLOW_START_HASH_TEXT: &str = "server parameter \"slow_start\" cannot be used with";
 /// `config/nginx/mod.rs` (`unknown()`, `unsupported()`) and the parameter checks.
 const UNKNOWN_TEXT: &str = "unknown or unsupported directive";
 const UNSUPPORTED_TEXT: &str = "not supported";
@@ -69,6 +75,10 @@ fn classify(err: &ConfigError) -> (&'static str, &'static str) {
         ConfigError::Invalid { message, .. } => {
             if message.contains(BACKUP_TEXT) {
                 (BACKUP_WITH_HASH, BACKUP)
+            } else if message.starts_with(PROBE_WITHOUT_CHECK_TEXT) {
+                (PROBE_RECOVERY_WITHOUT_CHECK, PROBE_WITHOUT_CHECK)
+            } else if message.starts_with(SLOW_START_HASH_TEXT) {
+                (SLOW_START_WITH_HASH, SLOW_START_HASH)
             } else if message.starts_with(CHECK_TIMEOUT_TEXT)
                 && message.contains(CHECK_INTERVAL_TEXT)
             {
@@ -90,6 +100,19 @@ const BACKUP: &str = "nginx rejects this too: the nginx docs say that `backup` \
     to a peer and have no second tier to fall back to. Remove `backup`: a hashed key already \
     moves to another peer when its own is unavailable. If a standby group is what you need, \
     use round robin or least_conn, which have one.";
+
+const PROBE_WITHOUT_CHECK: &str = "`passive_recovery probe` (vigil only) keeps a peer \
+    out after its passive exclusion until an active probe passes, so an upstream without a \
+    `check` could never get it back: every peer that reached max_fails would stay out for \
+    good. Add a `check` to the upstream (the recovery probe runs as soon as the exclusion \
+    ends, whatever the check's interval), or use `passive_recovery probation=N`, which \
+    needs no check: the peer then takes one request at a time until N succeed in a row.";
+
+const SLOW_START_HASH: &str = "`slow_start` ramps a readmitted server's weight up, but \
+    `hash` and `ip_hash` send each key to its server whatever the weights say (the weight \
+    only shapes the key space, and a ramp would move keys between servers as it goes), so \
+    nginx Plus refuses the parameter with them and vigil does too. Remove `slow_start`, or \
+    use round robin, least_conn or random, where the ramp shifts requests gradually.";
 
 const CHECK_TIMEOUT: &str = "A probe must finish before the next one is due: the checker \
     starts one probe per interval, so with timeout >= interval a slow peer could have two \

@@ -8,12 +8,16 @@
 //!     let guard = upstream.select(&mut sel, now)?;     // Err: 502 "no live upstreams"
 //!     match attempt(guard.peer()) {
 //!         Header(status) => match sel.on_status(guard, status, now) {
-//!             StatusVerdict::Retry => continue,
-//!             StatusVerdict::PassThrough(guard) => { stream the body; drop(guard) }
+//!             StatusVerdict::Retry(_) => continue,
+//!             StatusVerdict::PassThrough(mut guard, _) => {
+//!                 stream the body;
+//!                 if it broke: guard.fail_after_header(class, now);  // passive_count after_header
+//!                 drop(guard)
+//!             }
 //!         },
 //!         Failed(f) => match sel.on_failure(guard, f, now) {
-//!             FailureVerdict::Retry => continue,
-//!             FailureVerdict::Fail(status) => answer status,
+//!             FailureVerdict::Retry(_) => continue,
+//!             FailureVerdict::Fail { status, .. } => answer status,
 //!         },
 //!     }
 //! }
@@ -27,6 +31,7 @@ mod status;
 mod tier;
 mod tried;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,7 +44,7 @@ use crate::outcome::{FailureClass, NextUpstream, PeerOutcome, RequestFacts};
 use crate::peer::{AdminState, Peer, PeerId};
 
 pub use policy::Ineligible;
-pub use status::PeerStatus;
+pub use status::{Ejection, MaxEjectedNow, PeerStatus, ProbeWanted};
 pub use tier::PassiveView;
 use tier::Tier;
 pub use tried::Tried;
@@ -54,6 +59,8 @@ pub struct Upstream {
     method: Method,
     events: Arc<EventBus>,
     clock: Arc<dyn Clock>,
+    /// splitmix64 state for the `passive_penalty` jitter.
+    jitter: AtomicU64,
 }
 
 /// The retry limits of a location (`proxy_next_upstream*`).
@@ -121,11 +128,14 @@ enum KeyState {
 /// A peer picked for one attempt. Holds the peer's connection count; on
 /// drop it is released and the attempt counts as a success for accounting
 /// (nginx frees the peer with state 0 at finalize), unless it was handed to
-/// [`Selection::on_status`] or [`Selection::on_failure`].
+/// [`Selection::on_status`] or [`Selection::on_failure`], or a rule of
+/// `passive_count` already charged it a failure (then drop only releases).
 pub struct PeerGuard {
     upstream: Arc<Upstream>,
     index: u32,
     done: bool,
+    /// What a `passive_count` rule charged while the guard is still held.
+    charged: Option<Accounting>,
     /// When the attempt started, on core's clock.
     started: Timestamp,
 }
@@ -140,10 +150,24 @@ pub struct NoLiveUpstreams;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Accounting {
     /// The failure charged toward `max_fails`, if any (none for a single
-    /// server, for `http_403`/`http_404`, and for a passed-through status).
+    /// server, for `http_403`/`http_404`, and for a passed-through status
+    /// unless `passive_count last_try`).
     pub charged: Option<FailureClass>,
-    /// Whether this charge excluded the peer (it reached `max_fails`).
+    /// Whether this charge excluded the peer (it reached `max_fails`;
+    /// `max_ejected` may still keep it eligible).
     pub excluded: bool,
+    /// The vigil-only rule that made this a charge, where nginx would not
+    /// have charged it.
+    pub rule: Option<CountRule>,
+}
+
+/// The `passive_count` rule behind a charge nginx would not make.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CountRule {
+    /// `passive_count after_header`: the body failed after the header went out.
+    AfterHeader,
+    /// `passive_count last_try`: a listed status that could not be retried.
+    LastTry,
 }
 
 /// Why a failed attempt was not retried.
@@ -232,8 +256,10 @@ impl Upstream {
             .collect();
         let has_backup = peers.len() > n_primary;
         let rr = config.balancer == crate::config::Balancer::RoundRobin;
-        let primary = Tier::new(&peers[..n_primary], 0, n_primary == 1 && !has_backup, rr);
-        let backup = has_backup.then(|| Tier::new(&peers[n_primary..], n_primary, false, rr));
+        let single = n_primary == 1 && !has_backup;
+        let primary = Tier::new(&peers[..n_primary], 0, single, rr, true);
+        let backup =
+            has_backup.then(|| Tier::new(&peers[n_primary..], n_primary, false, rr, false));
         let primaries: Vec<_> = peers[..n_primary].iter().map(|p| p.config()).collect();
         let method = Method::build(&config.balancer, &primaries);
         let up = Self {
@@ -245,6 +271,7 @@ impl Upstream {
             method,
             events,
             clock,
+            jitter: AtomicU64::new(rand::random()),
         };
         if let Some(prev) = previous {
             up.inherit(prev);
@@ -254,6 +281,7 @@ impl Upstream {
 
     fn inherit(&self, prev: &Upstream) {
         let same_check = prev.config.check == self.config.check;
+        let same_rules = prev.config.rules == self.config.rules;
         for peer in self.peers.iter() {
             let Some(old) = prev
                 .peers
@@ -267,8 +295,21 @@ impl Upstream {
             else {
                 continue;
             };
-            let slot = old_tier.slot(old.id().0 as usize - old_tier.offset);
+            let mut slot = old_tier.slot(old.id().0 as usize - old_tier.offset);
+            if !same_rules {
+                // The rule state means nothing under other rules: nginx's
+                // fields stay, vigil's start afresh.
+                slot = tier::Slot {
+                    current: slot.current,
+                    effective: slot.effective,
+                    fails: slot.fails,
+                    accessed: slot.accessed,
+                    checked: slot.checked,
+                    ..tier::Slot::default()
+                };
+            }
             let _ = peer.set_admin(old.admin(), old.admin_since());
+            peer.set_ramp_until(old.ramp_until());
             if same_check {
                 peer.health().inherit(old.health());
                 if let Some(r) = old.last_probe() {
@@ -277,6 +318,23 @@ impl Upstream {
             }
             new_tier.restore(peer.id().0 as usize - new_tier.offset, slot, peer);
         }
+    }
+
+    /// Seed the generator of the `passive_penalty` jitter (tests and
+    /// simulations; by default it is seeded at random).
+    pub fn seed_jitter(&self, seed: u64) {
+        self.jitter.store(seed, Ordering::Relaxed);
+    }
+
+    /// A random number for the `passive_penalty` jitter (splitmix64).
+    fn jitter(&self) -> u64 {
+        let mut z = self
+            .jitter
+            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
+            .wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
     }
 
     /// The same upstream without the round-robin fast path: nginx's scan on
@@ -454,20 +512,40 @@ impl Upstream {
             upstream: self.clone(),
             index: index as u32,
             done: false,
+            charged: None,
             started: now,
         })
     }
 
     /// Free a peer after an attempt (`ngx_http_upstream_free_round_robin_peer`):
     /// what was charged, and whether the tier is `single` (no retry possible).
-    fn free(&self, index: u32, outcome: PeerOutcome, now: Timestamp) -> (Accounting, bool) {
+    fn free(
+        &self,
+        index: u32,
+        outcome: PeerOutcome,
+        started: Timestamp,
+        now: Timestamp,
+    ) -> (Accounting, bool) {
+        let freed = self.account(index, outcome, started, now);
+        self.peers[index as usize].release();
+        freed
+    }
+
+    /// The accounting of [`Upstream::free`] without releasing the peer's
+    /// connection count (the attempt's response is still streaming).
+    fn account(
+        &self,
+        index: u32,
+        outcome: PeerOutcome,
+        started: Timestamp,
+        now: Timestamp,
+    ) -> (Accounting, bool) {
         let peer = &self.peers[index as usize];
         let Some(tier) = self.tier_of(peer.id()) else {
-            peer.release();
             return (Accounting::default(), false);
         };
         let mut events = Vec::new();
-        let freed = tier.free(self, index as usize, outcome, now, &mut events);
+        let freed = tier.account(self, index as usize, outcome, started, now, &mut events);
         self.publish(events, now);
         freed
     }
@@ -505,9 +583,18 @@ impl Upstream {
     ) -> Option<crate::health::Transition> {
         let peer = self.peers.get(id.0 as usize)?;
         let now = report.at;
+        // The first state change after start is no readmission (no slow
+        // start: the peer was never in rotation, as HAProxy's slowstart).
+        let changed_before = peer.health().view().since != Timestamp(0);
         let t = peer.health().record(report.ok, now);
-        if t.is_some() {
-            self.refresh(peer);
+        let came_up = changed_before && t.is_some_and(|t| t.to == crate::health::HealthState::Up);
+        let mut readmitted = Vec::new();
+        if let Some(tier) = self.tier_of(peer.id()) {
+            let recovery = self.config.rules.recovery == crate::config::Recovery::Probe;
+            if t.is_some() || (report.ok && recovery) {
+                let i = id.0 as usize - tier.offset;
+                tier.probe(self, i, report.ok, came_up, now, &mut readmitted);
+            }
         }
         let detail = match report.phase {
             Some(phase) => format!(
@@ -531,6 +618,7 @@ impl Upstream {
             };
             self.emit(peer, kind, now);
         }
+        self.publish(readmitted, now);
         t
     }
 
@@ -541,6 +629,13 @@ impl Upstream {
         if from != to {
             self.refresh(peer);
             self.emit(peer, EventKind::Admin { from, to }, now);
+            if to == AdminState::Up {
+                if let Some(tier) = self.tier_of(id) {
+                    let mut events = Vec::new();
+                    tier.admin_up(self, id.0 as usize - tier.offset, now, &mut events);
+                    self.publish(events, now);
+                }
+            }
         }
         Some(from)
     }
@@ -581,6 +676,16 @@ impl FailureVerdict {
     pub fn accounting(&self) -> Accounting {
         match self {
             FailureVerdict::Retry(a) | FailureVerdict::Fail { accounting: a, .. } => *a,
+        }
+    }
+}
+
+impl CountRule {
+    /// The word used in metrics and logs (the `passive_count` word).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CountRule::AfterHeader => "after_header",
+            CountRule::LastTry => "last_try",
         }
     }
 }

@@ -5,8 +5,9 @@ use crate::balancer::{hash_step, ip_hash_step, Method};
 use crate::clock::Timestamp;
 use crate::event::EventKind;
 
-use super::policy::eligible;
-use super::tier::{mark_checked, Tier, TierState};
+use super::policy::passive::Record;
+use super::policy::{self, Gate};
+use super::tier::{Tier, TierState};
 use super::{KeyState, Selection, Upstream};
 
 type Events = Vec<(u32, EventKind)>;
@@ -15,6 +16,7 @@ type Events = Vec<(u32, EventKind)>;
 const HASH_TRIES: u32 = 20;
 
 /// Pick from the primary tier with the upstream's method.
+#[inline]
 pub(super) fn primary(
     up: &Upstream,
     sel: &mut Selection,
@@ -38,16 +40,15 @@ pub(super) fn primary(
                 return round_robin(up, tier, sel, now, ev);
             }
             let mut slots = tier.lock();
+            let gate = tier.gate(up, &mut slots, now, ev);
             // ngx_http_upstream_get_hash_peer
             loop {
                 *hash = hash.wrapping_add(hash_step(key, *rehash));
                 *rehash += 1;
                 let p = cum.find(*hash % cum.total());
                 let global = tier.offset + p;
-                if !sel.tried.contains(p)
-                    && eligible(&up.peers[global], &slots[p], tier.single, now)
-                {
-                    return Some(take(up, tier, &mut slots, &mut sel.tried, p, now, ev));
+                if !sel.tried.contains(p) && gate.eligible(&up.peers[global], p, &slots[p]) {
+                    return Some(take(up, &gate, tier, &mut slots, &mut sel.tried, p, ev));
                 }
                 *tries += 1;
                 if *tries > HASH_TRIES {
@@ -69,19 +70,20 @@ pub(super) fn primary(
                 return round_robin(up, tier, sel, now, ev);
             }
             let mut slots = tier.lock();
+            let gate = tier.gate(up, &mut slots, now, ev);
             // ngx_http_upstream_get_chash_peer: smooth WRR among the
             // eligible peers of the server name at the current point.
             loop {
                 let group = ring.group_at(*point);
                 if let Some(p) = swrr(
                     up,
+                    &gate,
                     tier,
                     &mut slots,
                     &sel.tried,
                     group.iter().map(|&i| i as usize),
-                    now,
                 ) {
-                    return Some(take(up, tier, &mut slots, &mut sel.tried, p, now, ev));
+                    return Some(take(up, &gate, tier, &mut slots, &mut sel.tried, p, ev));
                 }
                 *point += 1;
                 *tries += 1;
@@ -105,17 +107,16 @@ pub(super) fn primary(
                 return round_robin(up, tier, sel, now, ev);
             }
             let mut slots = tier.lock();
+            let gate = tier.gate(up, &mut slots, now, ev);
             // ngx_http_upstream_get_ip_hash_peer
             let mut h = *hash;
             loop {
                 h = ip_hash_step(h, &addr[..*len]);
                 let p = cum.find(u64::from(h) % cum.total());
                 let global = tier.offset + p;
-                if !sel.tried.contains(p)
-                    && eligible(&up.peers[global], &slots[p], tier.single, now)
-                {
+                if !sel.tried.contains(p) && gate.eligible(&up.peers[global], p, &slots[p]) {
                     *hash = h;
-                    return Some(take(up, tier, &mut slots, &mut sel.tried, p, now, ev));
+                    return Some(take(up, &gate, tier, &mut slots, &mut sel.tried, p, ev));
                 }
                 *tries += 1;
                 if *tries > HASH_TRIES {
@@ -132,26 +133,29 @@ pub(super) fn primary(
                 return round_robin(up, tier, sel, now, ev);
             }
             let mut slots = tier.lock();
+            let gate = tier.gate(up, &mut slots, now, ev);
             // ngx_http_upstream_get_random_peer / get_random2_peer
             let mut prev: Option<usize> = None;
             loop {
                 let p = ranges.find(next_random(rng) % ranges.total());
+                let peer = &up.peers[tier.offset + p];
                 let ok = Some(p) != prev
                     && !sel.tried.contains(p)
-                    && eligible(&up.peers[tier.offset + p], &slots[p], tier.single, now);
+                    && gate.eligible(peer, p, &slots[p])
+                    && (!gate.ramps() || ramp_admits(&gate, peer, rng));
                 if ok {
                     if !*two {
-                        return Some(take(up, tier, &mut slots, &mut sel.tried, p, now, ev));
+                        return Some(take(up, &gate, tier, &mut slots, &mut sel.tried, p, ev));
                     }
                     if let Some(first) = prev {
                         // Keep the second draw unless it is strictly more
                         // loaded: conns/weight compared by cross-multiplying.
-                        let (a, b) = (&up.peers[tier.offset + first], &up.peers[tier.offset + p]);
+                        let (a, b) = (&up.peers[tier.offset + first], peer);
                         let load = |x: &crate::peer::Peer, y: &crate::peer::Peer| {
-                            u64::from(x.conns()) * u64::from(y.config().weight.get())
+                            u64::from(x.conns()) * u64::from(gate.nominal(y))
                         };
                         let pick = if load(b, a) > load(a, b) { first } else { p };
-                        return Some(take(up, tier, &mut slots, &mut sel.tried, pick, now, ev));
+                        return Some(take(up, &gate, tier, &mut slots, &mut sel.tried, pick, ev));
                     }
                     prev = Some(p);
                 }
@@ -191,9 +195,11 @@ fn round_robin(
     let mut slots = tier.lock();
     if tier.single {
         // One primary, no backup: only `down` and `max_conns` (plus vigil's
-        // admin and probe states) can refuse it; no passive exclusion.
+        // admin and probe states, and max_ejected) can refuse it; no
+        // passive exclusion.
         let peer = &up.peers[tier.offset];
-        if !eligible(peer, &slots[0], true, now) {
+        let gate = tier.gate(up, &mut slots, now, ev);
+        if !gate.eligible(peer, 0, &slots[0]) {
             return None;
         }
         peer.acquire();
@@ -204,15 +210,19 @@ fn round_robin(
     if tier.plannable() {
         if slots.impaired_count() == 0 && fresh {
             if let Some(p) = tier.fast_pick(&mut slots) {
-                return Some(take(up, tier, &mut slots, &mut sel.tried, p, now, ev));
+                // Every peer is at rest: no rule is in force, so the pick
+                // needs no max_ejected count.
+                let gate = Gate::new(&up.config.rules, false, now, None, false);
+                return Some(take(up, &gate, tier, &mut slots, &mut sel.tried, p, ev));
             }
         } else {
             tier.materialize(&mut slots);
         }
     }
+    let gate = tier.gate(up, &mut slots, now, ev);
     let n = slots.len();
-    let p = swrr(up, tier, &mut slots, &sel.tried, 0..n, now)?;
-    let picked = take(up, tier, &mut slots, &mut sel.tried, p, now, ev);
+    let p = swrr(up, &gate, tier, &mut slots, &sel.tried, 0..n)?;
+    let picked = take(up, &gate, tier, &mut slots, &mut sel.tried, p, ev);
     if tier.plannable() && fresh {
         tier.try_resume(&mut slots);
     }
@@ -224,11 +234,28 @@ fn round_robin(
 /// the winner after taking the total from its current weight.
 fn swrr(
     up: &Upstream,
+    gate: &Gate<'_>,
     tier: &Tier,
     slots: &mut TierState,
     tried: &super::Tried,
     candidates: impl Iterator<Item = usize>,
-    now: Timestamp,
+) -> Option<usize> {
+    if gate.ramps() {
+        swrr_scan::<true>(up, gate, tier, slots, tried, candidates)
+    } else {
+        swrr_scan::<false>(up, gate, tier, slots, tried, candidates)
+    }
+}
+
+/// [`swrr`] with the weights static (`RAMPS` false: no server has
+/// `slow_start`) or ramping.
+fn swrr_scan<const RAMPS: bool>(
+    up: &Upstream,
+    gate: &Gate<'_>,
+    tier: &Tier,
+    slots: &mut TierState,
+    tried: &super::Tried,
+    candidates: impl Iterator<Item = usize>,
 ) -> Option<usize> {
     let mut best: Option<(usize, i64)> = None;
     let mut total = 0i64;
@@ -238,11 +265,15 @@ fn swrr(
         }
         let peer = &up.peers[tier.offset + i];
         let s = &mut slots[i];
-        if !eligible(peer, s, tier.single, now) {
+        if !gate.eligible(peer, i, s) {
             continue;
         }
         let weight = i64::from(peer.config().weight.get());
-        let now_weight = super::policy::weight(peer, s);
+        let now_weight = if RAMPS {
+            gate.weight(peer, s)
+        } else {
+            s.effective
+        };
         s.current += now_weight;
         total += now_weight;
         let mut restored = false;
@@ -252,6 +283,9 @@ fn swrr(
         }
         if best.is_none_or(|(_, cur)| s.current > cur) {
             best = Some((i, s.current));
+        }
+        if RAMPS && gate.settle(peer) {
+            restored = true;
         }
         if restored {
             tier.refresh(slots, i, peer);
@@ -271,18 +305,40 @@ fn least_conn(
     ev: &mut Events,
 ) -> Option<usize> {
     let mut slots = tier.lock();
+    let gate = tier.gate(up, &mut slots, now, ev);
+    // Two copies of the scan: without slow_start the weights are static.
+    if gate.ramps() {
+        least_conn_scan::<true>(up, &gate, tier, &mut slots, sel, ev)
+    } else {
+        least_conn_scan::<false>(up, &gate, tier, &mut slots, sel, ev)
+    }
+}
+
+fn least_conn_scan<const RAMPS: bool>(
+    up: &Upstream,
+    gate: &Gate<'_>,
+    tier: &Tier,
+    slots: &mut TierState,
+    sel: &mut Selection,
+    ev: &mut Events,
+) -> Option<usize> {
     let n = slots.len();
     let mut best: Option<usize> = None;
     let mut many = false;
+    let weight = |j: usize| {
+        let peer = &up.peers[tier.offset + j];
+        if RAMPS {
+            gate.nominal(peer)
+        } else {
+            peer.config().weight.get()
+        }
+    };
     let load = |i: usize, j: usize| {
-        // conns(i) * weight(j)
-        u64::from(up.peers[tier.offset + i].conns())
-            * u64::from(up.peers[tier.offset + j].config().weight.get())
+        // conns(i) * weight(j), the weight with its slow-start ramp
+        u64::from(up.peers[tier.offset + i].conns()) * u64::from(weight(j))
     };
     for i in 0..n {
-        if sel.tried.contains(i)
-            || !eligible(&up.peers[tier.offset + i], &slots[i], tier.single, now)
-        {
+        if sel.tried.contains(i) || !gate.eligible(&up.peers[tier.offset + i], i, &slots[i]) {
             continue;
         }
         match best {
@@ -298,28 +354,47 @@ fn least_conn(
     if many {
         let first = b;
         let tied = (first..n).filter(|&i| load(i, first) == load(first, i));
-        b = swrr(up, tier, &mut slots, &sel.tried, tied, now)?;
+        b = swrr_scan::<RAMPS>(up, gate, tier, slots, &sel.tried, tied)?;
     }
-    Some(take(up, tier, &mut slots, &mut sel.tried, b, now, ev))
+    Some(take(up, gate, tier, slots, &mut sel.tried, b, ev))
 }
 
 /// Common end of every pick: the trial-request `checked` move, the
 /// connection count and the tried bit.
+#[inline(always)]
 fn take(
     up: &Upstream,
+    gate: &Gate<'_>,
     tier: &Tier,
     slots: &mut TierState,
     tried: &mut super::Tried,
     p: usize,
-    now: Timestamp,
     ev: &mut Events,
 ) -> usize {
     let global = tier.offset + p;
     let peer = &up.peers[global];
-    mark_checked(peer, &mut slots[p], global, now, ev);
+    Record {
+        rules: gate.rules(),
+        peer,
+        s: &mut slots[p],
+        global,
+        events: ev,
+    }
+    .picked(gate.now());
     peer.acquire();
     tried.insert(p);
     global
+}
+
+/// `slow_start` with `random`: a draw of a ramping peer is kept with
+/// probability (weight now / weight), so draws follow the ramped weights.
+#[cold]
+fn ramp_admits(gate: &Gate<'_>, peer: &crate::peer::Peer, rng: &mut u64) -> bool {
+    if !policy::ramp::ramping(peer) {
+        return true;
+    }
+    let w = u64::from(peer.config().weight.get());
+    next_random(rng) % w < u64::from(gate.nominal(peer))
 }
 
 /// xorshift64*: the per-request generator for `random`.

@@ -8,7 +8,10 @@ use crate::clock::{duration_ms, Timestamp};
 use crate::outcome::{FailureClass, PeerOutcome, TransportFailure};
 use crate::peer::Peer;
 
-use super::{FailureVerdict, PeerGuard, RetryDenied, Selection, StatusVerdict, Upstream};
+use super::{
+    Accounting, CountRule, FailureVerdict, PeerGuard, RetryDenied, Selection, StatusVerdict,
+    Upstream,
+};
 
 // === impl Selection ===
 
@@ -79,7 +82,9 @@ impl Selection {
     /// A response header arrived (nothing sent to the client yet):
     /// `ngx_http_upstream_test_next`. A listed status retries only while
     /// another try remains; otherwise it is passed through and, when the
-    /// guard drops, counted as a success.
+    /// guard drops, counted as a success (nginx). Under `passive_count
+    /// last_try` such a status is charged as a failure at once instead
+    /// ([`PeerGuard::accounting`] says so).
     pub fn on_status(
         &mut self,
         mut guard: PeerGuard,
@@ -92,6 +97,10 @@ impl Selection {
         let single = guard.upstream.is_single();
         // A header came, so the request was sent.
         if let Some(denied) = self.denial(class, self.tries > 1, true, single, now) {
+            let last_try = guard.upstream.config.rules.count.last_try;
+            if last_try && denied != RetryDenied::NotListed && class.is_counted() {
+                guard.charge(class, CountRule::LastTry, now);
+            }
             return StatusVerdict::PassThrough(guard, Some(denied));
         }
         let outcome = if class.is_counted() {
@@ -100,7 +109,9 @@ impl Selection {
             PeerOutcome::Next(class)
         };
         guard.done = true;
-        let (accounting, single) = guard.upstream.free(guard.index, outcome, now);
+        let (accounting, single) = guard
+            .upstream
+            .free(guard.index, outcome, guard.started, now);
         self.count_down(single);
         StatusVerdict::Retry(accounting)
     }
@@ -115,10 +126,15 @@ impl Selection {
     ) -> FailureVerdict {
         let class = failure.class;
         guard.done = true;
-        let (accounting, single) =
+        let (accounting, single) = if guard.charged.is_some() {
+            // Charged already (cannot happen before a header; kept exact).
+            guard.upstream.peers[guard.index as usize].release();
+            (Accounting::default(), guard.upstream.is_single())
+        } else {
             guard
                 .upstream
-                .free(guard.index, PeerOutcome::Failed(class), now);
+                .free(guard.index, PeerOutcome::Failed(class), guard.started, now)
+        };
         self.count_down(single);
         if failure.cached_connection && class == FailureClass::Error {
             // "TODO: inform balancer instead": a stale kept-alive connection
@@ -153,15 +169,69 @@ impl PeerGuard {
     pub fn started(&self) -> Timestamp {
         self.started
     }
+
+    /// The response body failed after its header went out to the client
+    /// (cut short, reset, or a read timeout mid-body; `class` is `Error` or
+    /// `Timeout`). Never retried. nginx counts the attempt a success; under
+    /// `passive_count after_header` it is charged as a failure now, and
+    /// dropping the guard then only releases the peer. Without the rule
+    /// (or for the single server of an upstream) nothing is charged.
+    /// Calling it twice charges once.
+    pub fn fail_after_header(&mut self, class: FailureClass, now: Timestamp) -> Accounting {
+        if self.upstream.config.rules.count.after_header {
+            self.charge(class, CountRule::AfterHeader, now)
+        } else {
+            Accounting::default()
+        }
+    }
+
+    /// What a `passive_count` rule charged for this attempt while the guard
+    /// is held (empty otherwise): the proxy's metrics report it.
+    pub fn accounting(&self) -> Accounting {
+        self.charged.unwrap_or_default()
+    }
+
+    /// Charge `class` now, keeping the connection count until drop.
+    fn charge(&mut self, class: FailureClass, rule: CountRule, now: Timestamp) -> Accounting {
+        if self.done || self.charged.is_some() {
+            return Accounting::default();
+        }
+        let (mut a, _) =
+            self.upstream
+                .account(self.index, PeerOutcome::Failed(class), self.started, now);
+        if a.charged.is_some() {
+            a.rule = Some(rule);
+            self.charged = Some(a);
+        }
+        a
+    }
 }
 
 impl Drop for PeerGuard {
     fn drop(&mut self) {
-        if !self.done {
-            // A success needs no time unless it forgives an exclusion, and
-            // then the event is stamped when published.
-            self.upstream
-                .free(self.index, PeerOutcome::Success, Timestamp(0));
+        if self.done {
+            return;
+        }
+        if self.charged.is_some() {
+            self.upstream.peers[self.index as usize].release();
+            return;
+        }
+        // A success needs no time unless a rule needs it (then the tier
+        // reads the clock), and events are stamped when published.
+        self.upstream
+            .free(self.index, PeerOutcome::Success, self.started, Timestamp(0));
+    }
+}
+
+// === impl StatusVerdict ===
+
+impl StatusVerdict {
+    /// What core charged: for a retry, the retried attempt; for a pass
+    /// through, what `passive_count last_try` charged (usually nothing).
+    pub fn accounting(&self) -> Accounting {
+        match self {
+            StatusVerdict::Retry(a) => *a,
+            StatusVerdict::PassThrough(g, _) => g.accounting(),
         }
     }
 }

@@ -722,7 +722,8 @@ proptest! {
 
 #[derive(Clone, Debug)]
 enum FastOp {
-    /// A request; each attempt's result from the script (0 ok, 1 error, 2 listed 503, 3 404).
+    /// A request; each attempt's result from the script (0 ok, 1 error, 2
+    /// listed 503, 3 404, 4 a body cut short after a 200).
     Request(Vec<u8>),
     Advance(u16),
     Probe(u8, bool),
@@ -732,11 +733,31 @@ enum FastOp {
 
 fn fast_op() -> impl Strategy<Value = FastOp> {
     prop_oneof![
-        6 => proptest::collection::vec(0u8..4, 1..4).prop_map(FastOp::Request),
+        6 => proptest::collection::vec(0u8..5, 1..4).prop_map(FastOp::Request),
         2 => (0u16..4000).prop_map(FastOp::Advance),
         1 => (0u8..8, any::<bool>()).prop_map(|(p, ok)| FastOp::Probe(p, ok)),
         1 => (0u8..8, 0u8..3).prop_map(|(p, a)| FastOp::Admin(p, a)),
         1 => Just(FastOp::Status),
+    ]
+}
+
+/// nginx's rules (most cases), or some of vigil's on top.
+fn rules_strategy() -> impl Strategy<Value = crate::config::HealthRules> {
+    use crate::config::{HealthRules, PassiveCount, Penalty, Recovery};
+    prop_oneof![
+        2 => Just(HealthRules::default()),
+        1 => (
+            any::<(bool, bool)>(),
+            prop_oneof![Just(Recovery::Window), Just(Recovery::Probe), (1u32..4).prop_map(|n| Recovery::Probation(NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN)))],
+            proptest::option::of((1u64..3000, 1u64..20_000, 0u8..=50)),
+            proptest::option::of(0u8..=100),
+        ).prop_map(|((after_header, last_try), recovery, penalty, max_ejected)| HealthRules {
+            count: PassiveCount { after_header, last_try },
+            recovery,
+            penalty: penalty.map(|(b, m, j)| Penalty { base: Duration::from_millis(b), max: Duration::from_millis(m), jitter_percent: j }),
+            max_ejected,
+            ..HealthRules::default()
+        }),
     ]
 }
 
@@ -745,11 +766,14 @@ proptest! {
 
     /// The round-robin fast path picks exactly what nginx's scan picks,
     /// through failures, exclusions, probe and admin changes, retries,
-    /// status reads and time.
+    /// status reads and time, with or without slow-start ramps and the
+    /// other vigil rules.
     #[test]
     fn fast_path_equals_the_scan(
         weights in proptest::collection::vec(1u32..6, 2..8),
         down in proptest::collection::vec(any::<bool>(), 8),
+        slow_start in proptest::collection::vec(proptest::option::of(1u64..5000), 8),
+        rules in rules_strategy(),
         backup in any::<bool>(),
         ops in proptest::collection::vec(fast_op(), 1..150),
     ) {
@@ -758,6 +782,7 @@ proptest! {
             s.max_fails = 1 + (i as u32 % 3);
             s.fail_timeout = Duration::from_secs(2);
             s.down = down[i] && i > 1;
+            s.slow_start = slow_start[i].map(Duration::from_millis);
         })).collect();
         if backup {
             servers.push(with(srv(20), |s| s.backup = true));
@@ -765,10 +790,13 @@ proptest! {
         }
         let mut cfg = UpstreamConfig::new("u");
         cfg.servers = servers;
+        cfg.rules = rules;
         cfg.check = Some(CheckConfig { initial: crate::config::InitialState::Up, fall: NonZeroU32::MIN, rise: NonZeroU32::MIN, ..CheckConfig::default() });
         let clock = Arc::new(ManualClock::at(1_000_000));
         let fast = Arc::new(Upstream::new(cfg.clone(), Arc::new(EventBus::default()), clock.clone()));
         let slow = Arc::new(Upstream::new(cfg, Arc::new(EventBus::default()), clock.clone()).without_fast_path());
+        fast.seed_jitter(11);
+        slow.seed_jitter(11);
         let n = fast.peers().len();
         let p = RetryPolicy { next_upstream: NextUpstream::nginx_default().with(FailureClass::Http503).with(FailureClass::Http404), ..RetryPolicy::default() };
         let mut fast_picks = 0usize;
@@ -809,7 +837,14 @@ proptest! {
                                 0 => { drop(g); true }
                                 1 => !sel.on_failure(g, error(), now).is_retry(),
                                 2 => matches!(sel.on_status(g, 503, now), StatusVerdict::PassThrough(..)),
-                                _ => matches!(sel.on_status(g, 404, now), StatusVerdict::PassThrough(..)),
+                                3 => matches!(sel.on_status(g, 404, now), StatusVerdict::PassThrough(..)),
+                                _ => match sel.on_status(g, 200, now) {
+                                    StatusVerdict::PassThrough(mut g, _) => {
+                                        g.fail_after_header(FailureClass::Error, now);
+                                        true
+                                    }
+                                    StatusVerdict::Retry(_) => false,
+                                },
                             };
                             if done { break; }
                         }
@@ -1023,7 +1058,8 @@ fn every_verdict_says_what_core_charged_and_why_it_did_not_retry() {
         a,
         Accounting {
             charged: Some(FailureClass::Http503),
-            excluded: true
+            excluded: true,
+            rule: None,
         }
     );
     // The last try passes the 503 through, charged nothing (nginx counts it a success).
@@ -1046,7 +1082,8 @@ fn every_verdict_says_what_core_charged_and_why_it_did_not_retry() {
         sel.on_status(g, 404, f.now()),
         StatusVerdict::Retry(Accounting {
             charged: None,
-            excluded: false
+            excluded: false,
+            rule: None,
         })
     ));
 
@@ -1066,7 +1103,8 @@ fn every_verdict_says_what_core_charged_and_why_it_did_not_retry() {
             status: 502,
             accounting: Accounting {
                 charged: Some(FailureClass::Error),
-                excluded: true
+                excluded: true,
+                rule: None,
             },
             denied: RetryDenied::NonIdempotent,
         }
@@ -1124,3 +1162,6 @@ fn a_guard_knows_when_its_attempt_started() {
     assert_eq!(g.started(), t0);
     assert_eq!(f.now().millis_since(g.started()), 250);
 }
+
+mod limits;
+mod rules;

@@ -13,20 +13,23 @@
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::clock::{duration_ms, Timestamp};
+use crate::clock::Timestamp;
 use crate::event::EventKind;
 use crate::outcome::PeerOutcome;
 use crate::peer::Peer;
 
 use super::fast::Plan;
-use super::policy;
+use super::policy::ejection::{self, Kept};
+use super::policy::passive::Record;
+use super::policy::{self, Gate};
 
-use super::{Accounting, Upstream};
+use super::{Accounting, Tried, Upstream};
 
 /// What freeing a peer did: the accounting, and whether the tier is `single`.
 pub(crate) type Freed = (Accounting, bool);
 
-/// nginx's passive fields of one peer.
+/// nginx's passive fields of one peer, and the state of vigil's passive
+/// rules (all zero without them, so nginx's behaviour).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Slot {
     pub(crate) current: i64,
@@ -34,6 +37,18 @@ pub(crate) struct Slot {
     pub(crate) fails: u32,
     pub(crate) accessed: Timestamp,
     pub(crate) checked: Timestamp,
+    /// `passive_penalty`: the current exclusion's length in ms (0:
+    /// `fail_timeout`, nginx).
+    pub(crate) pause_ms: u32,
+    /// `passive_penalty`: exclusions in a row (k).
+    pub(crate) nth: u8,
+    /// nginx's trial request is in flight (the pick after a window).
+    pub(crate) trial: bool,
+    /// `passive_recovery probation`: successes in a row so far.
+    pub(crate) probation_ok: u16,
+    /// When the peer was last readmitted after an exclusion (the clean
+    /// period of `passive_penalty` counts from here).
+    pub(crate) clean_since: Timestamp,
 }
 
 /// A read-only copy of a peer's passive state.
@@ -49,6 +64,10 @@ pub struct PassiveView {
     pub effective_weight: i64,
     /// Smooth round-robin current weight.
     pub current_weight: i64,
+    /// `passive_penalty`: exclusions in a row (0: none yet, or no penalty).
+    pub penalty_nth: u32,
+    /// `passive_recovery probation`: successes in a row so far.
+    pub probation_successes: u32,
 }
 
 impl PassiveView {
@@ -59,6 +78,8 @@ impl PassiveView {
             checked: s.checked,
             effective_weight: s.effective,
             current_weight: s.current,
+            penalty_nth: u32::from(s.nth),
+            probation_successes: u32::from(s.probation_ok),
         }
     }
 }
@@ -66,6 +87,10 @@ impl PassiveView {
 pub(crate) struct Tier {
     pub(crate) offset: usize,
     pub(crate) single: bool,
+    /// The primaries (what `max_ejected` limits), not the backups.
+    pub(crate) primary: bool,
+    /// Some server has `slow_start`: weights may ramp.
+    ramps: bool,
     /// Non-down peers (nginx's `peers->tries`).
     pub(crate) tries: u32,
     /// Weights for planning (0 = `down`), when the fast path applies
@@ -86,10 +111,18 @@ pub(crate) struct TierState {
     pub(crate) fast: Option<usize>,
     /// Scans since the last planning attempt while healthy.
     settling: usize,
+    /// The peers `max_ejected` kept eligible at the last scan (for events).
+    kept: Tried,
 }
 
 impl Tier {
-    pub(crate) fn new(peers: &[Arc<Peer>], offset: usize, single: bool, round_robin: bool) -> Self {
+    pub(crate) fn new(
+        peers: &[Arc<Peer>],
+        offset: usize,
+        single: bool,
+        round_robin: bool,
+        primary: bool,
+    ) -> Self {
         let slots = peers
             .iter()
             .map(|p| Slot {
@@ -120,6 +153,10 @@ impl Tier {
         Self {
             offset,
             single,
+            primary,
+            ramps: peers
+                .iter()
+                .any(|p| p.config().slow_start.is_some_and(|t| !t.is_zero())),
             tries: peers.iter().filter(|p| !p.config().down).count() as u32,
             state: Mutex::new(TierState {
                 slots,
@@ -128,6 +165,7 @@ impl Tier {
                 plan,
                 fast,
                 settling: 0,
+                kept: Tried::default(),
             }),
             plannable,
         }
@@ -233,69 +271,188 @@ impl Tier {
         }
     }
 
-    /// `ngx_http_upstream_free_round_robin_peer`: what was charged, and
-    /// whether the tier is `single`.
-    pub(crate) fn free(
+    /// The rules of this tier at `now` for a pick: with `max_ejected`, the
+    /// peers it keeps eligible, and an event for each peer that starts or
+    /// stops being kept.
+    #[inline(always)]
+    pub(crate) fn gate<'a>(
+        &self,
+        up: &'a Upstream,
+        st: &mut TierState,
+        now: Timestamp,
+        events: &mut Vec<(u32, EventKind)>,
+    ) -> Gate<'a> {
+        let rules = &up.config.rules;
+        if !self.primary || rules.max_ejected.is_none() {
+            return Gate::new(rules, self.single, now, None, self.ramps);
+        }
+        self.limited_gate(up, st, now, events)
+    }
+
+    /// [`Tier::gate`] under `max_ejected`.
+    fn limited_gate<'a>(
+        &self,
+        up: &'a Upstream,
+        st: &mut TierState,
+        now: Timestamp,
+        events: &mut Vec<(u32, EventKind)>,
+    ) -> Gate<'a> {
+        let kept = self.kept(up, st, now);
+        if let Some(k) = &kept {
+            for i in 0..st.slots.len() {
+                let (was, is) = (st.kept.contains(i), k.set.contains(i));
+                if was != is {
+                    events.push((
+                        (self.offset + i) as u32,
+                        EventKind::MaxEjected {
+                            kept: is,
+                            ejected: k.ejected,
+                            allowed: k.allowed,
+                        },
+                    ));
+                }
+            }
+            st.kept = k.set.clone();
+        }
+        Gate::new(
+            &up.config.rules,
+            self.single,
+            now,
+            kept.map(|k| Box::new(k.set)),
+            self.ramps,
+        )
+    }
+
+    /// The gate for reading (status, explain, checker-only): no events.
+    pub(crate) fn view<'a>(&self, up: &'a Upstream, slots: &[Slot], now: Timestamp) -> Gate<'a> {
+        let kept = self.kept_in(up, slots, now).map(|k| Box::new(k.set));
+        Gate::new(&up.config.rules, self.single, now, kept, self.ramps)
+    }
+
+    fn kept(&self, up: &Upstream, st: &TierState, now: Timestamp) -> Option<Kept> {
+        self.kept_in(up, &st.slots, now)
+    }
+
+    /// `max_ejected`'s decision for this tier (primaries only).
+    pub(crate) fn kept_in(&self, up: &Upstream, slots: &[Slot], now: Timestamp) -> Option<Kept> {
+        if !self.primary || up.config.rules.max_ejected.is_none() {
+            return None;
+        }
+        let peers = &up.peers[self.offset..self.offset + slots.len()];
+        ejection::kept(&up.config.rules, peers, slots, self.single, now)
+    }
+
+    /// `ngx_http_upstream_free_round_robin_peer` without the release of the
+    /// connection count: what was charged, and whether the tier is
+    /// `single`. `started` is when the attempt was picked; `now` is 0 for a
+    /// guard dropped without a time (a success), read from the clock when
+    /// a rule needs it.
+    pub(crate) fn account(
         &self,
         up: &Upstream,
         global: usize,
         outcome: PeerOutcome,
+        started: Timestamp,
         now: Timestamp,
         events: &mut Vec<(u32, EventKind)>,
     ) -> Freed {
         let peer = &up.peers[global];
         if self.single {
             // nginx never charges the single server of an upstream.
-            peer.release();
             return (Accounting::default(), true);
         }
-        if outcome == PeerOutcome::Success && peer.fails_hint() == 0 {
-            // Nothing to forgive: a success changes no passive field.
-            peer.release();
-            return (Accounting::default(), false);
-        }
-        let mut accounting = Accounting::default();
-        let mut slots = self.lock();
-        let cfg = peer.config();
-        let i = global - self.offset;
-        if let Some(s) = slots.get_mut(i) {
-            match outcome {
-                PeerOutcome::Failed(cause) => {
-                    accounting.charged = Some(cause);
-                    s.fails = s.fails.saturating_add(1);
-                    s.accessed = now;
-                    s.checked = now;
-                    if let Some(cut) = cfg.weight.get().checked_div(cfg.max_fails) {
-                        s.effective -= i64::from(cut);
-                        if policy::over_max_fails(peer, s) {
-                            accounting.excluded = true;
-                            events.push((
-                                global as u32,
-                                EventKind::Excluded {
-                                    cause,
-                                    fails: s.fails,
-                                    max_fails: cfg.max_fails,
-                                    until: now.after(cfg.fail_timeout),
-                                },
-                            ));
-                        }
+        if outcome != PeerOutcome::Success || peer.fails_hint() != 0 {
+            let mut accounting = Accounting::default();
+            let mut slots = self.lock();
+            let i = global - self.offset;
+            if let Some(s) = slots.get_mut(i) {
+                let mut record = Record {
+                    rules: &up.config.rules,
+                    peer,
+                    s,
+                    global,
+                    events,
+                };
+                match outcome {
+                    PeerOutcome::Failed(cause) => {
+                        accounting.charged = Some(cause);
+                        accounting.excluded = record.fail(cause, now, || up.jitter());
                     }
-                    s.effective = s.effective.max(0);
-                }
-                PeerOutcome::Success | PeerOutcome::Next(_) => {
-                    if s.accessed < s.checked {
-                        if policy::over_max_fails(peer, s) {
-                            events.push((global as u32, EventKind::Readmitted { fails: s.fails }));
-                        }
-                        s.fails = 0;
+                    PeerOutcome::Success | PeerOutcome::Next(_) => {
+                        let clock = || {
+                            if now == Timestamp(0) {
+                                up.clock.now()
+                            } else {
+                                now
+                            }
+                        };
+                        record.succeed(started, clock);
                     }
                 }
+                peer.set_fails_hint(slots[i].fails);
+                self.refresh(&mut slots, i, peer);
             }
-            peer.set_fails_hint(s.fails);
-            self.refresh(&mut slots, i, peer);
+            return (accounting, false);
         }
-        peer.release();
-        (accounting, false)
+        // Nothing to forgive: a success changes no passive field.
+        (Accounting::default(), false)
+    }
+
+    /// A probe result for tier index `i`: the readmissions it causes
+    /// (`passive_recovery probe`, and the slow-start ramp after probe up).
+    pub(crate) fn probe(
+        &self,
+        up: &Upstream,
+        i: usize,
+        ok: bool,
+        came_up: bool,
+        at: Timestamp,
+        events: &mut Vec<(u32, EventKind)>,
+    ) {
+        let global = self.offset + i;
+        let peer = &up.peers[global];
+        let mut st = self.lock();
+        if let Some(s) = st.get_mut(i) {
+            let mut record = Record {
+                rules: &up.config.rules,
+                peer,
+                s,
+                global,
+                events,
+            };
+            if ok {
+                record.probe_passed(self.single, at);
+            }
+            if came_up {
+                record.readmit(at, policy::passive::Readmission::ProbeUp);
+            }
+            peer.set_fails_hint(st[i].fails);
+        }
+        self.refresh(&mut st, i, peer);
+    }
+
+    /// An operator set tier index `i` up again: the slow-start ramp.
+    pub(crate) fn admin_up(
+        &self,
+        up: &Upstream,
+        i: usize,
+        now: Timestamp,
+        events: &mut Vec<(u32, EventKind)>,
+    ) {
+        let global = self.offset + i;
+        let peer = &up.peers[global];
+        let mut st = self.lock();
+        if let Some(s) = st.get_mut(i) {
+            Record {
+                rules: &up.config.rules,
+                peer,
+                s,
+                global,
+                events,
+            }
+            .readmit(now, policy::passive::Readmission::AdminUp);
+        }
+        self.refresh(&mut st, i, peer);
     }
 }
 
@@ -318,23 +475,5 @@ impl Deref for TierState {
 impl DerefMut for TierState {
     fn deref_mut(&mut self) -> &mut Vec<Slot> {
         &mut self.slots
-    }
-}
-
-/// After a pick: `if (now - best->checked > best->fail_timeout) best->checked = now;`
-/// A peer that was excluded gets its one trial request here.
-pub(crate) fn mark_checked(
-    peer: &Peer,
-    s: &mut Slot,
-    global: usize,
-    now: Timestamp,
-    events: &mut Vec<(u32, EventKind)>,
-) {
-    let cfg = peer.config();
-    if now.millis_since(s.checked) > duration_ms(cfg.fail_timeout) {
-        if policy::over_max_fails(peer, s) {
-            events.push((global as u32, EventKind::TrialRequest));
-        }
-        s.checked = now;
     }
 }

@@ -3,6 +3,7 @@
 mod conf_files;
 mod conformance;
 mod golden_balancers;
+mod health_rules;
 mod lint;
 mod refusals;
 mod support;

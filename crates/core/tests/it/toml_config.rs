@@ -10,8 +10,9 @@ use std::time::Duration;
 use proptest::prelude::*;
 use vigil_core::config::{
     literal_resolver, nginx, toml, AccessLog, AddHeader, Balancer, CheckConfig, CheckKind,
-    ClientSettings, Config, ConfigError, HttpVersion, InitialState, Keepalive, LocationMatch,
-    LogFormat, ProxySettings, ServerConfig, SetHeader, StatusClass, UpstreamConfig,
+    ClientSettings, Config, ConfigError, HealthRules, HttpVersion, InitialState, Keepalive,
+    LocationMatch, LogFormat, PassiveCount, Penalty, ProxySettings, Recovery, ServerConfig,
+    SetHeader, StatusClass, UpstreamConfig,
 };
 use vigil_core::convert::nginx_to_toml;
 use vigil_core::{FailureClass, NextUpstream};
@@ -886,7 +887,7 @@ fn server_strategy() -> impl Strategy<Value = ServerConfig> {
         0u32..=1000,
         any::<bool>(),
         any::<bool>(),
-        Just(None::<std::time::Duration>),
+        proptest::option::of(duration_ms(600_000)),
     )
         .prop_map(
             |(address, weight, max_fails, fail_timeout, max_conns, backup, down, slow_start)| {
@@ -970,6 +971,36 @@ fn check_strategy() -> impl Strategy<Value = CheckConfig> {
         )
 }
 
+/// vigil's peer rules; `probe` recovery is made `window` when there is no check.
+fn rules_strategy() -> impl Strategy<Value = HealthRules> {
+    (
+        any::<(bool, bool)>(),
+        prop_oneof![
+            Just(Recovery::Window),
+            Just(Recovery::Probe),
+            (1u32..=20).prop_map(|n| Recovery::Probation(nz(n))),
+        ],
+        proptest::option::of((1u64..=600_000, 1u64..=3_600_000, 0u8..=100)),
+        proptest::option::of(0u8..=100),
+    )
+        .prop_map(
+            |((after_header, last_try), recovery, penalty, max_ejected)| HealthRules {
+                count: PassiveCount {
+                    after_header,
+                    last_try,
+                },
+                recovery,
+                penalty: penalty.map(|(base, max, jitter_percent)| Penalty {
+                    base: Duration::from_millis(base),
+                    max: Duration::from_millis(max),
+                    jitter_percent,
+                }),
+                max_ejected,
+                ..HealthRules::default()
+            },
+        )
+}
+
 fn upstream_strategy() -> impl Strategy<Value = UpstreamConfig> {
     (
         "[a-z][a-z0-9_.:-]{0,12}",
@@ -978,26 +1009,38 @@ fn upstream_strategy() -> impl Strategy<Value = UpstreamConfig> {
         proptest::option::of((1u32..=64, duration_ms(600_000), 0u32..=5000)),
         proptest::option::of(check_strategy()),
         proptest::option::of("[a-z]{1,8}"),
+        rules_strategy(),
     )
-        .prop_map(|(name, balancer, mut servers, keepalive, check, zone)| {
-            if !matches!(balancer, Balancer::RoundRobin | Balancer::LeastConn) {
-                for s in &mut servers {
-                    s.backup = false;
+        .prop_map(
+            |(name, balancer, mut servers, keepalive, check, zone, mut rules)| {
+                if !matches!(balancer, Balancer::RoundRobin | Balancer::LeastConn) {
+                    for s in &mut servers {
+                        s.backup = false;
+                    }
                 }
-            }
-            let mut up = UpstreamConfig::new(name);
-            up.balancer = balancer;
-            up.servers = servers;
-            up.keepalive = keepalive.map(|(idle, timeout, requests)| Keepalive {
-                idle: nz(idle),
-                timeout,
-                requests,
-                origin: Default::default(),
-            });
-            up.check = check;
-            up.zone = zone;
-            up
-        })
+                if matches!(balancer, Balancer::Hash { .. } | Balancer::IpHash) {
+                    for s in &mut servers {
+                        s.slow_start = None;
+                    }
+                }
+                if check.is_none() && rules.recovery == Recovery::Probe {
+                    rules.recovery = Recovery::Window;
+                }
+                let mut up = UpstreamConfig::new(name);
+                up.balancer = balancer;
+                up.servers = servers;
+                up.keepalive = keepalive.map(|(idle, timeout, requests)| Keepalive {
+                    idle: nz(idle),
+                    timeout,
+                    requests,
+                    origin: Default::default(),
+                });
+                up.check = check;
+                up.zone = zone;
+                up.rules = rules;
+                up
+            },
+        )
 }
 
 fn client_strategy() -> impl Strategy<Value = ClientSettings> {

@@ -198,12 +198,14 @@ fn gauges(out: &mut String, g: &GenerationStats) {
 pub(crate) fn state_index(s: &PeerStatus) -> usize {
     match s.reasons.first() {
         None => 0,
-        Some(Ineligible::Excluded { .. }) => 1,
+        // core's `awaiting_probe` is still a passive exclusion, and
+        // `probation` (its one request in flight) a concurrency limit.
+        Some(Ineligible::Excluded { .. } | Ineligible::AwaitingProbe { .. }) => 1,
         Some(Ineligible::ProbeDown { .. }) => 2,
         Some(Ineligible::Admin { state, .. }) if *state == AdminState::Drain => 4,
         Some(Ineligible::Admin { .. }) => 3,
         Some(Ineligible::ConfigDown) => 5,
-        Some(Ineligible::Full { .. }) => 6,
+        Some(Ineligible::Full { .. } | Ineligible::Probation { .. }) => 6,
     }
 }
 

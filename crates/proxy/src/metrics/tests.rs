@@ -290,6 +290,7 @@ fn exclusion_events_are_counted() {
         fails: 1,
         max_fails: 1,
         until: Timestamp(10_001),
+        nth: 0,
     }));
     m.on_event(&event(EventKind::TrialRequest));
     let out = text(&m);

@@ -1,4 +1,7 @@
-//! `upstream NAME { ... }` blocks, including tengine's `check` family.
+//! `upstream NAME { ... }` blocks, including tengine's `check` family and
+//! vigil's own peer rules ([`rules`]).
+
+mod rules;
 
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -36,6 +39,7 @@ pub(super) fn upstream_block(
     let mut check: Option<CheckConfig> = None;
     let mut http_send: Option<String> = None;
     let mut http_expect: Option<Vec<StatusClass>> = None;
+    let mut rules_seen = Vec::new();
     for d in body {
         match d.name.as_str() {
             "server" => up.servers.push(server(cx, d)?),
@@ -87,6 +91,9 @@ pub(super) fn upstream_block(
                 }
             }
             "check_shm_size" => cx.ignore(d),
+            name if rules::DIRECTIVES.contains(&name) => {
+                rules::directive(&mut up.rules, &mut rules_seen, d)?
+            }
             "sticky" | "ntlm" | "least_time" | "queue" | "resolver" | "state" => {
                 return Err(unsupported(d, "not implemented by vigil"));
             }
@@ -120,6 +127,7 @@ pub(super) fn upstream_block(
         ));
     }
     up.check = check;
+    rules::check(&up)?;
     if !matches!(up.balancer, Balancer::RoundRobin | Balancer::LeastConn) {
         if let Some(s) = up.servers.iter().find(|s| s.backup) {
             return Err(ConfigError::invalid(
@@ -190,13 +198,7 @@ fn server(cx: &Context<'_>, d: &Directive) -> Result<ServerConfig, ConfigError> 
             "max_fails" => s.max_fails = number(d, &value_arg(p, value))?,
             "max_conns" => s.max_conns = number(d, &value_arg(p, value))?,
             "fail_timeout" => s.fail_timeout = time(d, &value_arg(p, value))?,
-            "slow_start" => {
-                // Accepting it without ramping weights would silently change behaviour.
-                return Err(ConfigError::invalid(
-                    &p.span,
-                    "server parameter \"slow_start\" is not implemented by vigil yet (nginx open source rejects it too)",
-                ));
-            }
+            "slow_start" => s.slow_start = Some(time(d, &value_arg(p, value))?),
             "backup" if value.is_empty() => s.backup = true,
             "down" if value.is_empty() => s.down = true,
             "resolve" | "service" | "route" | "drain" => {

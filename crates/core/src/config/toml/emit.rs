@@ -9,14 +9,14 @@ use std::time::Duration;
 use super::forms::{RawAccessLog, RawAccessLogTable, RawHeaderBuffers, RawListen, RawListenTable};
 use super::ordered::Ordered;
 use super::raw::{
-    RawAddHeader, RawAdmin, RawCheck, RawConfig, RawLocation, RawPeer, RawProxy, RawServer,
-    RawSetHeader, RawUpstream,
+    RawAddHeader, RawAdmin, RawCheck, RawConfig, RawLocation, RawPeer, RawPenalty, RawProxy,
+    RawServer, RawSetHeader, RawUpstream,
 };
 use crate::config::value::format_time;
 use crate::config::{
-    AdminConfig, Balancer, CheckConfig, CheckKind, ClientSettings, Config, HttpVersion,
-    InitialState, Listen, Location, LocationMatch, LogFormat, ProxySettings, ServerBlock,
-    ServerConfig, UpstreamConfig,
+    AdminConfig, Balancer, CheckConfig, CheckKind, ClientSettings, Config, HealthRules,
+    HttpVersion, InitialState, Listen, Location, LocationMatch, LogFormat, ProxySettings, Recovery,
+    ServerBlock, ServerConfig, UpstreamConfig,
 };
 
 pub(super) fn config(c: &Config) -> RawConfig {
@@ -106,6 +106,7 @@ fn upstream(u: &UpstreamConfig) -> RawUpstream {
         Balancer::Hash { key, consistent } => (None, Some(key.clone()), consistent.then_some(true)),
     };
     let k = u.keepalive.as_ref();
+    let rules = &u.rules;
     RawUpstream {
         balancer: balancer.map(str::to_string),
         hash,
@@ -118,7 +119,27 @@ fn upstream(u: &UpstreamConfig) -> RawUpstream {
         zone: u.zone.clone(),
         server: u.servers.iter().map(peer).collect(),
         check: u.check.as_ref().map(check),
+        passive_count: passive_count(rules),
+        passive_recovery: (rules.recovery != Recovery::Window).then(|| rules.recovery.word()),
+        passive_penalty: rules.penalty.map(|p| RawPenalty {
+            base: format_time(p.base),
+            max: format_time(p.max),
+            jitter: (p.jitter_percent != 0).then(|| format!("{}%", p.jitter_percent)),
+        }),
+        max_ejected: rules.max_ejected.map(|p| format!("{p}%")),
     }
+}
+
+fn passive_count(r: &HealthRules) -> Option<Vec<String>> {
+    let words: Vec<String> = [
+        (r.count.after_header, "after_header"),
+        (r.count.last_try, "last_try"),
+    ]
+    .into_iter()
+    .filter(|(on, _)| *on)
+    .map(|(_, w)| w.to_string())
+    .collect();
+    (!words.is_empty()).then_some(words)
 }
 
 fn peer(s: &ServerConfig) -> RawPeer {

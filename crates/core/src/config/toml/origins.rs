@@ -46,6 +46,17 @@ pub(super) fn fill(config: &mut Config, src: &str, file: &Path) {
         if let (Some(c), Some((key, _))) = (&mut up.check, entry(t, "check")) {
             c.origin = at(key.span());
         }
+        let o = &mut up.rules.origins;
+        for (name, slot) in [
+            ("passive_count", &mut o.count),
+            ("passive_recovery", &mut o.recovery),
+            ("passive_penalty", &mut o.penalty),
+            ("max_ejected", &mut o.max_ejected),
+        ] {
+            if let Some((key, _)) = entry(t, name) {
+                *slot = at(key.span());
+            }
+        }
     }
     let Some((_, servers)) = entry(doc.get_ref(), "server") else {
         return;

@@ -83,6 +83,31 @@ pub(crate) struct RawUpstream {
     /// `[upstream.NAME.check]`: tengine's `check` family.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) check: Option<RawCheck>,
+    /// `passive_count`: `["after_header"]`, `["last_try"]` or both (vigil only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) passive_count: Option<Vec<String>>,
+    /// `passive_recovery`: `"window"` (default), `"probe"`, `"probation=N"` (vigil only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) passive_recovery: Option<String>,
+    /// `passive_penalty`: `{ base = "10s", max = "5m", jitter = "10%" }` (vigil only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) passive_penalty: Option<RawPenalty>,
+    /// `max_ejected`: `"50%"` (vigil only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) max_ejected: Option<String>,
+}
+
+/// `passive_penalty = { base, max, jitter }`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPenalty {
+    /// The first exclusion's length.
+    pub(crate) base: String,
+    /// The longest exclusion, and the clean period that resets the growth.
+    pub(crate) max: String,
+    /// `"P%"`, default `"0%"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) jitter: Option<String>,
 }
 
 /// `[[upstream.NAME.server]]`: one `server ADDRESS [params]` line.
@@ -109,7 +134,7 @@ pub(crate) struct RawPeer {
     /// `down`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) down: Option<bool>,
-    /// `slow_start=`.
+    /// `slow_start=` (nginx Plus): weight ramp after a readmission.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) slow_start: Option<String>,
 }

@@ -6,9 +6,10 @@ use std::time::Duration;
 use super::at::At;
 use super::raw::{RawCheck, RawPeer, RawUpstream};
 use crate::config::addr::Use;
+use crate::config::validate::RuleProblem;
 use crate::config::{
-    validate, Balancer, CheckConfig, CheckKind, ConfigError, InitialState, Keepalive, Resolver,
-    ServerConfig, StatusClass, UpstreamConfig,
+    validate, Balancer, CheckConfig, CheckKind, ConfigError, HealthRules, InitialState, Keepalive,
+    Penalty, Recovery, Resolver, ServerConfig, StatusClass, UpstreamConfig,
 };
 
 /// The balancer words of `balancer =`.
@@ -40,6 +41,12 @@ pub(super) fn upstream(
     if let Some(c) = &raw.check {
         up.check = Some(check(c, &at.key("check"))?);
     }
+    up.rules = rules(raw, at)?;
+    validate::rules(&up).map_err(|p| match p {
+        RuleProblem::ProbeWithoutCheck(m) => at.key("passive_recovery").err(m),
+        RuleProblem::Penalty(m) => at.key("passive_penalty").err(m),
+        RuleProblem::SlowStart(i, m) => at.key("server").index(i).key("slow_start").err(m),
+    })?;
     if !matches!(up.balancer, Balancer::RoundRobin | Balancer::LeastConn) {
         if let Some(i) = up.servers.iter().position(|s| s.backup) {
             return Err(at.key("server").index(i).key("backup").err(format!(
@@ -114,14 +121,73 @@ fn server(raw: &RawPeer, at: &At<'_>, resolve: Resolver<'_>) -> Result<ServerCon
     }
     s.backup = raw.backup.unwrap_or(false);
     s.down = raw.down.unwrap_or(false);
-    if raw.slow_start.is_some() {
-        // Accepting it without ramping weights would silently change
-        // behaviour from what the operator asked for.
-        return Err(at
-            .key("slow_start")
-            .err("slow_start is not implemented by vigil yet (nginx open source rejects it too)"));
+    if let Some(t) = &raw.slow_start {
+        s.slow_start = Some(at.key("slow_start").time(t)?);
     }
     Ok(s)
+}
+
+/// The vigil-only rule keys of `[upstream.NAME]`.
+fn rules(raw: &RawUpstream, at: &At<'_>) -> Result<HealthRules, ConfigError> {
+    let mut r = HealthRules::default();
+    if let Some(words) = &raw.passive_count {
+        let at = at.key("passive_count");
+        if words.is_empty() {
+            return Err(
+                at.err("passive_count lists nothing, expected after_header, last_try or both")
+            );
+        }
+        for (i, w) in words.iter().enumerate() {
+            let flag = match w.as_str() {
+                "after_header" => &mut r.count.after_header,
+                "last_try" => &mut r.count.last_try,
+                _ => {
+                    return Err(at.index(i).err(format!(
+                        "invalid passive_count \"{w}\", expected after_header or last_try"
+                    )))
+                }
+            };
+            if *flag {
+                return Err(at.index(i).err(format!("\"{w}\" is listed twice")));
+            }
+            *flag = true;
+        }
+    }
+    if let Some(text) = &raw.passive_recovery {
+        r.recovery = match text.split_once('=') {
+            None if text == "window" => Recovery::Window,
+            None if text == "probe" => Recovery::Probe,
+            Some(("probation", n)) => {
+                Recovery::Probation(n.parse::<u32>().ok().and_then(NonZeroU32::new).ok_or_else(
+                    || {
+                        at.key("passive_recovery").err(format!(
+                            "invalid \"{text}\", expected probation=N with N >= 1"
+                        ))
+                    },
+                )?)
+            }
+            _ => {
+                return Err(at.key("passive_recovery").err(format!(
+                    "invalid passive_recovery \"{text}\", expected window, probe or probation=N"
+                )))
+            }
+        };
+    }
+    if let Some(p) = &raw.passive_penalty {
+        let at = at.key("passive_penalty");
+        r.penalty = Some(Penalty {
+            base: at.key("base").time(&p.base)?,
+            max: at.key("max").time(&p.max)?,
+            jitter_percent: match &p.jitter {
+                Some(j) => validate::percent(j).map_err(|m| at.key("jitter").err(m))?,
+                None => 0,
+            },
+        });
+    }
+    if let Some(text) = &raw.max_ejected {
+        r.max_ejected = Some(validate::percent(text).map_err(|m| at.key("max_ejected").err(m))?);
+    }
+    Ok(r)
 }
 
 fn keepalive(raw: &RawUpstream, at: &At<'_>) -> Result<Option<Keepalive>, ConfigError> {
