@@ -277,6 +277,8 @@ pub(crate) struct Streamed {
     conn: Option<(Arc<Pool>, Conn)>,
     /// For the error_log line when the body breaks.
     cx: crate::errlog::Context,
+    /// Core's clock, for charging a failure after the header.
+    clock: Arc<dyn vigil_core::Clock>,
 }
 
 impl Streamed {
@@ -286,6 +288,7 @@ impl Streamed {
         guard: PeerGuard,
         conn: Option<(Arc<Pool>, Conn)>,
         cx: crate::errlog::Context,
+        clock: Arc<dyn vigil_core::Clock>,
     ) -> Self {
         Self {
             inner,
@@ -294,7 +297,17 @@ impl Streamed {
             guard: Some(guard),
             conn,
             cx,
+            clock,
         }
+    }
+
+    /// The body broke after the header went out: core decides whether that
+    /// is charged (`passive_count after_header`; nginx never charges it).
+    fn broke(&mut self, class: vigil_core::FailureClass) {
+        if let Some(g) = self.guard.as_mut() {
+            let _ = g.fail_after_header(class, self.clock.now());
+        }
+        self.finish(false);
     }
 
     fn finish(&mut self, complete: bool) {
@@ -333,7 +346,7 @@ impl Body for Streamed {
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
-                this.finish(false);
+                this.broke(vigil_core::FailureClass::Error);
                 // nginx: "upstream prematurely closed connection while
                 // reading upstream" and its kin, at error level.
                 this.cx
@@ -346,7 +359,7 @@ impl Body for Streamed {
             }
             Poll::Pending => {
                 ready!(this.sleep.as_mut().poll(cx));
-                this.finish(false);
+                this.broke(vigil_core::FailureClass::Timeout);
                 this.cx.log(
                     crate::errlog::Failure::Timeout,
                     "reading upstream",

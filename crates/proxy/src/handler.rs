@@ -290,6 +290,10 @@ async fn proxy_request(
                         continue;
                     }
                     StatusVerdict::PassThrough(guard, _) => {
+                        // `passive_count last_try` may have charged a passed-through status.
+                        if let Some(class) = guard.accounting().charged {
+                            obs.counted(&peer, class);
+                        }
                         let (mut head, incoming) = answered.response.into_parts();
                         let cx = crate::errlog::Context::new(
                             upstream.name(),
@@ -347,8 +351,14 @@ async fn proxy_request(
                         if head.headers.contains_key(header::TRANSFER_ENCODING) {
                             head.headers.remove(header::CONTENT_LENGTH);
                         }
-                        let streamed =
-                            Streamed::new(incoming, settings.read_timeout, guard, pooled, cx);
+                        let streamed = Streamed::new(
+                            incoming,
+                            settings.read_timeout,
+                            guard,
+                            pooled,
+                            cx,
+                            clock.clone(),
+                        );
                         let mut resp = Response::from_parts(head, BodyExt::boxed(streamed));
                         strip_hop_by_hop(resp.headers_mut(), false);
                         return finish(route, &parts, client, local, &attempts, start, resp);

@@ -416,3 +416,61 @@ async fn the_access_log_records_every_attempt_as_json() {
     );
     assert_eq!(v["upstream_status"], serde_json::json!([502, 200]));
 }
+
+/// A backend that sends `200` with a 10-byte length, three bytes, and closes.
+async fn cut_short_backend() -> std::net::SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = l.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf).await;
+                let _ = s
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhel")
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn passive_count_after_header_charges_a_body_cut_short() {
+    for (rule, charged) in [("", 0), ("passive_count after_header;", 1)] {
+        let cut = cut_short_backend().await;
+        let ok = Backend::named("ok").await;
+        let p = start_proxy(&format!(
+            "http {{ upstream u {{ {rule} server {cut}; server {}; }}
+               server {{ listen {{LISTEN}}; location / {{ proxy_pass http://u; }} }} }}",
+            ok.addr
+        ))
+        .await;
+        // Round robin starts at the cutting peer: the client gets the header and a short body.
+        let got = get(p.addr, "/").await;
+        assert_eq!(got.status, 200);
+        assert!(got.body.is_err(), "the body was cut short: {:?}", got.body);
+        let up = p.proxy.current().registry.get("u").cloned().expect("u");
+        let fails = eventually_value(
+            || up.status(p.proxy.clock().now())[0].passive.fails,
+            charged,
+        )
+        .await;
+        assert_eq!(fails, charged, "with \"{rule}\"");
+        p.shutdown.cancel();
+    }
+}
+
+/// Poll `read` (bounded, 5 s) until it gives `want`; the last value read.
+async fn eventually_value(read: impl Fn() -> u32, want: u32) -> u32 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let v = read();
+        if v == want || tokio::time::Instant::now() >= deadline {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
