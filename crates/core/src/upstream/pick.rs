@@ -5,7 +5,7 @@ use crate::balancer::{hash_step, ip_hash_step, Method};
 use crate::clock::Timestamp;
 use crate::event::EventKind;
 
-use super::policy::passive::Record;
+use super::policy::passive;
 use super::policy::{self, Gate};
 use super::tier::{Tier, TierState};
 use super::{KeyState, Selection, Upstream};
@@ -325,17 +325,15 @@ fn least_conn_scan<const RAMPS: bool>(
     let n = slots.len();
     let mut best: Option<usize> = None;
     let mut many = false;
-    let weight = |j: usize| {
-        let peer = &up.peers[tier.offset + j];
-        if RAMPS {
-            gate.nominal(peer)
-        } else {
-            peer.config().weight.get()
-        }
-    };
     let load = |i: usize, j: usize| {
         // conns(i) * weight(j), the weight with its slow-start ramp
-        u64::from(up.peers[tier.offset + i].conns()) * u64::from(weight(j))
+        let pj = &up.peers[tier.offset + j];
+        let w = if RAMPS {
+            gate.nominal(pj)
+        } else {
+            pj.config().weight.get()
+        };
+        u64::from(up.peers[tier.offset + i].conns()) * u64::from(w)
     };
     for i in 0..n {
         if sel.tried.contains(i) || !gate.eligible(&up.peers[tier.offset + i], i, &slots[i]) {
@@ -373,14 +371,7 @@ fn take(
 ) -> usize {
     let global = tier.offset + p;
     let peer = &up.peers[global];
-    Record {
-        rules: gate.rules(),
-        peer,
-        s: &mut slots[p],
-        global,
-        events: ev,
-    }
-    .picked(gate.now());
+    passive::picked(gate.rules(), peer, &mut slots[p], global, gate.now(), ev);
     peer.acquire();
     tried.insert(p);
     global

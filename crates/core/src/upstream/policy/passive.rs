@@ -30,6 +30,33 @@ pub(crate) enum Readmission {
     AdminUp,
 }
 
+/// After a pick: nginx's `if (now - best->checked > best->fail_timeout)
+/// best->checked = now;` A peer past its exclusion gets its one trial
+/// request here (`passive_recovery window`); under `probation` the
+/// exclusion does not restart (one request at a time is the limit), and
+/// under `probe` only a probe readmits, so `checked` stays.
+#[inline(always)]
+pub(crate) fn picked(
+    rules: &HealthRules,
+    peer: &Peer,
+    s: &mut Slot,
+    global: usize,
+    now: Timestamp,
+    events: &mut Events,
+) {
+    // At most once per window per peer: the rest is out of line.
+    if window_over(peer, s, now) {
+        Record {
+            rules,
+            peer,
+            s,
+            global,
+            events,
+        }
+        .window_passed(now);
+    }
+}
+
 /// One peer's passive record under the tier's lock, with the rules in
 /// force and the events its changes cause.
 pub(crate) struct Record<'a> {
@@ -128,19 +155,7 @@ impl Record<'_> {
         }
     }
 
-    /// After a pick: nginx's `if (now - best->checked > best->fail_timeout)
-    /// best->checked = now;` A peer past its exclusion gets its one trial
-    /// request here (`passive_recovery window`); under `probation` the
-    /// exclusion does not restart (one request at a time is the limit),
-    /// and under `probe` only a probe readmits, so `checked` stays.
-    #[inline(always)]
-    pub(crate) fn picked(&mut self, now: Timestamp) {
-        // At most once per window per peer: the rest is out of line.
-        if window_over(self.peer, self.s, now) {
-            self.window_passed(now);
-        }
-    }
-
+    /// [`picked`] once the window has passed.
     #[cold]
     fn window_passed(&mut self, now: Timestamp) {
         if !over_max_fails(self.peer, self.s) {
