@@ -68,6 +68,8 @@ pub struct Checker {
     tls_cache: TlsCache,
     dedup: bool,
     seed: Option<u64>,
+    /// Whether the loops hear of exclusions (the event bus is subscribed once).
+    subscribed: std::sync::OnceLock<()>,
 }
 
 /// What the loops share.
@@ -77,6 +79,9 @@ struct Shared {
     permits: Arc<Semaphore>,
     metrics: Arc<Metrics>,
     log_transitions: bool,
+    /// Woken on every passive exclusion: under `passive_recovery probe` the
+    /// loops probe an excluded peer when its exclusion ends.
+    exclusions: Arc<tokio::sync::Notify>,
 }
 
 struct State {
@@ -130,6 +135,7 @@ impl Checker {
                 permits: Arc::new(Semaphore::new(options.max_concurrent.max(1))),
                 metrics: Arc::new(Metrics::default()),
                 log_transitions: options.log_transitions,
+                exclusions: Arc::new(tokio::sync::Notify::new()),
             }),
             root: CancellationToken::new(),
             state: Mutex::new(State {
@@ -140,6 +146,7 @@ impl Checker {
             tls_cache: TlsCache::default(),
             dedup: options.dedup,
             seed: options.seed,
+            subscribed: std::sync::OnceLock::new(),
         };
         checker.update(registry)?;
         Ok(checker)
@@ -149,11 +156,30 @@ impl Checker {
     /// (their peers now the new registry's, which core built with the old
     /// streaks), removed targets stop, new ones start.
     pub fn update(&self, registry: Arc<Registry>) -> Result<UpdateSummary, CheckerError> {
+        self.hear_exclusions(&registry);
         let tls = match self.state.lock() {
             Ok(s) => s.tls.clone(),
             Err(_) => TlsPolicy::default(),
         };
         self.update_with_tls(registry, tls)
+    }
+
+    /// Subscribe to the registry's event bus (one bus across reloads) so that
+    /// the loops learn of passive exclusions as they happen.
+    fn hear_exclusions(&self, registry: &Registry) {
+        let Some(first) = registry.upstreams().first() else {
+            return;
+        };
+        self.subscribed.get_or_init(|| {
+            let notify = Arc::downgrade(&self.shared.exclusions);
+            first.events().subscribe(move |e| {
+                if matches!(e.kind, vigil_core::event::EventKind::Excluded { .. }) {
+                    if let Some(n) = notify.upgrade() {
+                        n.notify_waiters();
+                    }
+                }
+            });
+        });
     }
 
     /// [`Checker::update`] with new TLS settings.
@@ -275,11 +301,17 @@ async fn probe_loop(
     // tengine fires the first probe at a random point of the first
     // interval; so does vigil.
     let mut next = Instant::now() + below(&mut rng, target.interval);
+    // Core time of the last probe's start: a recovery probe is wanted only
+    // for an exclusion that ends after it (else the interval rules).
+    let mut last = vigil_core::Timestamp(0);
     loop {
+        let wake = recovery_due(&shared, &members.load(), last).map_or(next, |at| at.min(next));
         tokio::select! {
             biased;
             _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep_until(next) => {}
+            // A new exclusion: plan again (its end may come before `next`).
+            _ = shared.exclusions.notified() => continue,
+            _ = tokio::time::sleep_until(wake) => {}
         }
         let permit = tokio::select! {
             biased;
@@ -290,6 +322,7 @@ async fn probe_loop(
             },
         };
         let started = Instant::now();
+        last = shared.clock.now();
         let result = tokio::select! {
             biased;
             _ = cancel.cancelled() => return,
@@ -314,6 +347,25 @@ async fn probe_loop(
         }
         next = (started + target.interval + up_to(&mut rng, target.jitter)).max(Instant::now());
     }
+}
+
+/// When the earliest recovery probe of `members` is due (`passive_recovery
+/// probe`: at the end of a peer's exclusion, if that is after the last
+/// probe), on tokio's clock.
+fn recovery_due(shared: &Shared, members: &[Member], last: vigil_core::Timestamp) -> Option<Instant> {
+    let at = members
+        .iter()
+        .flat_map(|m| {
+            m.upstream
+                .probes_wanted()
+                .into_iter()
+                .filter(move |w| w.peer == m.peer)
+        })
+        .map(|w| w.at)
+        .filter(|at| *at > last)
+        .min()?;
+    let wait = at.0.saturating_sub(shared.clock.now().0);
+    Some(Instant::now() + Duration::from_millis(wait))
 }
 
 /// Record one result into one peer; a transition is one log line.

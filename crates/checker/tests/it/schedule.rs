@@ -348,3 +348,62 @@ async fn reload_keeps_unchanged_targets_and_their_streaks() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(p.probes(), n, "shutdown stops every loop");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_recovery_probe_runs_when_the_exclusion_ends_not_at_the_next_interval() {
+    use vigil_core::{Clock, ManualClock, RequestFacts, RetryPolicy, SelectKey, TransportFailure};
+    let clock = Arc::new(ManualClock::at(1_000));
+    let dyn_clock: Arc<dyn vigil_core::Clock> = clock.clone();
+    let events = Arc::new(vigil_core::event::EventBus::default());
+    let r = Arc::new(Registry::build(
+        &load(
+            "upstream u { server 127.0.0.1:9001 max_fails=1 fail_timeout=2s; server 127.0.0.1:9002;
+               passive_recovery probe;
+               check interval=30000 rise=1 fall=1 timeout=500 default_down=false; }",
+        ),
+        None,
+        events,
+        dyn_clock.clone(),
+    ));
+    let p = Scripted::new(true, Duration::ZERO);
+    let _c = start(&r, &dyn_clock, &p, CheckerOptions::default());
+    // Past the first (spread) probe of both targets.
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    clock.advance(Duration::from_secs(31));
+    let before = p.starts_of("127.0.0.1:9001").len();
+
+    // A request fails on the first server: excluded for fail_timeout (2 s).
+    let up = r.get("u").expect("u").clone();
+    let mut sel = up.begin(SelectKey::None, RetryPolicy::default(), RequestFacts::default(), clock.now());
+    loop {
+        let g = up.select(&mut sel, clock.now()).expect("peer");
+        if g.peer().id().0 == 0 {
+            let failure = TransportFailure {
+                class: vigil_core::FailureClass::Error,
+                request_sent: false,
+                cached_connection: false,
+            };
+            let _ = sel.on_failure(g, failure, clock.now());
+            break;
+        }
+        drop(g);
+        sel = up.begin(SelectKey::None, RetryPolicy::default(), RequestFacts::default(), clock.now());
+    }
+    assert!(!up.peers()[0].is_routable() || !up.probes_wanted().is_empty());
+    let excluded_at = Instant::now();
+    // The loop hears of the exclusion and plans its probe for its end.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(p.starts_of("127.0.0.1:9001").len(), before, "no probe yet");
+    // Core's (manual) clock reaches the end of the exclusion with tokio's;
+    // the probe comes then, 28 s before the interval would have.
+    clock.advance(Duration::from_millis(2_000));
+    tokio::time::sleep(Duration::from_millis(2_090)).await;
+    let starts = p.starts_of("127.0.0.1:9001");
+    assert_eq!(starts.len(), before + 1, "one recovery probe: {starts:?}");
+    let waited = starts[before] - excluded_at;
+    assert!(
+        waited >= Duration::from_millis(2_000) && waited < Duration::from_millis(2_100),
+        "probed {waited:?} after the exclusion began"
+    );
+    assert!(up.probes_wanted().is_empty(), "the passing probe readmitted it");
+}
