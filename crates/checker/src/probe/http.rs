@@ -368,6 +368,40 @@ mod tests {
         assert_eq!(e.kind(), FailureKind::Protocol);
     }
 
+    #[tokio::test]
+    async fn a_reply_is_judged_the_same_whatever_the_read_sizes() {
+        let check = HttpCheck {
+            body_contains: Some("ok".into()),
+            ..HttpCheck::default()
+        };
+        let chunked =
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\no\r\n1\r\nk\r\n0\r\n\r\n";
+        for chunk in [1, 2, 7, 4096] {
+            assert_eq!(
+                judge_reply(&check, chunked, chunk).await,
+                Ok("HTTP 200, body contains \"ok\"".to_string()),
+                "{chunk}-byte reads"
+            );
+            let truncated = judge_reply(
+                &check,
+                b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nno",
+                chunk,
+            )
+            .await
+            .expect_err("closed early");
+            assert_eq!(truncated.kind(), FailureKind::Io, "{truncated}");
+        }
+        let plain = HttpCheck::default();
+        assert_eq!(
+            judge_reply(&plain, b"HTTP/1.0 204 No Content\r\n\r\n", 3).await,
+            Ok("HTTP 204".to_string())
+        );
+        let e = judge_reply(&plain, b"HTTP/1.1 2", 1)
+            .await
+            .expect_err("cut in the status line");
+        assert_eq!(e.kind(), FailureKind::Protocol);
+    }
+
     #[test]
     fn framing_and_chunks() {
         let head = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
