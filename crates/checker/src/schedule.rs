@@ -352,7 +352,11 @@ async fn probe_loop(
 /// When the earliest recovery probe of `members` is due (`passive_recovery
 /// probe`: at the end of a peer's exclusion, if that is after the last
 /// probe), on tokio's clock.
-fn recovery_due(shared: &Shared, members: &[Member], last: vigil_core::Timestamp) -> Option<Instant> {
+fn recovery_due(
+    shared: &Shared,
+    members: &[Member],
+    last: vigil_core::Timestamp,
+) -> Option<Instant> {
     let at = members
         .iter()
         .flat_map(|m| {

@@ -87,8 +87,10 @@ impl TlsSettings {
                 let _ = roots.add(c);
             }
             if let Some(path) = ca_file {
-                let certs = CertificateDer::pem_file_iter(path)
-                    .map_err(|e| format!("{}: {e}", path.display()))?
+                // A regular file of bounded size only (not a device or FIFO).
+                let pem = vigil_core::config::read::read_regular_file(path)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                let certs = CertificateDer::pem_slice_iter(&pem)
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| format!("{}: {e}", path.display()))?;
                 if certs.is_empty() {

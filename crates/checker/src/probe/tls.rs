@@ -90,7 +90,9 @@ impl TlsOptions {
             (None, None) => Ok(builder.with_no_client_auth()),
             (Some(cert), Some(key)) => {
                 let chain = read_certs(cert)?;
-                let key = PrivateKeyDer::from_pem_file(key).map_err(|e| file_error(key, e))?;
+                let pem = vigil_core::config::read::read_regular_file(key)
+                    .map_err(|e| file_error(key, e))?;
+                let key = PrivateKeyDer::from_pem_slice(&pem).map_err(|e| file_error(key, e))?;
                 builder
                     .with_client_auth_cert(chain, key)
                     .map_err(|e| file_error(cert, e))
@@ -104,8 +106,9 @@ impl TlsOptions {
 }
 
 fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, CheckerError> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| file_error(path, e))?
+    // A regular file of bounded size only (not a device or FIFO).
+    let pem = vigil_core::config::read::read_regular_file(path).map_err(|e| file_error(path, e))?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| file_error(path, e))?;
     if certs.is_empty() {

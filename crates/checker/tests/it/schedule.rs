@@ -374,7 +374,12 @@ async fn a_recovery_probe_runs_when_the_exclusion_ends_not_at_the_next_interval(
 
     // A request fails on the first server: excluded for fail_timeout (2 s).
     let up = r.get("u").expect("u").clone();
-    let mut sel = up.begin(SelectKey::None, RetryPolicy::default(), RequestFacts::default(), clock.now());
+    let mut sel = up.begin(
+        SelectKey::None,
+        RetryPolicy::default(),
+        RequestFacts::default(),
+        clock.now(),
+    );
     loop {
         let g = up.select(&mut sel, clock.now()).expect("peer");
         if g.peer().id().0 == 0 {
@@ -387,7 +392,12 @@ async fn a_recovery_probe_runs_when_the_exclusion_ends_not_at_the_next_interval(
             break;
         }
         drop(g);
-        sel = up.begin(SelectKey::None, RetryPolicy::default(), RequestFacts::default(), clock.now());
+        sel = up.begin(
+            SelectKey::None,
+            RetryPolicy::default(),
+            RequestFacts::default(),
+            clock.now(),
+        );
     }
     assert!(!up.peers()[0].is_routable() || !up.probes_wanted().is_empty());
     let excluded_at = Instant::now();
@@ -405,5 +415,8 @@ async fn a_recovery_probe_runs_when_the_exclusion_ends_not_at_the_next_interval(
         waited >= Duration::from_millis(2_000) && waited < Duration::from_millis(2_100),
         "probed {waited:?} after the exclusion began"
     );
-    assert!(up.probes_wanted().is_empty(), "the passing probe readmitted it");
+    assert!(
+        up.probes_wanted().is_empty(),
+        "the passing probe readmitted it"
+    );
 }

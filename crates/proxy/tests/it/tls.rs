@@ -124,3 +124,23 @@ async fn a_certificate_for_another_name_is_refused() {
     .await;
     assert_eq!(get(p.addr, "/").await.status, 502);
 }
+
+#[test]
+fn a_trusted_certificate_that_is_not_a_regular_file_is_refused_at_load() {
+    // /dev/zero would be read until memory runs out.
+    let config = crate::support::load(
+        "http { upstream u { server 127.0.0.1:1; }
+           server { listen 127.0.0.1:1; location / { proxy_pass https://u;
+             proxy_ssl_trusted_certificate /dev/zero; } } }",
+    );
+    let clock: Arc<dyn vigil_core::Clock> = Arc::new(vigil_core::SystemClock::new());
+    let events = Arc::new(vigil_core::event::EventBus::default());
+    let err = vigil_proxy::Generation::build(config, None, events, clock)
+        .err()
+        .expect("refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("/dev/zero") && text.contains("not a regular file"),
+        "{text}"
+    );
+}
