@@ -171,10 +171,17 @@ fn directive_lines(d: &Directive, u: &UpstreamConfig) -> Vec<Line> {
     let mut servers = u.servers.iter().zip(ids);
     let mut out = Vec::new();
     for d in d.block.iter().flatten() {
-        if CHECK_DIRECTIVES.contains(&d.name.as_str()) {
+        // Stock nginx refuses tengine's check and vigil's own health rules.
+        if CHECK_DIRECTIVES.contains(&d.name.as_str())
+            || vigil_core::config::HealthRules::DIRECTIVES.contains(&d.name.as_str())
+        {
             continue;
         }
-        let text = emit(d);
+        let text = if d.name == "server" {
+            emit_server(d)
+        } else {
+            emit(d)
+        };
         if d.name == "server" {
             if let Some((s, peer)) = servers.next() {
                 out.push(Line::Server {
@@ -196,6 +203,22 @@ pub fn emit(d: &Directive) -> String {
     for a in &d.args {
         s.push(' ');
         s.push_str(&quote(a));
+    }
+    s
+}
+
+/// A `server` line without the nginx Plus parameters stock nginx refuses
+/// (`slow_start=`: vigil applies it, nginx must not see it).
+fn emit_server(d: &Directive) -> String {
+    let mut s = d.name.clone();
+    for a in &d.args {
+        let plus = vigil_core::config::ServerConfig::NGINX_PLUS_PARAMETERS
+            .iter()
+            .any(|p| a.value.starts_with(&format!("{p}=")));
+        if !plus {
+            s.push(' ');
+            s.push_str(&quote(a));
+        }
     }
     s
 }
@@ -259,9 +282,7 @@ fn model_lines(u: &UpstreamConfig) -> Vec<Line> {
         if s.max_conns != 0 {
             text.push_str(&format!(" max_conns={}", s.max_conns));
         }
-        if let Some(t) = s.slow_start {
-            text.push_str(&format!(" slow_start={}", format_time(t)));
-        }
+        // slow_start= is nginx Plus's: stock nginx refuses it, so it is not rendered.
         if s.backup {
             text.push_str(" backup");
         }

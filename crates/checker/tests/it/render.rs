@@ -160,3 +160,30 @@ fn names_that_would_escape_the_render_dir_are_refused() {
     let e = source::load(&src, None, &literal_resolver).expect_err("expected a failure");
     assert!(e.is_source(), "{e}");
 }
+
+#[test]
+fn vigil_only_rules_and_slow_start_are_not_given_to_stock_nginx() {
+    let dir = tempfile::tempdir().expect("test step");
+    let src = write(
+        dir.path(),
+        "upstreams.conf",
+        "http { upstream u {
+            server 127.0.0.1:9050 weight=2 slow_start=30s;
+            server 127.0.0.1:9051;
+            passive_count after_header last_try;
+            passive_penalty base=5s max=1m;
+            max_ejected 50%;
+            check interval=1000 rise=2 fall=2 timeout=500;
+         } }",
+    );
+    let s = source::load(&src, None, &literal_resolver).expect("test step");
+    let r = render(&s.blocks[0], &|_| false, Guard::default());
+    for word in ["slow_start", "passive_", "max_ejected", "check interval"] {
+        assert!(!r.text.contains(word), "{word} rendered:\n{}", r.text);
+    }
+    assert!(
+        r.text.contains("server 127.0.0.1:9050 weight=2;"),
+        "{}",
+        r.text
+    );
+}
