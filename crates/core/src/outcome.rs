@@ -80,6 +80,26 @@ pub struct RequestFacts {
 #[error("invalid proxy_next_upstream value \"{0}\", expected one of error, timeout, invalid_header, http_500, http_502, http_503, http_504, http_403, http_404, http_429, non_idempotent, off")]
 pub struct UnknownClass(pub String);
 
+// === impl RequestFacts ===
+
+impl RequestFacts {
+    /// The facts of a request with `method` (as sent, case-sensitive);
+    /// `body_replayable`: its body was buffered, or it has none.
+    pub fn new(method: &str, body_replayable: bool) -> Self {
+        Self {
+            non_idempotent: is_non_idempotent(method),
+            body_replayable,
+        }
+    }
+}
+
+/// nginx's non-idempotent methods (`ngx_http_upstream_next`: POST, LOCK,
+/// PATCH), which are not sent to a second peer unless `proxy_next_upstream`
+/// lists `non_idempotent`.
+pub fn is_non_idempotent(method: &str) -> bool {
+    matches!(method, "POST" | "LOCK" | "PATCH")
+}
+
 // === impl FailureClass ===
 
 impl FailureClass {
@@ -271,6 +291,16 @@ impl fmt::Debug for NextUpstream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn post_lock_and_patch_are_the_non_idempotent_methods() {
+        for m in ["POST", "LOCK", "PATCH"] {
+            assert!(RequestFacts::new(m, true).non_idempotent, "{m}");
+        }
+        for m in ["GET", "HEAD", "PUT", "DELETE", "OPTIONS", "post", "UNLOCK"] {
+            assert!(!RequestFacts::new(m, true).non_idempotent, "{m}");
+        }
+    }
 
     #[test]
     fn default_is_error_timeout() {

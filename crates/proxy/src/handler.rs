@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::request::Parts;
-use http::{Method, StatusCode};
+use http::StatusCode;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
@@ -176,11 +176,7 @@ async fn proxy_request(
         client_timed_out = Some(streamed.timed_out());
         ReqBody::Stream(Some(streamed))
     };
-    let facts = RequestFacts {
-        non_idempotent: matches!(parts.method, Method::POST | Method::PATCH)
-            || parts.method.as_str() == "LOCK",
-        body_replayable: matches!(body, ReqBody::Buffered(_)),
-    };
+    let facts = RequestFacts::new(parts.method.as_str(), matches!(body, ReqBody::Buffered(_)));
     let upstream = route.upstream.clone();
     let hash_key = route.hash_key.as_ref().map(|t| {
         t.expand(&VarContext {

@@ -23,6 +23,7 @@
 //! }
 //! ```
 
+mod build;
 mod fast;
 mod pick;
 mod policy;
@@ -30,6 +31,7 @@ mod selection;
 mod status;
 mod tier;
 mod tried;
+mod verdict;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -39,8 +41,8 @@ use crate::balancer::{ip_hash_key, Method};
 use crate::clock::{Clock, Timestamp};
 use crate::config::{InitialState, UpstreamConfig};
 use crate::event::{Event, EventBus, EventKind};
-use crate::health::{ActiveHealth, HealthPolicy, ProbeReport};
-use crate::outcome::{FailureClass, NextUpstream, PeerOutcome, RequestFacts};
+use crate::health::ProbeReport;
+use crate::outcome::{NextUpstream, PeerOutcome, RequestFacts};
 use crate::peer::{AdminState, Peer, PeerId};
 
 pub use policy::Ineligible;
@@ -48,6 +50,7 @@ pub use status::{Ejection, MaxEjectedNow, PeerStatus, ProbeWanted};
 pub use tier::PassiveView;
 use tier::Tier;
 pub use tried::Tried;
+pub use verdict::{Accounting, CountRule, FailureVerdict, RetryDenied, StatusVerdict};
 
 /// One upstream group, shared by every route that names it.
 pub struct Upstream {
@@ -145,179 +148,12 @@ pub struct PeerGuard {
 #[error("no live upstreams")]
 pub struct NoLiveUpstreams;
 
-/// What core did with one attempt's result toward the peer's record:
-/// the proxy's metrics and logs report this, never their own guess.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct Accounting {
-    /// The failure charged toward `max_fails`, if any (none for a single
-    /// server, for `http_403`/`http_404`, and for a passed-through status
-    /// unless `passive_count last_try`).
-    pub charged: Option<FailureClass>,
-    /// Whether this charge excluded the peer (it reached `max_fails`;
-    /// `max_ejected` may still keep it eligible).
-    pub excluded: bool,
-    /// The vigil-only rule that made this a charge, where nginx would not
-    /// have charged it.
-    pub rule: Option<CountRule>,
-}
-
-/// The `passive_count` rule behind a charge nginx would not make.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CountRule {
-    /// `passive_count after_header`: the body failed after the header went out.
-    AfterHeader,
-    /// `passive_count last_try`: a listed status that could not be retried.
-    LastTry,
-}
-
-/// Why a failed attempt was not retried.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RetryDenied {
-    /// `proxy_next_upstream_tries` or the number of peers used up.
-    Tries,
-    /// The upstream has a single server: nginx never retries it.
-    SingleServer,
-    /// The failure class is not listed in `proxy_next_upstream`.
-    NotListed,
-    /// POST, LOCK or PATCH already sent, without `non_idempotent`.
-    NonIdempotent,
-    /// The request body was streamed (`proxy_request_buffering off`) and cannot be sent again.
-    BodyNotReplayable,
-    /// `proxy_next_upstream_timeout` has passed.
-    Timeout,
-}
-
-/// What to do with a response header.
-pub enum StatusVerdict {
-    /// The peer was charged (or told `next`); try the next one.
-    Retry(Accounting),
-    /// Send this response to the client; drop the guard when it is done.
-    /// For a listed status, why it was not retried (nginx then counts the
-    /// attempt as a success).
-    PassThrough(PeerGuard, Option<RetryDenied>),
-}
-
-/// What to do after a transport failure (always charged, except for a single server).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailureVerdict {
-    /// Try the next peer.
-    Retry(Accounting),
-    /// Stop and answer with `status` (502 or 504).
-    Fail {
-        /// The status for the client.
-        status: u16,
-        /// What was charged.
-        accounting: Accounting,
-        /// Why no retry.
-        denied: RetryDenied,
-    },
-}
-
 // === impl Upstream ===
 
 impl Upstream {
     /// Build an upstream from its configuration.
     pub fn new(config: UpstreamConfig, events: Arc<EventBus>, clock: Arc<dyn Clock>) -> Self {
         Self::with_previous(config, None, events, clock)
-    }
-
-    /// Build an upstream, carrying over the state of peers of `previous`
-    /// whose address and settings did not change (nginx loses it on reload).
-    pub fn with_previous(
-        config: UpstreamConfig,
-        previous: Option<&Upstream>,
-        events: Arc<EventBus>,
-        clock: Arc<dyn Clock>,
-    ) -> Self {
-        let name: Arc<str> = config.name.as_str().into();
-        let policy = config.check.as_ref().map(|c| HealthPolicy {
-            rise: c.rise.get(),
-            fall: c.fall.get(),
-            initial: c.initial,
-        });
-        let ordered: Vec<_> = config
-            .servers
-            .iter()
-            .filter(|s| !s.backup)
-            .chain(config.servers.iter().filter(|s| s.backup))
-            .cloned()
-            .collect();
-        let n_primary = config.servers.iter().filter(|s| !s.backup).count();
-        let peers: Box<[Arc<Peer>]> = ordered
-            .into_iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let health = match policy {
-                    Some(p) => ActiveHealth::new(p),
-                    None => ActiveHealth::disabled(),
-                };
-                Arc::new(Peer::new(PeerId(i as u32), name.clone(), s, health))
-            })
-            .collect();
-        let has_backup = peers.len() > n_primary;
-        let rr = config.balancer == crate::config::Balancer::RoundRobin;
-        let single = n_primary == 1 && !has_backup;
-        let primary = Tier::new(&peers[..n_primary], 0, single, rr, true);
-        let backup =
-            has_backup.then(|| Tier::new(&peers[n_primary..], n_primary, false, rr, false));
-        let primaries: Vec<_> = peers[..n_primary].iter().map(|p| p.config()).collect();
-        let method = Method::build(&config.balancer, &primaries);
-        let up = Self {
-            name,
-            config,
-            peers,
-            primary,
-            backup,
-            method,
-            events,
-            clock,
-            jitter: AtomicU64::new(rand::random()),
-        };
-        if let Some(prev) = previous {
-            up.inherit(prev);
-        }
-        up
-    }
-
-    fn inherit(&self, prev: &Upstream) {
-        let same_check = prev.config.check == self.config.check;
-        let same_rules = prev.config.rules == self.config.rules;
-        for peer in self.peers.iter() {
-            let Some(old) = prev
-                .peers
-                .iter()
-                .find(|o| o.config() == peer.config() && o.config().addr == peer.config().addr)
-            else {
-                continue;
-            };
-            let (Some(new_tier), Some(old_tier)) =
-                (self.tier_of(peer.id()), prev.tier_of(old.id()))
-            else {
-                continue;
-            };
-            let mut slot = old_tier.slot(old.id().0 as usize - old_tier.offset);
-            if !same_rules {
-                // The rule state means nothing under other rules: nginx's
-                // fields stay, vigil's start afresh.
-                slot = tier::Slot {
-                    current: slot.current,
-                    effective: slot.effective,
-                    fails: slot.fails,
-                    accessed: slot.accessed,
-                    checked: slot.checked,
-                    ..tier::Slot::default()
-                };
-            }
-            let _ = peer.set_admin(old.admin(), old.admin_since());
-            peer.set_ramp_until(old.ramp_until());
-            if same_check {
-                peer.health().inherit(old.health());
-                if let Some(r) = old.last_probe() {
-                    peer.set_last_probe(r);
-                }
-            }
-            new_tier.restore(peer.id().0 as usize - new_tier.offset, slot, peer);
-        }
     }
 
     /// Seed the generator of the `passive_penalty` jitter (tests and
@@ -655,52 +491,6 @@ impl std::fmt::Debug for Upstream {
             .field("name", &self.name)
             .field("peers", &self.peers.len())
             .finish()
-    }
-}
-
-impl FailureVerdict {
-    /// Whether the request goes to the next peer.
-    pub fn is_retry(&self) -> bool {
-        matches!(self, FailureVerdict::Retry(_))
-    }
-
-    /// The status for the client when it does not.
-    pub fn status(&self) -> Option<u16> {
-        match self {
-            FailureVerdict::Retry(_) => None,
-            FailureVerdict::Fail { status, .. } => Some(*status),
-        }
-    }
-
-    /// What core charged.
-    pub fn accounting(&self) -> Accounting {
-        match self {
-            FailureVerdict::Retry(a) | FailureVerdict::Fail { accounting: a, .. } => *a,
-        }
-    }
-}
-
-impl CountRule {
-    /// The word used in metrics and logs (the `passive_count` word).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CountRule::AfterHeader => "after_header",
-            CountRule::LastTry => "last_try",
-        }
-    }
-}
-
-impl RetryDenied {
-    /// The word used in metrics and logs.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RetryDenied::Tries => "tries",
-            RetryDenied::SingleServer => "single_server",
-            RetryDenied::NotListed => "not_listed",
-            RetryDenied::NonIdempotent => "non_idempotent",
-            RetryDenied::BodyNotReplayable => "body_not_replayable",
-            RetryDenied::Timeout => "timeout",
-        }
     }
 }
 
