@@ -4,6 +4,8 @@
 //!
 //! `cargo bench -p vigil-benches --bench pick`
 
+// A benchmark times on the OS clock, not on tokio's.
+#![allow(clippy::disallowed_types)]
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 
 use std::hint::black_box;

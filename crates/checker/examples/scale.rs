@@ -15,7 +15,8 @@
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use vigil_checker::{Checker, CheckerOptions};
 use vigil_core::config::{literal_resolver, nginx};

@@ -7,7 +7,9 @@
 //! after it, which is what the recorded conformance scenarios probe.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
 
 /// A point on a [`Clock`]'s monotonic timeline, in milliseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -23,7 +25,9 @@ pub trait Clock: Send + Sync + 'static {
 }
 
 /// The real clock: monotonic time since the clock was made, and the wall
-/// clock read once at that moment.
+/// clock read once at that moment. It reads tokio's clock, so in a
+/// paused-time test runtime it moves only as tokio's time does (outside a
+/// runtime, and in a running one, tokio's clock is the OS's monotonic clock).
 #[derive(Debug)]
 pub struct SystemClock {
     start: Instant,

@@ -5,7 +5,8 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use http_body_util::BodyExt;
 use hyper::body::Body as _;
@@ -203,9 +204,9 @@ impl Progress {
         self.0 .1.store(true, Ordering::Release);
     }
 
-    fn deadline(&self, send: Duration, read: Duration) -> (tokio::time::Instant, Phase) {
+    fn deadline(&self, send: Duration, read: Duration) -> (Instant, Phase) {
         let last = Duration::from_millis(self.0 .0.load(Ordering::Acquire));
-        let base = tokio::time::Instant::from_std(self.0 .2 + last);
+        let base = self.0 .2 + last;
         if self.0 .1.load(Ordering::Acquire) {
             (base + read, Phase::Waiting)
         } else {

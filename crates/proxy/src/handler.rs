@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::request::Parts;

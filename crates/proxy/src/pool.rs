@@ -7,7 +7,8 @@
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use hyper::client::conn::http1::SendRequest;
 use vigil_core::config::UpstreamConfig;

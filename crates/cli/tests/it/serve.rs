@@ -4,7 +4,8 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// A backend answering every request with `body`, on its own thread.
 fn backend(body: &'static str) -> SocketAddr {

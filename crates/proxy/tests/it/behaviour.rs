@@ -137,6 +137,50 @@ async fn without_keepalive_every_request_opens_a_connection() {
     );
 }
 
+/// Core's clock inside the proxy is tokio's: in paused time the passive
+/// window of a failed peer ends when the test moves time past
+/// `fail_timeout`, and not a moment before, with no real wait.
+#[tokio::test(start_paused = true)]
+async fn the_passive_window_runs_on_tokios_clock() {
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr")
+    };
+    let good = Backend::named("good").await;
+    let p = start_proxy(&format!(
+        "http {{ upstream u {{ server {dead} fail_timeout=30s; server {}; }}
+           server {{ listen {{LISTEN}};
+             add_header X-Upstream-Addr $upstream_addr always;
+             location / {{ proxy_pass http://u; }} }} }}",
+        good.addr
+    ))
+    .await;
+    let r = get(p.addr, "/").await;
+    assert_eq!(
+        r.header("x-upstream-addr"),
+        format!("{dead}, {}", good.addr)
+    );
+    for _ in 0..3 {
+        tokio::time::advance(Duration::from_secs(9)).await;
+        let r = get(p.addr, "/").await;
+        assert_eq!(r.header("x-upstream-addr"), good.addr.to_string());
+    }
+    // Past the window the dead peer is eligible again, and nginx's smooth
+    // round robin gives it the third request: its failure dropped its
+    // effective weight to 0, and the first failed pick left its current
+    // weight at -1.
+    tokio::time::advance(Duration::from_secs(4)).await;
+    let mut tried = Vec::new();
+    for _ in 0..3 {
+        tried.push(get(p.addr, "/").await.header("x-upstream-addr"));
+    }
+    let good = good.addr.to_string();
+    assert_eq!(
+        tried,
+        [good.clone(), good.clone(), format!("{dead}, {good}")]
+    );
+}
+
 #[tokio::test]
 async fn add_header_shows_every_attempt() {
     let bad = Backend::start(|_| {
