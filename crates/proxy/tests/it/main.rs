@@ -6,6 +6,7 @@ mod bodies;
 mod hardening;
 mod reload;
 mod routing;
+mod rules;
 mod support;
 mod telemetry;
 mod timeouts;
