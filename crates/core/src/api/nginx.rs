@@ -104,3 +104,85 @@ pub(super) fn amend(name: &str, peer: &PeerView, out: &mut Vec<String>) {
     }
     out.insert(0, lead);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(nginx: Option<NginxView>) -> PeerView {
+        let json = serde_json::json!({
+            "address": "10.0.0.1:80", "backup": false, "state": "probe_down", "weight": 1,
+            "effective_weight": 1, "conns": 0, "max_conns": 0, "fails": 0, "max_fails": 1,
+            "fail_timeout_ms": 10000, "last_failure_unix_ms": null, "admin": "up",
+            "active": null, "reasons": [],
+        });
+        let mut p: PeerView = serde_json::from_value(json).expect("a peer view");
+        p.nginx = nginx;
+        p
+    }
+
+    fn said(n: NginxView) -> Vec<String> {
+        let mut out = vec![
+            "10.0.0.1:80 gets no traffic: active checks say down.".to_string(),
+            "Active checks say up.".into(),
+        ];
+        amend("app", &peer(Some(n)), &mut out);
+        out
+    }
+
+    #[test]
+    fn a_server_nginx_still_serves_is_not_said_to_get_no_traffic() {
+        let waiting = said(NginxView {
+            given: Some(NginxGiven::AsWritten),
+            given_note: None,
+            decided: NginxGiven::Down,
+            decided_note: Some("down by active check".into()),
+            pending: Some("waiting_for_reload".into()),
+        });
+        assert_eq!(
+            waiting[0],
+            "In nginx: vigil decided to mark it `down` (down by active check) in app.conf, but nginx still has it up: it gets traffic; waiting for the reload (--debounce, --reload-min-interval)."
+        );
+        assert_eq!(
+            waiting[1],
+            "10.0.0.1:80 is out by vigil's rules, but nginx still sends it traffic (see above): active checks say down."
+        );
+        let failed = said(NginxView {
+            pending: Some("reload_failed".into()),
+            ..waiting_view()
+        });
+        assert!(
+            failed[0].contains("the reload failed and is retried"),
+            "{failed:?}"
+        );
+        // Once nginx has it down, core's sentence stands.
+        let down = said(NginxView {
+            given: Some(NginxGiven::Down),
+            given_note: Some("down by active check".into()),
+            pending: None,
+            ..waiting_view()
+        });
+        assert_eq!(
+            down[0],
+            "In nginx: 10.0.0.1:80 is marked `down` in app.conf (down by active check); nginx sends it nothing."
+        );
+        assert_eq!(
+            down[1],
+            "10.0.0.1:80 gets no traffic: active checks say down."
+        );
+        // Outside check mode nothing changes.
+        let mut out = vec!["10.0.0.1:80 gets no traffic: x.".to_string()];
+        amend("app", &peer(None), &mut out);
+        assert_eq!(out, ["10.0.0.1:80 gets no traffic: x."]);
+    }
+
+    fn waiting_view() -> NginxView {
+        NginxView {
+            given: Some(NginxGiven::AsWritten),
+            given_note: None,
+            decided: NginxGiven::Down,
+            decided_note: Some("down by active check".into()),
+            pending: Some("waiting_for_reload".into()),
+        }
+    }
+}
