@@ -2,11 +2,13 @@
 //! checks and no runtime API. The operator keeps tengine-style upstream
 //! blocks in a source file nginx does not read; vigil probes their
 //! servers and renders one stock-nginx `upstream` file per block into a
-//! directory that nginx.conf includes, marking `down` the servers the
-//! probes took out (never all of them), then tests and reloads nginx.
+//! directory that nginx.conf includes, marking `down` the servers core's
+//! rules take out (never more than `max_ejected` and the minimum-healthy
+//! guard, which is that rule, let go), then tests and reloads nginx.
 //!
 //! - [`source`]: the source file → model + renderable lines;
-//! - [`render`]: one block → file text (deterministic, `down` marks, guard);
+//! - [`Guard`]: `--min-healthy` / `--fail-closed` as core's `max_ejected`;
+//! - [`render`]: core's answer → one block's file text (deterministic);
 //! - [`sync`]: write atomically, test, roll back, reload (debounced,
 //!   rate-limited, verified, retried);
 //! - [`control`]: the nginx commands and the reload proof.
@@ -14,6 +16,7 @@
 pub mod control;
 mod error;
 mod files;
+mod guard;
 pub mod render;
 pub mod source;
 pub mod sync;
@@ -26,6 +29,7 @@ use arc_swap::ArcSwap;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use vigil_core::api::{NginxView, UpstreamView};
 use vigil_core::config::{system_resolver, CheckConfig};
 use vigil_core::event::{EventBus, EventKind};
 use vigil_core::registry::Registry;
@@ -35,7 +39,7 @@ use crate::status::StatusPage;
 use crate::{Checker, CheckerOptions, UpdateSummary};
 pub use control::{CommandLine, Nginx, NginxControl};
 pub use error::SyncError;
-pub use render::Guard;
+pub use guard::Guard;
 pub use sync::{Snapshot, SyncOptions, SyncStatus, Syncer};
 
 /// Everything `vigil check` needs.
@@ -91,11 +95,12 @@ fn load(
     events: &Arc<EventBus>,
     clock: &Arc<dyn Clock>,
 ) -> Result<Snapshot, SyncError> {
-    let source = source::load(
+    let mut source = source::load(
         &options.source,
         options.default_check.as_ref(),
         &system_resolver,
     )?;
+    options.sync.guard.apply(&mut source.config);
     let registry = Arc::new(Registry::build(
         &source.config,
         previous,
@@ -105,7 +110,85 @@ fn load(
     Ok(Snapshot {
         blocks: source.blocks,
         registry,
+        clock: clock.clone(),
     })
+}
+
+/// Fills in what nginx was given for each server ([`NginxView`]) in the
+/// admin API's views of `vigil check`: how the server is written in the
+/// files nginx last loaded, how core's rules render it now, and why
+/// nginx does not run that yet.
+#[derive(Clone)]
+pub struct Annotator {
+    snapshot: Arc<ArcSwap<Snapshot>>,
+    status: Arc<Mutex<SyncStatus>>,
+}
+
+// === impl Annotator ===
+
+impl Annotator {
+    /// An annotator over the sync loop's `snapshot` and `status`.
+    pub fn new(snapshot: Arc<ArcSwap<Snapshot>>, status: Arc<Mutex<SyncStatus>>) -> Self {
+        Self { snapshot, status }
+    }
+
+    /// Set `nginx` on every peer of `view` that the source renders.
+    pub fn annotate(&self, view: &mut UpstreamView) {
+        let snap = self.snapshot.load_full();
+        let (Some(block), Some(up)) = (
+            snap.blocks.iter().find(|b| b.name == view.name),
+            snap.registry.get(&view.name),
+        ) else {
+            return;
+        };
+        let marks = render::decide(up, snap.clock.now());
+        let rendered = render::render(block, &marks);
+        let Ok(st) = self.status.lock() else {
+            return;
+        };
+        let ids = block.lines.iter().filter_map(|l| match l {
+            source::Line::Server { peer, .. } => Some(*peer),
+            source::Line::Other(_) => None,
+        });
+        for (peer, (text, decided)) in ids.zip(rendered.servers) {
+            let (Some(p), Some(pv)) = (
+                up.peers().get(peer.0 as usize),
+                view.peers.get_mut(peer.0 as usize),
+            ) else {
+                continue;
+            };
+            if pv.address != p.config().address {
+                continue;
+            }
+            let given = st
+                .loaded
+                .as_ref()
+                .and_then(|m| m.get(&(view.name.clone(), text)));
+            let pending = (given != Some(&decided)).then(|| {
+                if st.rejected {
+                    "render_rejected"
+                } else if st.reload_failed {
+                    "reload_failed"
+                } else {
+                    "waiting_for_reload"
+                }
+                .to_string()
+            });
+            pv.nginx = Some(NginxView {
+                given: given.map(render::Mark::given),
+                given_note: given.and_then(|g| g.note()).map(str::to_string),
+                decided: decided.given(),
+                decided_note: decided.note().map(str::to_string),
+                pending,
+            });
+        }
+    }
+}
+
+impl std::fmt::Debug for Annotator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Annotator").finish_non_exhaustive()
+    }
 }
 
 // === impl CheckOnly ===
@@ -191,6 +274,14 @@ impl CheckOnly {
         self.snapshot.store(Arc::new(snap));
         self.wake.notify_one();
         Ok(summary)
+    }
+
+    /// What fills in [`NginxView`] in the admin API's views.
+    pub fn annotator(&self) -> Annotator {
+        Annotator {
+            snapshot: self.snapshot.clone(),
+            status: self.status.clone(),
+        }
     }
 
     /// What the sync loop has done so far.
@@ -294,9 +385,16 @@ fn write_sync_metrics(status: &Mutex<SyncStatus>, out: &mut String) {
     let _ = writeln!(out, "vigil_nginx_marked_down {}", s.marked.len());
     h(
         out,
+        "vigil_nginx_kept_up",
+        "gauge",
+        "Failing servers max_ejected (the minimum-healthy guard) keeps up in the rendered files.",
+    );
+    let _ = writeln!(out, "vigil_nginx_kept_up {}", s.kept.len());
+    h(
+        out,
         "vigil_nginx_guarded_upstreams",
         "gauge",
-        "Upstreams where the minimum-healthy guard holds marks back.",
+        "Upstreams where max_ejected (the minimum-healthy guard) keeps failing servers up.",
     );
     let _ = writeln!(out, "vigil_nginx_guarded_upstreams {}", s.guarded.len());
 }

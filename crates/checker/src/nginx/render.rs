@@ -1,23 +1,29 @@
 //! One `upstream` block as stock nginx reads it: the source's directives
-//! in order, `check*` removed, and ` down` added to servers the probes
-//! took out, never to all of them (the minimum-healthy guard).
+//! in order, `check*` and vigil's rules removed, and ` down` added to the
+//! servers core says take no traffic. Which ones is core's answer
+//! ([`decide`]): the admin states, and every server a health rule ejects
+//! unless `max_ejected` keeps it ([`vigil_core::upstream::Upstream::ejected_now`]);
+//! the `--min-healthy` guard is that same rule ([`super::Guard`]).
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use vigil_core::peer::PeerId;
+use vigil_core::clock::Timestamp;
+use vigil_core::peer::{AdminState, PeerId};
+use vigil_core::upstream::{Ineligible, Upstream};
 
 use super::source::{Block, Line};
 
-/// What to do when the probes would leave fewer than `min_healthy`
-/// servers of an upstream usable.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Guard {
-    /// Servers (not `down` in the source) that must stay usable (default 1).
-    pub min_healthy: usize,
-    /// `true` (default): mark none down, so nginx's passive checks spread
-    /// traffic over all of them; `false`: mark them as the probes say, even
-    /// every server (nginx then answers 502, or uses `backup` servers).
-    pub fail_open: bool,
+/// How one server is rendered, with the comment that says why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mark {
+    /// As in the source.
+    AsWritten,
+    /// ` down` added; the comment names the cause.
+    Down(String),
+    /// Left up although a health rule ejects it: `max_ejected` keeps it,
+    /// and nginx sends it traffic.
+    Kept(String),
 }
 
 /// A rendered file.
@@ -29,39 +35,99 @@ pub struct Rendered {
     pub text: String,
     /// Servers marked down (their text).
     pub marked: Vec<String>,
-    /// Whether the guard held back marks.
-    pub guarded: bool,
+    /// Servers `max_ejected` keeps up although they fail (their text).
+    pub kept: Vec<String>,
+    /// Every server line of the source (its text) and how it is rendered.
+    pub servers: Vec<(String, Mark)>,
 }
 
-impl Default for Guard {
-    fn default() -> Self {
-        Self {
-            min_healthy: 1,
-            fail_open: true,
+// === impl Mark ===
+
+impl Mark {
+    /// The comment on the line, if any.
+    pub fn note(&self) -> Option<&str> {
+        match self {
+            Mark::AsWritten => None,
+            Mark::Down(n) | Mark::Kept(n) => Some(n),
+        }
+    }
+
+    /// The API's word for it.
+    pub fn given(&self) -> vigil_core::api::NginxGiven {
+        use vigil_core::api::NginxGiven;
+        match self {
+            Mark::AsWritten => NginxGiven::AsWritten,
+            Mark::Down(_) => NginxGiven::Down,
+            Mark::Kept(_) => NginxGiven::Kept,
         }
     }
 }
 
-/// Render `block`; `down(peer)` says whether probes want the peer marked.
-pub fn render(block: &Block, down: &dyn Fn(PeerId) -> bool, guard: Guard) -> Rendered {
-    let usable = block
-        .lines
-        .iter()
-        .filter(|l| matches!(l, Line::Server { down: false, .. }))
-        .count();
-    let wanted: Vec<PeerId> = block
-        .lines
-        .iter()
-        .filter_map(|l| match l {
-            Line::Server {
-                peer, down: false, ..
-            } if down(*peer) => Some(*peer),
-            _ => None,
-        })
-        .collect();
-    let left = usable - wanted.len();
-    let guarded = !wanted.is_empty() && left < guard.min_healthy.min(usable);
-    let apply = !guarded || !guard.fail_open;
+// === impl Rendered ===
+
+impl Rendered {
+    /// Whether `max_ejected` keeps some failing server up.
+    pub fn guarded(&self) -> bool {
+        !self.kept.is_empty()
+    }
+}
+
+/// What core says each server of `up` is to nginx at `now`: set down or
+/// draining through the admin API (nginx has no drain: down), ejected by a
+/// health rule (down), or ejected but kept by `max_ejected` (up). Servers
+/// not listed are rendered as written. The comments carry no streak or
+/// time, so the text changes only when a decision does.
+pub fn decide(up: &Upstream, now: Timestamp) -> BTreeMap<PeerId, Mark> {
+    let mut out = BTreeMap::new();
+    for p in up.peers().iter().filter(|p| !p.config().down) {
+        let note = match p.admin() {
+            AdminState::Up => continue,
+            AdminState::Down => "set down through the admin API",
+            AdminState::Drain => "draining through the admin API (nginx has no drain)",
+        };
+        out.insert(p.id(), Mark::Down(note.into()));
+    }
+    let limit = up.max_ejected_now(now);
+    for e in up.ejected_now(now) {
+        if out.contains_key(&e.peer) {
+            continue;
+        }
+        let mark = if e.kept {
+            let counts = limit
+                .map(|m| {
+                    format!(
+                        " ({} of {} would be ejected, at most {} may be)",
+                        m.ejected, m.in_service, m.allowed
+                    )
+                })
+                .unwrap_or_default();
+            Mark::Kept(format!(
+                "{}, kept by max_ejected{counts}",
+                match e.reason {
+                    Ineligible::ProbeDown { .. } => "failing its checks",
+                    _ => cause(&e.reason),
+                }
+            ))
+        } else {
+            Mark::Down(cause(&e.reason).into())
+        };
+        out.insert(e.peer, mark);
+    }
+    out
+}
+
+fn cause(r: &Ineligible) -> &'static str {
+    match r {
+        Ineligible::ProbeDown { .. } => "down by active check",
+        Ineligible::Excluded { .. } => "excluded by passive checks",
+        Ineligible::AwaitingProbe { .. } => "waiting for a recovery probe",
+        _ => "ejected",
+    }
+}
+
+/// Render `block` with `marks` (from [`decide`]; servers `down` in the
+/// source stay as written).
+pub fn render(block: &Block, marks: &BTreeMap<PeerId, Mark>) -> Rendered {
     let mut text = String::new();
     let _ = writeln!(
         text,
@@ -69,26 +135,33 @@ pub fn render(block: &Block, down: &dyn Fn(PeerId) -> bool, guard: Guard) -> Ren
         block.origin.replace(['\n', '\r'], " ")
     );
     let _ = writeln!(text, "upstream {} {{", block.name);
-    if guarded && guard.fail_open {
-        let _ = writeln!(
-            text,
-            "    # vigil: {} of {usable} servers fail their checks; none marked down (fail-open guard, min_healthy={})",
-            wanted.len(),
-            guard.min_healthy
-        );
-    }
-    let mut marked = Vec::new();
+    let (mut marked, mut kept, mut servers) = (Vec::new(), Vec::new(), Vec::new());
     for line in &block.lines {
         match line {
             Line::Other(t) => {
                 let _ = writeln!(text, "    {t};");
             }
-            Line::Server { text: t, peer, .. } if apply && wanted.contains(peer) => {
-                let _ = writeln!(text, "    {t} down; # vigil: down by active check");
-                marked.push(t.clone());
-            }
-            Line::Server { text: t, .. } => {
-                let _ = writeln!(text, "    {t};");
+            Line::Server {
+                text: t,
+                peer,
+                down,
+            } => {
+                let mark = match marks.get(peer) {
+                    Some(m) if !down => m.clone(),
+                    _ => Mark::AsWritten,
+                };
+                let _ = match &mark {
+                    Mark::AsWritten => writeln!(text, "    {t};"),
+                    Mark::Down(n) => {
+                        marked.push(t.clone());
+                        writeln!(text, "    {t} down; # vigil: {n}")
+                    }
+                    Mark::Kept(n) => {
+                        kept.push(t.clone());
+                        writeln!(text, "    {t}; # vigil: {n}")
+                    }
+                };
+                servers.push((t.clone(), mark));
             }
         }
     }
@@ -97,70 +170,10 @@ pub fn render(block: &Block, down: &dyn Fn(PeerId) -> bool, guard: Guard) -> Ren
         name: block.name.clone(),
         text,
         marked,
-        guarded,
+        kept,
+        servers,
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn block() -> Block {
-        Block {
-            name: "app".into(),
-            origin: "src.conf:1".into(),
-            lines: vec![
-                Line::Other("hash $request_uri consistent".into()),
-                Line::Server {
-                    text: "server 127.0.0.1:1 weight=2".into(),
-                    peer: PeerId(0),
-                    down: false,
-                },
-                Line::Server {
-                    text: "server 127.0.0.1:2".into(),
-                    peer: PeerId(1),
-                    down: false,
-                },
-                Line::Server {
-                    text: "server 127.0.0.1:3 down".into(),
-                    peer: PeerId(2),
-                    down: true,
-                },
-            ],
-        }
-    }
-
-    #[test]
-    fn marks_down_in_place_and_keeps_order() {
-        let r = render(&block(), &|p| p == PeerId(1), Guard::default());
-        assert_eq!(
-            r.text,
-            "# Rendered by vigil check from src.conf:1; do not edit: vigil rewrites this file.\n\
-             upstream app {\n    hash $request_uri consistent;\n    server 127.0.0.1:1 weight=2;\n    \
-             server 127.0.0.1:2 down; # vigil: down by active check\n    server 127.0.0.1:3 down;\n}\n"
-        );
-        assert_eq!(r.marked, vec!["server 127.0.0.1:2".to_string()]);
-        assert!(!r.guarded);
-        assert_eq!(
-            r,
-            render(&block(), &|p| p == PeerId(1), Guard::default()),
-            "deterministic"
-        );
-    }
-
-    #[test]
-    fn never_marks_every_server_unless_fail_closed() {
-        let all = |_| true;
-        let r = render(&block(), &all, Guard::default());
-        assert!(r.guarded);
-        assert!(r.marked.is_empty());
-        assert!(!r.text.contains("down; # vigil"));
-        let closed = Guard {
-            min_healthy: 1,
-            fail_open: false,
-        };
-        let r = render(&block(), &all, closed);
-        assert!(r.guarded);
-        assert_eq!(r.marked.len(), 2);
-    }
-}
+mod tests;

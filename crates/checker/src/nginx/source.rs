@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 
 use vigil_core::config::nginx::syntax::{self, Arg, Directive};
 use vigil_core::config::value::format_time;
-use vigil_core::config::{nginx, Balancer, CheckConfig, Config, Resolver, UpstreamConfig};
+use vigil_core::config::{
+    nginx, Balancer, CheckConfig, Config, InitialState, Resolver, UpstreamConfig,
+};
 use vigil_core::peer::PeerId;
 
 use super::SyncError;
@@ -121,12 +123,29 @@ pub fn load(
             }
         }
     }
+    for u in &mut config.upstreams {
+        if let Some(c) = &mut u.check {
+            c.initial = checker_initial(c.initial);
+        }
+    }
     config.servers.clear();
     Ok(Source {
         path: path.to_path_buf(),
         config,
         blocks,
     })
+}
+
+/// nginx serves every server as written until vigil marks one, so check
+/// mode starts each checked server where nginx has it: usable until its
+/// first probe result, which alone decides (tengine's `default_down=true`
+/// would have core eject every server before any probe). After the first
+/// result, rise and fall as configured.
+fn checker_initial(initial: InitialState) -> InitialState {
+    match initial {
+        InitialState::Down => InitialState::FirstResult,
+        other => other,
+    }
 }
 
 /// The file name must stay inside the render directory.

@@ -3,7 +3,7 @@
 //! previous ones), test, and reload, debounced and rate-limited; a failed
 //! or unverified reload is retried with exponential backoff.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,20 +12,21 @@ use arc_swap::ArcSwap;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use vigil_core::health::HealthState;
 use vigil_core::registry::Registry;
+use vigil_core::Clock;
 
 use super::files::{self, Change};
-use super::render::{render, Guard};
+use super::render::{decide, render, Mark};
 use super::source::Block;
-use super::{Nginx, SyncError};
+use super::{Guard, Nginx, SyncError};
 
 /// Timing and safety settings of the sync loop.
 #[derive(Clone, Debug)]
 pub struct SyncOptions {
     /// Where `NAME.conf` files go.
     pub render_dir: PathBuf,
-    /// The minimum-healthy guard.
+    /// The minimum-healthy guard (applied to core's rules when the source
+    /// is loaded: see [`Guard::apply`]).
     pub guard: Guard,
     /// Quiet time after the last transition before rendering (default 1s).
     pub debounce: Duration,
@@ -55,21 +56,33 @@ pub struct SyncStatus {
     pub reload_failures: u64,
     /// A reload is owed to nginx.
     pub reload_pending: bool,
+    /// The last reload failed or was unverified.
+    pub reload_failed: bool,
+    /// The last render was rejected by the test command.
+    pub rejected: bool,
     /// The last error, if the last attempt failed.
     pub last_error: Option<String>,
     /// Servers marked down in the files on disk (`upstream`, server text).
     pub marked: Vec<(String, String)>,
-    /// Upstreams where the guard held marks back.
+    /// Servers `max_ejected` (the guard) keeps up in the files on disk
+    /// although they fail (`upstream`, server text).
+    pub kept: Vec<(String, String)>,
+    /// Upstreams where `max_ejected` (the guard) keeps failing servers up.
     pub guarded: Vec<String>,
+    /// How every server is written in the files nginx last loaded (a
+    /// verified reload), by (`upstream`, server text); None before the
+    /// first verified reload.
+    pub loaded: Option<BTreeMap<(String, String), Mark>>,
 }
 
 /// The blocks and the registry they render from, swapped together.
-#[derive(Debug)]
 pub struct Snapshot {
     /// The source's blocks.
     pub blocks: Vec<Block>,
     /// The peer states.
     pub registry: Arc<Registry>,
+    /// The clock core's rules are judged on.
+    pub clock: Arc<dyn Clock>,
 }
 
 /// The loop's state.
@@ -80,8 +93,8 @@ pub struct Syncer {
     status: Arc<Mutex<SyncStatus>>,
     /// Files as last applied (name → text).
     current: BTreeMap<String, String>,
-    /// Peers marked down once; they stay marked until probes say up.
-    sticky: BTreeSet<(String, String)>,
+    /// How each server is written in the files as last applied.
+    applied: BTreeMap<(String, String), Mark>,
     /// A render the test rejected; not retried until something changes.
     failed: Option<BTreeMap<String, String>>,
     last_guarded: Vec<String>,
@@ -89,7 +102,9 @@ pub struct Syncer {
 
 struct Desired {
     files: BTreeMap<String, String>,
+    servers: BTreeMap<(String, String), Mark>,
     marked: Vec<(String, String)>,
+    kept: Vec<(String, String)>,
     guarded: Vec<String>,
 }
 
@@ -133,7 +148,7 @@ impl Syncer {
             snapshot,
             status,
             current,
-            sticky: BTreeSet::new(),
+            applied: BTreeMap::new(),
             failed: None,
             last_guarded: Vec::new(),
         })
@@ -145,61 +160,37 @@ impl Syncer {
         }
     }
 
-    /// Render every block from the peer states now.
-    fn desired(&mut self) -> Desired {
+    /// Render every block as core's rules say now ([`decide`]).
+    fn desired(&self) -> Desired {
         let snap = self.snapshot.load_full();
+        let now = snap.clock.now();
         let mut out = Desired {
             files: BTreeMap::new(),
+            servers: BTreeMap::new(),
             marked: Vec::new(),
+            kept: Vec::new(),
             guarded: Vec::new(),
         };
-        let mut sticky = BTreeSet::new();
         for block in &snap.blocks {
-            let up = snap.registry.get(&block.name);
-            let wants = |peer: vigil_core::peer::PeerId| -> Option<(String, String)> {
-                let p = up?.peers().get(peer.0 as usize)?;
-                let v = p.health().view();
-                let key = (block.name.clone(), p.name().to_string());
-                let probed_down = v.state == Some(HealthState::Down)
-                    && v.decided
-                    && (v.fail_streak > 0 || self.sticky.contains(&key));
-                // `vigil peer down|drain` through the admin API is rendered
-                // too (stock nginx has no drain: the peer is marked down and
-                // requests in flight finish on the old workers).
-                let admin_down = p.admin() != vigil_core::peer::AdminState::Up;
-                if probed_down {
-                    return Some(key);
-                }
-                admin_down.then_some((block.name.clone(), format!("{}#admin", p.name())))
-            };
-            let marks: BTreeSet<_> = block
-                .lines
-                .iter()
-                .filter_map(|l| match l {
-                    super::source::Line::Server { peer, .. } => wants(*peer).map(|k| (*peer, k)),
-                    _ => None,
-                })
-                .collect();
-            let r = render(
-                block,
-                &|p| marks.iter().any(|(q, _)| *q == p),
-                self.options.guard,
-            );
-            for (_, key) in marks {
-                // Only probe verdicts are sticky; admin marks follow the admin state.
-                if !key.1.ends_with("#admin") {
-                    sticky.insert(key);
-                }
+            let marks = snap
+                .registry
+                .get(&block.name)
+                .map(|up| decide(up, now))
+                .unwrap_or_default();
+            let r = render(block, &marks);
+            let name = &block.name;
+            out.marked
+                .extend(r.marked.iter().map(|m| (name.clone(), m.clone())));
+            out.kept
+                .extend(r.kept.iter().map(|m| (name.clone(), m.clone())));
+            if r.guarded() {
+                out.guarded.push(name.clone());
             }
-            for m in &r.marked {
-                out.marked.push((block.name.clone(), m.clone()));
+            for (text, mark) in r.servers {
+                out.servers.insert((name.clone(), text), mark);
             }
-            if r.guarded {
-                out.guarded.push(block.name.clone());
-            }
-            out.files.insert(block.name.clone(), r.text);
+            out.files.insert(name.clone(), r.text);
         }
-        self.sticky = sticky;
         out
     }
 
@@ -237,7 +228,7 @@ impl Syncer {
                 .iter()
                 .filter(|n| !self.last_guarded.contains(n))
             {
-                tracing::warn!(upstream = %name, "upstream {name}: the probes would leave too few servers; minimum-healthy guard engaged");
+                tracing::warn!(upstream = %name, "upstream {name}: more servers fail than max_ejected (the minimum-healthy guard) lets go; the least bad stay in nginx");
             }
             self.last_guarded = desired.guarded.clone();
         }
@@ -256,6 +247,7 @@ impl Syncer {
             tracing::error!(error = %e, "rendered upstream files rejected; previous files restored");
             self.update_status(|s| {
                 s.test_failures += 1;
+                s.rejected = true;
                 s.last_error = Some(e.to_string());
             });
             return Err(e);
@@ -266,13 +258,18 @@ impl Syncer {
         }
         self.failed = None;
         self.current = desired.files;
+        self.applied = desired.servers;
+        let owed = !changes.is_empty() || force;
         self.update_status(|s| {
             s.applied += 1;
+            s.rejected = false;
             s.last_error = None;
             s.marked = desired.marked;
+            s.kept = desired.kept;
             s.guarded = desired.guarded;
+            s.reload_pending |= owed;
         });
-        Ok(!changes.is_empty() || force)
+        Ok(owed)
     }
 
     /// Reload nginx and verify; updates the status.
@@ -280,10 +277,13 @@ impl Syncer {
         match self.nginx.reload().await {
             Ok(()) => {
                 tracing::info!("nginx reloaded (new workers seen)");
+                let loaded = self.applied.clone();
                 self.update_status(|s| {
                     s.reloads += 1;
                     s.reload_pending = false;
+                    s.reload_failed = false;
                     s.last_error = None;
+                    s.loaded = Some(loaded);
                 });
                 Ok(())
             }
@@ -292,6 +292,7 @@ impl Syncer {
                 self.update_status(|s| {
                     s.reload_failures += 1;
                     s.reload_pending = true;
+                    s.reload_failed = true;
                     s.last_error = Some(e.to_string());
                 });
                 Err(e)

@@ -1,8 +1,11 @@
 //! `vigil check` beside a real, stock nginx started by the test: three
 //! backends; stop one → nginx sends it nothing; start it → nginx uses it
-//! again; stop all → the upstream is not emptied; a render nginx rejects →
-//! rolled back, nginx still serving. The checker runs in-process through
-//! the library; rendering, `nginx -t` and the verified reload are real.
+//! again; stop all → the upstream is not emptied (core's max_ejected, the
+//! minimum-healthy guard, keeps the least bad); two of two failing their
+//! probes → nginx sends everything to the kept one, and status and explain
+//! say so; a render nginx rejects → rolled back, nginx still serving. The
+//! checker runs in-process through the library; rendering, `nginx -t` and
+//! the verified reload are real.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -14,6 +17,7 @@ use vigil_checker::nginx::{
     render_once, CheckOnly, CheckOnlyOptions, CommandLine, NginxControl, SyncOptions,
 };
 use vigil_checker::CheckerOptions;
+use vigil_core::api::{self, NginxGiven, UpstreamView};
 use vigil_core::health::HealthState;
 
 use crate::stock::{free_port, get, nginx_bin, Nginx};
@@ -45,14 +49,19 @@ struct Setup {
 }
 
 async fn setup(server_params: &str) -> Setup {
+    setup_with(3, server_params, "").await
+}
+
+/// `n` servers with `server_params`, and `inner` directives in the block.
+async fn setup_with(n: usize, server_params: &str, inner: &str) -> Setup {
     let bin = nginx_bin();
     let tmp = tempfile::tempdir().expect("test step");
     let dir = tmp.path().to_path_buf();
     let render = dir.join("upstreams");
     std::fs::create_dir_all(&render).expect("test step");
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
     let src = dir.join("upstreams.src.conf");
-    write_src(&src, &ports, server_params, "");
+    write_src_with(&src, &ports, server_params, inner, "");
     let port = free_port();
     let conf = Nginx::write_conf(&dir, port);
     let nginx_cmds = |tail: &[&str]| {
@@ -116,10 +125,15 @@ async fn setup(server_params: &str) -> Setup {
 }
 
 fn write_src(src: &Path, ports: &[u16], params: &str, extra: &str) {
+    write_src_with(src, ports, params, "", extra);
+}
+
+fn write_src_with(src: &Path, ports: &[u16], params: &str, inner: &str, extra: &str) {
     let mut text = String::from("upstream app {\n");
     for p in ports {
         text.push_str(&format!("    server 127.0.0.1:{p} {params};\n"));
     }
+    text.push_str(inner);
     text.push_str(&format!(
         "    check interval={INTERVAL_MS} rise=2 fall={FALL} timeout=150 type=http;\n    check_http_send \"GET /health HTTP/1.0\\r\\n\\r\\n\";\n}}\n"
     ));
@@ -236,7 +250,8 @@ async fn nginx_follows_the_probes_and_is_never_emptied() {
     assert_eq!(view.state, Some(HealthState::Up));
     assert!(view.ok_streak >= 2, "rise=2 passes first");
 
-    // Stop all: the file keeps every server usable (fail-open guard).
+    // Stop all: the upstream is never emptied. --min-healthy 1 is core's
+    // max_ejected: two are marked down, the least bad one stays.
     for b in backends.iter_mut() {
         if let Some(b) = b.take() {
             b.stop();
@@ -246,21 +261,172 @@ async fn nginx_follows_the_probes_and_is_never_emptied() {
         (0..3).all(|i| peer_state(&s.vigil, i) == Some(HealthState::Down))
     })
     .await;
-    eventually("the guard to engage", Duration::from_secs(5), || {
-        s.vigil.status().guarded == vec!["app".to_string()] && !s.vigil.status().reload_pending
-    })
+    eventually(
+        "two marked, one kept, reloaded",
+        Duration::from_secs(5),
+        || {
+            let st = s.vigil.status();
+            st.guarded == vec!["app".to_string()]
+                && st.marked.len() == 2
+                && st.kept.len() == 1
+                && !st.reload_pending
+        },
+    )
     .await;
     let text = std::fs::read_to_string(&file).expect("test step");
-    assert!(!text.contains(" down;"), "no server marked down:\n{text}");
-    for p in &s.ports {
-        assert!(text.contains(&format!("server 127.0.0.1:{p} max_fails=0;")));
-    }
-    // So a backend that comes back is used by nginx at once, before any probe rises.
-    backends[0] = Some(backend(s.ports[0], "b1").await);
+    assert_eq!(
+        text.matches(" down; # vigil: down by active check").count(),
+        2,
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("; # vigil: failing its checks, kept by max_ejected (3 of 3 would be ejected, at most 2 may be)").count(),
+        1,
+        "{text}"
+    );
+    let kept = s.vigil.status().kept[0].1.clone();
+    let k = s
+        .ports
+        .iter()
+        .position(|p| kept == format!("server 127.0.0.1:{p} max_fails=0"))
+        .expect("the kept one is a server of the source");
+    // So the kept backend, when it comes back, is used by nginx at once,
+    // before any probe rises.
+    backends[k] = Some(backend(s.ports[k], names[k]).await);
     let got = spray(addr, 3).await;
     assert!(
-        got.iter().any(|(st, _, b)| *st == 200 && b == "b1"),
+        got.iter().any(|(st, _, b)| *st == 200 && b == names[k]),
         "{got:?}"
+    );
+    drop(backends);
+    s.vigil.shutdown().await;
+}
+
+/// The admin API's view of `app` in check mode (what `vigil status` and
+/// `vigil explain` print).
+fn app_view(v: &CheckOnly) -> UpstreamView {
+    let reg = v.checker().registry();
+    let up = reg.get("app").expect("test step");
+    let mut view = api::upstream_view(up, &**v.clock(), v.clock().now());
+    v.annotator().annotate(&mut view);
+    view
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_of_two_failing_their_probes_nginx_keeps_the_least_bad_and_explain_says_so() {
+    // The backends serve every request, but their probes expect a 3xx: both
+    // fail every probe while serving nginx fine, so where nginx sends
+    // requests shows what it was given.
+    let s = setup_with(2, "max_fails=0", "    check_http_expect_alive http_3xx;\n").await;
+    let names = ["b1", "b2"];
+    let mut backends = Vec::new();
+    for (p, n) in s.ports.iter().zip(names) {
+        backends.push(backend(*p, n).await);
+    }
+    eventually("both down by probes", Duration::from_secs(5), || {
+        (0..2).all(|i| peer_state(&s.vigil, i) == Some(HealthState::Down))
+    })
+    .await;
+    eventually(
+        "one marked, one kept, and nginx running it",
+        Duration::from_secs(10),
+        || {
+            let st = s.vigil.status();
+            let view = app_view(&s.vigil);
+            st.marked.len() == 1
+                && st.kept.len() == 1
+                && view
+                    .peers
+                    .iter()
+                    .all(|p| p.nginx.as_ref().is_some_and(|n| n.pending.is_none()))
+        },
+    )
+    .await;
+    let view = app_view(&s.vigil);
+    let k = view
+        .peers
+        .iter()
+        .position(|p| p.nginx.as_ref().map(|n| n.given) == Some(Some(NginxGiven::Kept)))
+        .expect("one kept");
+    let d = 1 - k;
+    let (kept, down) = (&view.peers[k], &view.peers[d]);
+    assert_eq!(
+        down.nginx.as_ref().and_then(|n| n.given),
+        Some(NginxGiven::Down)
+    );
+    // Status: the kept one is eligible by core's rules, its ejection waived.
+    assert_eq!(kept.state, "eligible");
+    assert_eq!(kept.waived.len(), 1, "{kept:?}");
+    assert_eq!(kept.waived[0].rule, "probe_down");
+    assert_eq!(down.state, "probe_down");
+    let m = view
+        .rules
+        .max_ejected
+        .as_ref()
+        .expect("the guard is core's rule");
+    assert_eq!(
+        (m.percent, m.keep, m.in_service, m.ejected, m.allowed),
+        (100, 1, 2, 2, 1)
+    );
+    // nginx sends everything to the kept one, nothing to the other.
+    let got = spray(s.nginx.addr(), 20).await;
+    assert_eq!(got.len(), 20);
+    for (status, upstream, body) in &got {
+        assert_eq!(*status, 200);
+        assert_eq!(body, names[k]);
+        assert_eq!(upstream, &kept.address);
+    }
+    // explain: what nginx was given, and never "gets no traffic" for the kept one.
+    let said = api::explain(&view, kept, &[]);
+    assert!(
+        said[0].starts_with(&format!(
+            "In nginx: {} stays up in app.conf although it fails its checks (failing its checks, kept by max_ejected (2 of 2 would be ejected, at most 1 may be)): nginx still sends it traffic.",
+            kept.address
+        )),
+        "{said:?}"
+    );
+    assert!(
+        said.iter().all(|l| !l.contains("gets no traffic")),
+        "{said:?}"
+    );
+    assert!(
+        said.iter().any(|l| l.contains("would be ejected")),
+        "{said:?}"
+    );
+    let said = api::explain(&view, down, &[]);
+    assert!(
+        said[0].starts_with(&format!(
+            "In nginx: {} is marked `down` in app.conf (down by active check)",
+            down.address
+        )),
+        "{said:?}"
+    );
+    // The choice holds while both keep failing: more probes, no new reload.
+    let reloads = s.vigil.status().reloads;
+    let text = std::fs::read_to_string(s.render.join("app.conf")).expect("test step");
+    let streak = |i: usize| {
+        s.vigil
+            .checker()
+            .registry()
+            .get("app")
+            .expect("test step")
+            .peers()[i]
+            .health()
+            .view()
+            .fail_streak
+    };
+    let (s0, s1) = (streak(0), streak(1));
+    eventually(
+        "three more failed probes each",
+        Duration::from_secs(5),
+        || streak(0) >= s0 + 3 && streak(1) >= s1 + 3,
+    )
+    .await;
+    let st = s.vigil.status();
+    assert_eq!((st.reloads, st.reload_pending), (reloads, false));
+    assert_eq!(
+        std::fs::read_to_string(s.render.join("app.conf")).expect("test step"),
+        text
     );
     drop(backends);
     s.vigil.shutdown().await;

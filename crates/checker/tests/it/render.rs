@@ -3,7 +3,9 @@
 
 use std::path::Path;
 
-use vigil_checker::nginx::render::{render, Guard};
+use std::collections::BTreeMap;
+
+use vigil_checker::nginx::render::{render, Mark};
 use vigil_checker::nginx::source::{self, Line};
 use vigil_core::config::{literal_resolver, CheckKind};
 use vigil_core::peer::PeerId;
@@ -50,8 +52,7 @@ fn tengine_blocks_render_for_stock_nginx() {
         check.http.send,
         "HEAD /health/check/status HTTP/1.0\r\n\r\n"
     );
-    let none = |_| false;
-    let r = render(&s.blocks[0], &none, Guard::default());
+    let r = render(&s.blocks[0], &BTreeMap::new());
     let origin = format!("{}:6", src.display());
     assert_eq!(
         r.text,
@@ -75,7 +76,8 @@ fn tengine_blocks_render_for_stock_nginx() {
         peers,
         vec![(PeerId(0), false), (PeerId(2), false), (PeerId(1), true)]
     );
-    let r = render(&s.blocks[1], &|p| p == PeerId(2), Guard::default());
+    let down = BTreeMap::from([(PeerId(2), Mark::Down("down by active check".into()))]);
+    let r = render(&s.blocks[1], &down);
     assert!(r.text.contains(
         "    server 127.0.0.1:8091 weight=1;\n    server 127.0.0.1:9019 weight=4 backup down; # vigil: down by active check\n    server 127.0.0.1:9020 down;\n"
     ), "{}", r.text);
@@ -110,7 +112,7 @@ fn quoted_arguments_survive_and_default_checks_apply() {
             .kind,
         CheckKind::Tcp
     );
-    let r = render(&s.blocks[0], &|_| false, Guard::default());
+    let r = render(&s.blocks[0], &BTreeMap::new());
     assert!(
         r.text.contains("    hash \"$host $request_uri\";\n"),
         "{}",
@@ -135,7 +137,7 @@ check = { type = "http", interval = "2s", timeout = "500ms", send = "GET /health
 "#,
     );
     let s = source::load(&src, None, &literal_resolver).expect("test step");
-    let r = render(&s.blocks[0], &|_| false, Guard::default());
+    let r = render(&s.blocks[0], &BTreeMap::new());
     let body: Vec<&str> = r.text.lines().skip(1).collect();
     assert_eq!(
         body,
@@ -177,7 +179,7 @@ fn vigil_only_rules_and_slow_start_are_not_given_to_stock_nginx() {
          } }",
     );
     let s = source::load(&src, None, &literal_resolver).expect("test step");
-    let r = render(&s.blocks[0], &|_| false, Guard::default());
+    let r = render(&s.blocks[0], &BTreeMap::new());
     for word in ["slow_start", "passive_", "max_ejected", "check interval"] {
         assert!(!r.text.contains(word), "{word} rendered:\n{}", r.text);
     }

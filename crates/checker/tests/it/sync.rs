@@ -11,12 +11,17 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use vigil_checker::nginx::control::NginxFuture;
-use vigil_checker::nginx::{source, Nginx, Snapshot, SyncError, SyncOptions, SyncStatus, Syncer};
+use vigil_checker::nginx::{
+    source, Annotator, Guard, Nginx, Snapshot, SyncError, SyncOptions, SyncStatus, Syncer,
+};
+use vigil_core::api::{self, NginxGiven, NginxView};
 use vigil_core::clock::Timestamp;
 use vigil_core::config::literal_resolver;
+use vigil_core::event::EventBus;
 use vigil_core::health::ProbeReport;
 use vigil_core::peer::PeerId;
 use vigil_core::registry::Registry;
+use vigil_core::{Clock, ManualClock};
 
 #[derive(Default)]
 struct FakeNginx {
@@ -58,6 +63,8 @@ impl Nginx for FakeNginx {
 struct Rig {
     dir: tempfile::TempDir,
     registry: Arc<Registry>,
+    clock: Arc<dyn Clock>,
+    annotator: Annotator,
     nginx: Arc<FakeNginx>,
     status: Arc<Mutex<SyncStatus>>,
     wake: Arc<Notify>,
@@ -72,11 +79,20 @@ async fn rig(nginx: FakeNginx) -> Rig {
     std::fs::write(&src, SRC).expect("test step");
     let out = dir.path().join("out");
     std::fs::create_dir(&out).expect("test step");
-    let s = source::load(&src, None, &literal_resolver).expect("test step");
-    let (registry, _, _) = crate::support::registry(SRC);
+    // As `vigil check` loads it: the guard in core's rules.
+    let mut s = source::load(&src, None, &literal_resolver).expect("test step");
+    Guard::default().apply(&mut s.config);
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::at(1_000));
+    let registry = Arc::new(Registry::build(
+        &s.config,
+        None,
+        Arc::new(EventBus::default()),
+        clock.clone(),
+    ));
     let snapshot = Arc::new(ArcSwap::from_pointee(Snapshot {
         blocks: s.blocks,
         registry: registry.clone(),
+        clock: clock.clone(),
     }));
     let mut o = SyncOptions::new(out);
     o.debounce = Duration::from_millis(500);
@@ -85,6 +101,7 @@ async fn rig(nginx: FakeNginx) -> Rig {
     o.poll = Duration::from_millis(200);
     let nginx = Arc::new(nginx);
     let status = Arc::new(Mutex::new(SyncStatus::default()));
+    let annotator = Annotator::new(snapshot.clone(), status.clone());
     let mut syncer = Syncer::new(o, nginx.clone(), snapshot, status.clone()).expect("test step");
     syncer.converge(true).await.expect("test step");
     syncer.reload().await.expect("test step");
@@ -94,6 +111,8 @@ async fn rig(nginx: FakeNginx) -> Rig {
     Rig {
         dir,
         registry,
+        clock,
+        annotator,
         nginx,
         status,
         wake,
@@ -123,6 +142,14 @@ impl Rig {
         }
     }
 
+    /// What the admin API says nginx was given for server `i`.
+    fn nginx(&self, i: usize) -> NginxView {
+        let up = self.registry.get("app").expect("test step");
+        let mut view = api::upstream_view(up, &*self.clock, self.clock.now());
+        self.annotator.annotate(&mut view);
+        view.peers[i].nginx.clone().expect("annotated")
+    }
+
     fn reloads(&self) -> Vec<Instant> {
         self.nginx.reloads.lock().expect("test step").clone()
     }
@@ -142,24 +169,41 @@ async fn settle(d: Duration) {
     tokio::time::sleep(d).await;
 }
 
+/// Wait (paused time, in 100 ms steps, at most a minute) until `f` holds.
+async fn until(f: impl Fn() -> bool) {
+    for _ in 0..600 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("condition not reached within a minute of paused time");
+}
+
 #[tokio::test(start_paused = true)]
 async fn startup_renders_the_source_and_first_passes_mark_nothing() {
     let r = rig(FakeNginx::default()).await;
     assert_eq!(marked(&r.file()), 0);
     assert!(r.file().contains("    server 127.0.0.1:9001;\n"));
     assert_eq!(r.reloads().len(), 1, "one reload at startup");
-    // default_down peers with one pass each are still down in core, but
-    // they never failed: no surprise down.
-    for p in 0..3 {
+    // default_down peers: in check mode the first result decides, so one
+    // pass keeps a server up (no surprise down) ...
+    for p in 0..2 {
         r.probe(p, true);
     }
-    settle(Duration::from_secs(2)).await;
-    assert_eq!(marked(&r.file()), 0);
-    // A peer whose first result fails is marked (it was never proven).
+    // ... and a first failure marks it (it was never proven).
     r.probe(2, false);
     settle(Duration::from_secs(2)).await;
     assert_eq!(marked(&r.file()), 1);
     assert!(r.file().contains("server 127.0.0.1:9003 down;"));
+    // After that, fall=2 as configured: one failure of a server that is up
+    // does not mark it, the second does.
+    r.probe(0, false);
+    settle(Duration::from_secs(2)).await;
+    assert_eq!(marked(&r.file()), 1);
+    r.probe(0, false);
+    settle(Duration::from_secs(7)).await;
+    assert_eq!(marked(&r.file()), 2);
 }
 
 #[tokio::test(start_paused = true)]
@@ -198,18 +242,77 @@ async fn a_burst_of_transitions_gives_one_reload_after_the_debounce() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn every_server_failing_marks_none_down() {
+async fn every_server_failing_keeps_the_least_bad_one_up() {
     let r = rig(FakeNginx::default()).await;
     for p in 0..3 {
         r.probe(p, false);
-        r.probe(p, false);
     }
+    // :9001 fails once more: of the three, :9002 and :9003 have the better
+    // record (ties go to config order), and --min-healthy 1 keeps one.
+    r.probe(0, false);
     settle(Duration::from_secs(3)).await;
-    assert_eq!(marked(&r.file()), 0);
-    assert!(r.file().contains("none marked down (fail-open guard"));
+    assert_eq!(marked(&r.file()), 2, "{}", r.file());
+    assert!(
+        r.file().contains(
+            "    server 127.0.0.1:9002; # vigil: failing its checks, kept by max_ejected (3 of 3 would be ejected, at most 2 may be)\n"
+        ),
+        "{}",
+        r.file()
+    );
+    let st = r.status.lock().expect("test step").clone();
+    assert_eq!(st.guarded, vec!["app".to_string()]);
     assert_eq!(
-        r.status.lock().expect("test step").guarded,
-        vec!["app".to_string()]
+        st.kept,
+        vec![("app".to_string(), "server 127.0.0.1:9002".to_string())]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_api_says_what_nginx_was_given_waiting_failed_and_loaded() {
+    let r = rig(FakeNginx::default()).await;
+    let as_written = NginxView {
+        given: Some(NginxGiven::AsWritten),
+        given_note: None,
+        decided: NginxGiven::AsWritten,
+        decided_note: None,
+        pending: None,
+    };
+    assert_eq!(
+        r.nginx(1),
+        as_written,
+        "the startup reload loaded the source"
+    );
+    // Decided down, before the debounce ends: nginx still has it up.
+    r.nginx.reload_failures_left.store(1, Ordering::SeqCst);
+    r.probe(1, false);
+    let waiting = r.nginx(1);
+    assert_eq!(waiting.given, Some(NginxGiven::AsWritten));
+    assert_eq!(waiting.decided, NginxGiven::Down);
+    assert_eq!(
+        waiting.decided_note.as_deref(),
+        Some("down by active check")
+    );
+    assert_eq!(waiting.pending.as_deref(), Some("waiting_for_reload"));
+    // The reload fails: still up in nginx, and said so.
+    until(|| r.reloads().len() == 2).await;
+    assert_eq!(r.nginx(1).pending.as_deref(), Some("reload_failed"));
+    assert_eq!(r.nginx(1).given, Some(NginxGiven::AsWritten));
+    // The retry succeeds: nginx has it down.
+    until(|| r.reloads().len() == 3).await;
+    let down = r.nginx(1);
+    assert_eq!(down.given, Some(NginxGiven::Down));
+    assert_eq!(down.pending, None);
+    assert_eq!(r.nginx(0), as_written);
+    // explain leads with it.
+    let up = r.registry.get("app").expect("test step");
+    let mut view = api::upstream_view(up, &*r.clock, r.clock.now());
+    r.annotator.annotate(&mut view);
+    let sentences = api::explain(&view, &view.peers[1], &[]);
+    assert!(
+        sentences[0].starts_with(
+            "In nginx: 127.0.0.1:9002 is marked `down` in app.conf (down by active check)"
+        ),
+        "{sentences:?}"
     );
 }
 

@@ -47,6 +47,7 @@ pub const DEFAULT_LISTEN: SocketAddr =
 
 type RegistryFn = Arc<dyn Fn() -> Arc<Registry> + Send + Sync>;
 type ReloadFn = Arc<dyn Fn() -> Result<u64, String> + Send + Sync>;
+type AnnotateFn = Arc<dyn Fn(&mut api::UpstreamView) + Send + Sync>;
 
 /// Everything the admin API reads and acts on.
 #[derive(Clone)]
@@ -60,6 +61,8 @@ pub struct Admin {
     status: StatusPage,
     limits: Limits,
     refused: Arc<listener::Refused>,
+    /// `vigil check`: adds what nginx was given to every upstream view.
+    annotate: Option<AnnotateFn>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -185,7 +188,25 @@ impl Admin {
             status,
             limits: Limits::default(),
             refused: Arc::default(),
+            annotate: None,
         }
+    }
+
+    /// Pass every upstream view (status, upstream, explain) through `f`
+    /// first: `vigil check` adds what nginx was given for each server.
+    pub fn with_annotate(
+        mut self,
+        f: impl Fn(&mut api::UpstreamView) + Send + Sync + 'static,
+    ) -> Self {
+        self.annotate = Some(Arc::new(f));
+        self
+    }
+
+    fn annotated(&self, mut view: api::UpstreamView) -> api::UpstreamView {
+        if let Some(f) = &self.annotate {
+            f(&mut view);
+        }
+        view
     }
 
     /// Other listener bounds than the defaults.
@@ -252,16 +273,19 @@ impl Admin {
         };
         match route {
             Route::StatusPage => self.status.respond(req),
-            Route::Status => json(
-                StatusCode::OK,
-                &api::status(&(self.registry)(), &*self.clock),
-            ),
+            Route::Status => {
+                let mut doc = api::status(&(self.registry)(), &*self.clock);
+                if let Some(f) = &self.annotate {
+                    doc.upstreams.iter_mut().for_each(|u| f(u));
+                }
+                json(StatusCode::OK, &doc)
+            }
             Route::Upstream { name } => {
                 let reg = (self.registry)();
                 match reg.get(&name) {
                     Some(u) => json(
                         StatusCode::OK,
-                        &api::upstream_view(u, &*self.clock, self.clock.now()),
+                        &self.annotated(api::upstream_view(u, &*self.clock, self.clock.now())),
                     ),
                     None => error(StatusCode::NOT_FOUND, format!("no upstream \"{name}\"")),
                 }
@@ -419,7 +443,7 @@ impl Admin {
         let Some(up) = reg.get(name) else {
             return error(StatusCode::NOT_FOUND, format!("no upstream \"{name}\""));
         };
-        let view = api::upstream_view(up, &*self.clock, self.clock.now());
+        let view = self.annotated(api::upstream_view(up, &*self.clock, self.clock.now()));
         let events: Vec<api::EventView> = self
             .events
             .since(0, usize::MAX)

@@ -1,7 +1,8 @@
 //! `vigil check`: the checker beside a stock nginx. Probes the servers of
 //! tengine-style upstream blocks kept in a source file nginx does not read,
 //! renders one stock-nginx `upstream` file per block (down servers marked
-//! `down`, never all of them), tests and reloads nginx, and serves
+//! `down`, never more than `--min-healthy` and `max_ejected` let go), tests
+//! and reloads nginx, and serves
 //! tengine's status page and Prometheus metrics.
 
 use std::net::SocketAddr;
@@ -76,10 +77,13 @@ pub(crate) struct Args {
     /// Accepted statuses of the default http check (tengine's check_http_expect_alive).
     #[arg(long, value_name = "CLASSES")]
     default_check_http_expect_alive: Option<String>,
-    /// Servers of an upstream that must stay usable; below that, no server is marked down.
+    /// Primaries per upstream that stay in nginx whatever the probes say: when more fail,
+    /// the least bad are kept up (core's max_ejected rule, count form; an upstream's own
+    /// `max_ejected P%` applies too, the stricter wins). 0: no guard.
     #[arg(long, default_value_t = 1, value_name = "N")]
     min_healthy: usize,
-    /// Mark down as the probes say even when that leaves fewer than --min-healthy (fail-closed).
+    /// No guard: mark down every server the probes fail, even all of them (an upstream's
+    /// own `max_ejected` still applies).
     #[arg(long)]
     fail_closed: bool,
     /// Quiet time after the last transition before rendering.
@@ -140,13 +144,15 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             let checker = running.checker().clone();
             let c2 = checker.clone();
             let status = vigil_checker::status::StatusPage::for_checker(checker);
+            let annotator = running.annotator();
             let admin = crate::admin::Admin::new(
                 move || c2.registry(),
                 running.clock().clone(),
                 running.events().clone(),
                 args.admin_token.clone(),
                 status,
-            );
+            )
+            .with_annotate(move |view| annotator.annotate(view));
             let explicit = args.admin_listen.is_some();
             let addr = args.admin_listen.unwrap_or(crate::admin::DEFAULT_LISTEN);
             match admin.listen(addr, stop_admin.clone()).await {

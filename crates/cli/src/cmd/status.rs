@@ -82,18 +82,51 @@ pub(crate) fn render(doc: &StatusDoc, colour: bool) -> String {
             if u.single { ", single" } else { "" },
             check
         ));
+        let checker = u.peers.iter().any(|p| p.nginx.is_some());
         s.push_str(&format!(
-            "  {:<24} {:<11} {:>6} {:>5} {:>7} {:<34} {}\n",
-            "PEER", "STATE", "WEIGHT", "CONNS", "FAILS", "LAST PROBE", "SINCE"
+            "  {:<24} {:<11} {:>6} {:>5} {:>7} {:<34} {}{}\n",
+            "PEER",
+            "STATE",
+            "WEIGHT",
+            "CONNS",
+            "FAILS",
+            "LAST PROBE",
+            "SINCE",
+            if checker { "    IN NGINX" } else { "" }
         ));
         for p in &u.peers {
-            s.push_str(&row(p, colour));
+            s.push_str(&row(p, colour, checker));
         }
     }
     s
 }
 
-fn row(p: &PeerView, colour: bool) -> String {
+/// `vigil check`: what nginx was given for the server (`down`, `kept`
+/// (failing, kept up by the guard: gets traffic), `as written`), and what
+/// vigil decided when nginx does not run it yet.
+fn in_nginx(p: &PeerView) -> String {
+    use vigil_core::api::NginxGiven;
+    let Some(n) = &p.nginx else {
+        return String::new();
+    };
+    let word = |g: Option<NginxGiven>| match g {
+        Some(NginxGiven::Down) => "down",
+        Some(NginxGiven::Kept) => "kept (failing, gets traffic)",
+        Some(NginxGiven::AsWritten) => "as written",
+        None => "not reloaded yet",
+    };
+    match &n.pending {
+        None => word(n.given).to_string(),
+        Some(why) => format!(
+            "{}; decided: {} ({})",
+            word(n.given),
+            word(Some(n.decided)),
+            why.replace('_', " ")
+        ),
+    }
+}
+
+fn row(p: &PeerView, colour: bool, checker: bool) -> String {
     let state = if p.backup && p.state == "eligible" {
         "backup".to_string()
     } else {
@@ -134,6 +167,11 @@ fn row(p: &PeerView, colour: bool) -> String {
         format!("{}/-", p.fails)
     } else {
         format!("{}/{}", p.fails, p.max_fails)
+    };
+    let since = if checker {
+        format!("{since:<8} {}", in_nginx(p))
+    } else {
+        since
     };
     format!(
         "  {:<24} {} {:>6} {:>5} {:>7} {:<34} {}\n",

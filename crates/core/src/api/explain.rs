@@ -171,6 +171,7 @@ pub fn explain(up: &UpstreamView, peer: &PeerView, events: &[EventView]) -> Vec<
             }
         }
     }
+    super::nginx::amend(&up.name, peer, &mut out);
     out
 }
 

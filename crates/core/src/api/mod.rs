@@ -4,6 +4,7 @@
 //! core state, so `vigil serve`, `vigil check` and the CLI share them.
 
 mod explain;
+mod nginx;
 
 use serde::{Deserialize, Serialize};
 
@@ -15,6 +16,7 @@ use crate::registry::Registry;
 use crate::upstream::{Ineligible, PeerStatus, Upstream};
 
 pub use explain::explain;
+pub use nginx::{NginxGiven, NginxView};
 
 /// `GET /api/status`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -78,8 +80,20 @@ pub struct MaxEjectedView {
     pub in_service: u32,
     /// Of those, how many a health rule ejects (kept ones included).
     pub ejected: u32,
-    /// How many may be ejected: `min(floor(in_service × P / 100), in_service − 1)`.
+    /// How many may be ejected: `min(floor(in_service × P / 100), in_service − keep)`.
     pub allowed: u32,
+    /// The count form: at least this many stay in service (1 unless set,
+    /// as by `vigil check --min-healthy`; left out of the JSON when 1).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub keep: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 /// An upstream's active check.
@@ -148,6 +162,9 @@ pub struct PeerView {
     /// Ejections `max_ejected` overrides: the peer stays eligible despite them.
     #[serde(default)]
     pub waived: Vec<ReasonView>,
+    /// `vigil check` only: what nginx was given for this server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nginx: Option<NginxView>,
 }
 
 /// A peer on probation (`passive_recovery probation=N`).
@@ -286,6 +303,7 @@ fn rules_view(up: &Upstream, now: Timestamp) -> RulesView {
             in_service: m.in_service,
             ejected: m.ejected,
             allowed: m.allowed,
+            keep: r.keep_in_service.map_or(1, |k| k.get()),
         }),
     }
 }
@@ -393,6 +411,7 @@ fn peer_view(s: &PeerStatus, clock: &dyn Clock) -> PeerView {
         }),
         reasons,
         waived: s.waived.iter().map(|r| reason_view(r, clock)).collect(),
+        nginx: None,
     }
 }
 

@@ -104,6 +104,12 @@ pub struct HealthRules {
     /// `max_ejected P%`: at most this percentage (0..=100) of the primaries
     /// in service ejected at once by every rule together. Default none.
     pub max_ejected: Option<u8>,
+    /// The count form of `max_ejected`: at least this many primaries in
+    /// service stay eligible whatever the health rules say. No directive:
+    /// `vigil check --min-healthy N` sets it. Default none: one, the floor
+    /// `max_ejected` always keeps. Set without `max_ejected`, it alone puts
+    /// the rule in force (as `max_ejected 100%` keeping N).
+    pub keep_in_service: Option<NonZeroU32>,
     /// Where each directive is, for errors and lint findings.
     pub origins: RuleOrigins,
 }
@@ -521,6 +527,12 @@ impl HealthRules {
     /// Whether every rule is at nginx's default.
     pub fn is_nginx(&self) -> bool {
         *self == HealthRules::default()
+    }
+
+    /// Whether `max_ejected` is in force, in its percentage form, its count
+    /// form ([`HealthRules::keep_in_service`]) or both.
+    pub fn limits_ejection(&self) -> bool {
+        self.max_ejected.is_some() || self.keep_in_service.is_some()
     }
 }
 

@@ -151,9 +151,10 @@ impl Upstream {
         out
     }
 
-    /// `max_ejected`'s count for the primaries now (None without the rule).
+    /// `max_ejected`'s count for the primaries now (None without the rule;
+    /// `percent` is 100 when only its count form is set).
     pub fn max_ejected_now(&self, now: Timestamp) -> Option<MaxEjectedNow> {
-        let percent = self.config.rules.max_ejected?;
+        let percent = self.config.rules.max_ejected.unwrap_or(100);
         let slots = self.slots(&self.primary);
         let k = self.primary.kept_in(self, &slots, now)?;
         Some(MaxEjectedNow {

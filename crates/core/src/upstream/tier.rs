@@ -283,7 +283,7 @@ impl Tier {
         events: &mut Vec<(u32, EventKind)>,
     ) -> Gate<'a> {
         let rules = &up.config.rules;
-        if !self.primary || rules.max_ejected.is_none() {
+        if !self.primary || !rules.limits_ejection() {
             return Gate::new(rules, self.single, now, None, self.ramps);
         }
         self.limited_gate(up, st, now, events)
@@ -335,7 +335,7 @@ impl Tier {
 
     /// `max_ejected`'s decision for this tier (primaries only).
     pub(crate) fn kept_in(&self, up: &Upstream, slots: &[Slot], now: Timestamp) -> Option<Kept> {
-        if !self.primary || up.config.rules.max_ejected.is_none() {
+        if !self.primary || !up.config.rules.limits_ejection() {
             return None;
         }
         let peers = &up.peers[self.offset..self.offset + slots.len()];

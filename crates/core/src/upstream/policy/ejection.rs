@@ -6,12 +6,18 @@
 //! In service: a primary that is neither `down` in the config nor set down
 //! or draining through the admin API. Of the n in service at most
 //! `min(floor(n × P / 100), n − 1)` may be ejected, so at least one primary
-//! always remains. When more would be, the ejected peers with the best
+//! always remains. The count form, [`HealthRules::keep_in_service`] = K
+//! (what `vigil check --min-healthy K` sets), keeps at least K: at most
+//! `n − min(K, n)` may be ejected. With both, the stricter (the smaller
+//! number) holds; with K alone, P is 100. When more would be, the ejected peers with the best
 //! recent record stay eligible ("kept"), and only the worst are ejected.
 //! The record, best first:
 //!
 //! 1. the fewest failures counted against it now (passive `fails` plus
-//!    failed probes in a row);
+//!    failed probes in a row, the latter counted up to `fall`: past it
+//!    every peer that keeps failing its probes ranks the same, so two of
+//!    them do not swap places at each probe, which in checker-only mode
+//!    would rewrite nginx's files and reload it every interval);
 //! 2. then the latest ejection (it was serving until more recently: the
 //!    last counted failure, or the probe state change);
 //! 3. then config order.
@@ -40,7 +46,9 @@ pub(crate) fn kept(
     single: bool,
     now: Timestamp,
 ) -> Option<Kept> {
-    let percent = rules.max_ejected?;
+    if !rules.limits_ejection() {
+        return None;
+    }
     let mut in_service = 0usize;
     // (tier index, failures, since)
     let mut ejected: Vec<(usize, u64, Timestamp)> = Vec::new();
@@ -54,7 +62,8 @@ pub(crate) fn kept(
         let mut hit = false;
         if !peer.health().allows_traffic() {
             let h = peer.health().view();
-            fails += u64::from(h.fail_streak);
+            let fall = peer.health().policy().map_or(u32::MAX, |p| p.fall);
+            fails += u64::from(h.fail_streak.min(fall));
             since = since.max(h.since);
             hit = true;
         }
@@ -67,7 +76,7 @@ pub(crate) fn kept(
             ejected.push((i, fails, since));
         }
     }
-    let allowed = (in_service * usize::from(percent) / 100).min(in_service.saturating_sub(1));
+    let allowed = allowed(rules, in_service);
     let mut set = Tried::default();
     let over = ejected.len().saturating_sub(allowed);
     if over > 0 {
@@ -84,6 +93,19 @@ pub(crate) fn kept(
     })
 }
 
+/// How many of `in_service` primaries `max_ejected` lets be ejected: by
+/// its percentage (100 when only the count form is set), never so many
+/// that fewer than `keep_in_service` (at least one) remain.
+pub(crate) fn allowed(rules: &HealthRules, in_service: usize) -> usize {
+    let by_percent = rules
+        .max_ejected
+        .map_or(in_service, |p| in_service * usize::from(p) / 100);
+    let keep = rules
+        .keep_in_service
+        .map_or(1, |k| usize::try_from(k.get()).unwrap_or(usize::MAX));
+    by_percent.min(in_service.saturating_sub(keep))
+}
+
 /// What `max_ejected` decided for a tier at one moment.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Kept {
@@ -95,4 +117,48 @@ pub(crate) struct Kept {
     pub(crate) allowed: u32,
     /// Primaries in service.
     pub(crate) in_service: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU32;
+
+    use super::*;
+
+    fn rules(percent: Option<u8>, keep: Option<u32>) -> HealthRules {
+        HealthRules {
+            max_ejected: percent,
+            keep_in_service: keep.and_then(NonZeroU32::new),
+            ..HealthRules::default()
+        }
+    }
+
+    #[test]
+    fn the_percentage_keeps_one_and_the_count_keeps_k_the_stricter_wins() {
+        // (percent, keep, in service) -> allowed
+        let cases = [
+            (Some(50), None, 1, 0),
+            (Some(50), None, 2, 1),
+            (Some(50), None, 3, 1),
+            (Some(100), None, 3, 2),
+            (Some(0), None, 3, 0),
+            (None, Some(1), 1, 0),
+            (None, Some(1), 2, 1),
+            (None, Some(1), 3, 2),
+            (None, Some(2), 1, 0),
+            (None, Some(2), 2, 0),
+            (None, Some(2), 3, 1),
+            (Some(50), Some(1), 4, 2),
+            (Some(50), Some(3), 4, 1),
+            (Some(100), Some(2), 4, 2),
+            (None, Some(5), 0, 0),
+        ];
+        for (p, k, n, want) in cases {
+            assert_eq!(
+                allowed(&rules(p, k), n),
+                want,
+                "max_ejected {p:?}% keep {k:?} of {n}"
+            );
+        }
+    }
 }
