@@ -2,7 +2,6 @@
 //! send the request, wait for the response header within
 //! `proxy_read_timeout`, and classify what went wrong in nginx's terms.
 
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -96,8 +95,14 @@ pub(crate) async fn run(
     // timer runs, and nothing needs tracking.
     let sent_at = tokio::time::Instant::now();
     let progress = (!request.body().is_end_stream()).then(Progress::new);
+    // hyper stops polling a body once it wrote Content-Length bytes, so
+    // the end is also known by counting.
+    let declared = request
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     let request = match &progress {
-        Some(p) => request.map(|b| BodyExt::boxed(Tracked::new(b, p.clone()))),
+        Some(p) => request.map(|b| BodyExt::boxed(Tracked::new(b, p.clone(), declared))),
         None => request,
     };
     let deadline = |progress: &Option<Progress>| match progress {
@@ -108,21 +113,24 @@ pub(crate) async fn run(
         let mut sent = std::pin::pin!(conn.sender.send_request(request));
         loop {
             let (deadline_at, phase) = deadline(&progress);
-            let mut sleep = std::pin::pin!(tokio::time::sleep_until(deadline_at));
-            let r = std::future::poll_fn(|cx| {
-                if let std::task::Poll::Ready(r) = sent.as_mut().poll(cx) {
-                    return std::task::Poll::Ready(Some(r));
+            // The body is sent by the connection's task: when it is all
+            // sent, the read timer replaces the send timer at once.
+            let all_sent = async {
+                match &progress {
+                    Some(p) if phase == Phase::Sending => p.all_sent().await,
+                    _ => std::future::pending().await,
                 }
-                if sleep.as_mut().poll(cx).is_ready() {
-                    return std::task::Poll::Ready(None);
+            };
+            tokio::select! {
+                biased;
+                r = &mut sent => break Ok(r),
+                () = all_sent => continue,
+                () = tokio::time::sleep_until(deadline_at) => {
+                    if deadline(&progress).0 > Instant::now() {
+                        continue;
+                    }
+                    break Err(phase);
                 }
-                std::task::Poll::Pending
-            })
-            .await;
-            match r {
-                Some(r) => break Ok(r),
-                None if deadline(&progress).0 > tokio::time::Instant::now() => continue,
-                None => break Err(phase),
             }
         }
     };
@@ -181,9 +189,10 @@ enum Phase {
     Waiting,
 }
 
-/// When hyper last took a piece of the request body, and whether it took all.
+/// When hyper last took a piece of the request body, whether it took all,
+/// and a wake-up for the attempt when it did.
 #[derive(Clone)]
-struct Progress(Arc<(AtomicU64, AtomicBool, Instant)>);
+struct Progress(Arc<(AtomicU64, AtomicBool, Instant, tokio::sync::Notify)>);
 
 impl Progress {
     fn new() -> Self {
@@ -191,7 +200,15 @@ impl Progress {
             AtomicU64::new(0),
             AtomicBool::new(false),
             Instant::now(),
+            tokio::sync::Notify::new(),
         )))
+    }
+
+    /// Resolves once the whole body was taken (at once if it was).
+    async fn all_sent(&self) {
+        while !self.0 .1.load(Ordering::Acquire) {
+            self.0 .3.notified().await;
+        }
     }
 
     fn touch(&self) {
@@ -202,6 +219,7 @@ impl Progress {
     fn finish(&self) {
         self.touch();
         self.0 .1.store(true, Ordering::Release);
+        self.0 .3.notify_one();
     }
 
     fn deadline(&self, send: Duration, read: Duration) -> (Instant, Phase) {
@@ -219,14 +237,20 @@ impl Progress {
 struct Tracked {
     inner: UpBody,
     progress: Progress,
+    /// Bytes still to send by the request's Content-Length, if it has one.
+    left: Option<u64>,
 }
 
 impl Tracked {
-    fn new(inner: UpBody, progress: Progress) -> Self {
-        if inner.is_end_stream() {
+    fn new(inner: UpBody, progress: Progress, declared: Option<u64>) -> Self {
+        if inner.is_end_stream() || declared == Some(0) {
             progress.finish();
         }
-        Self { inner, progress }
+        Self {
+            inner,
+            progress,
+            left: declared,
+        }
     }
 }
 
@@ -240,10 +264,16 @@ impl hyper::body::Body for Tracked {
     ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, Self::Error>>> {
         let r = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
         match &r {
-            std::task::Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => {
-                self.progress.finish()
+            std::task::Poll::Ready(Some(Ok(frame))) => {
+                let n = frame.data_ref().map_or(0, |d| d.len() as u64);
+                let left = self.left.map(|l| l.saturating_sub(n));
+                self.left = left;
+                if self.inner.is_end_stream() || left == Some(0) {
+                    self.progress.finish()
+                } else {
+                    self.progress.touch()
+                }
             }
-            std::task::Poll::Ready(Some(Ok(_))) => self.progress.touch(),
             std::task::Poll::Ready(_) => self.progress.finish(),
             std::task::Poll::Pending => {}
         }
