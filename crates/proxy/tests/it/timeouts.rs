@@ -461,9 +461,9 @@ async fn hanging_backend() -> SocketAddr {
 async fn a_post_to_a_peer_that_never_answers_gets_504_after_read_timeout() {
     let hang = hanging_backend().await;
     for (buffering, body) in [
-        ("on", "x=1".repeat(1)),
+        ("on", "x=1".to_string()),
         ("on", "y".repeat(200_000)),
-        ("off", "x=1".repeat(1)),
+        ("off", "x=1".to_string()),
     ] {
         let p = start_proxy(&format!(
             "http {{ upstream u {{ server {hang}; }}
