@@ -51,7 +51,11 @@ pub struct BackendOptions {
     /// Body size of a `200`, in bytes.
     pub body_size: usize,
     /// Under `PartialBody`, how long the backend waits between the part it
-    /// sends and the reset (so the header surely reaches the proxy first).
+    /// sends and the reset (default 0: at once; on loopback the bytes
+    /// written before a reset are still read by the proxy, the header
+    /// included). A proxy can charge the failure only when it reads the
+    /// reset, so every request picked for the peer in the meantime is cut
+    /// too: a longer pause means more cut responses per exclusion.
     pub cut_after: Duration,
 }
 
@@ -123,7 +127,7 @@ impl Default for BackendOptions {
     fn default() -> Self {
         Self {
             body_size: 1024,
-            cut_after: Duration::from_millis(20),
+            cut_after: Duration::ZERO,
         }
     }
 }
@@ -305,7 +309,9 @@ impl Acceptor {
                     fillers.clear();
                 }
                 Behaviour::Blackhole => {
-                    let Some(l) = self.ensure(&mut listener) else { return };
+                    let Some(l) = self.ensure(&mut listener) else {
+                        return;
+                    };
                     if fillers.is_empty() {
                         match blackhole(l, self.addr).await {
                             Ok(f) => fillers = f,
@@ -314,7 +320,9 @@ impl Acceptor {
                     }
                 }
                 _ => {
-                    let Some(l) = self.ensure(&mut listener) else { return };
+                    let Some(l) = self.ensure(&mut listener) else {
+                        return;
+                    };
                     if !fillers.is_empty() {
                         fillers.clear();
                         let _ = socket2::SockRef::from(l).listen(1024);
@@ -454,7 +462,11 @@ async fn serve(
 
 /// Resolves when the behaviour becomes `Refuse` (never, if the sender is gone).
 async fn refused(control: &mut watch::Receiver<(u64, Behaviour)>) {
-    if control.wait_for(|(_, b)| *b == Behaviour::Refuse).await.is_err() {
+    if control
+        .wait_for(|(_, b)| *b == Behaviour::Refuse)
+        .await
+        .is_err()
+    {
         std::future::pending::<()>().await;
     }
 }

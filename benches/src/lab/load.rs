@@ -30,7 +30,10 @@ pub struct Load {
     pub rate: u32,
     /// How long to send for.
     pub duration: Duration,
-    /// Every `post_every`-th request of a client is a POST (0: none).
+    /// One request in `post_every` is a POST (0: none), picked by a hash of
+    /// its id: deterministic, and without a period that could line up with
+    /// a round robin (a strict alternation would send every POST to the
+    /// same two of four peers).
     pub post_every: u32,
     /// Size of a POST body, in bytes (it starts with the id).
     pub post_size: usize,
@@ -162,7 +165,7 @@ impl Load {
                 break;
             }
             let id = base + ((c as u64) << 24 | n);
-            let post = self.post_every != 0 && (n + c as u64) % u64::from(self.post_every) == 0;
+            let post = self.post_every != 0 && mix(id) % u64::from(self.post_every) == 0;
             let sent = Instant::now();
             let attempt = self.request(&mut conn, id, post);
             let (outcome, backend, keep) = match timeout(self.timeout, attempt).await {
@@ -226,9 +229,17 @@ impl Load {
     }
 }
 
+/// splitmix64's finaliser.
+fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
 fn request_bytes(id: u64, post: bool, post_size: usize) -> Vec<u8> {
     if !post {
-        return format!("GET /?id={id} HTTP/1.1\r\nHost: lab\r\nX-Req-Id: {id}\r\n\r\n").into_bytes();
+        return format!("GET /?id={id} HTTP/1.1\r\nHost: lab\r\nX-Req-Id: {id}\r\n\r\n")
+            .into_bytes();
     }
     let mut body = format!("id={id}&pad=").into_bytes();
     body.resize(post_size.max(body.len()), b'x');
@@ -247,7 +258,13 @@ fn request_bytes(id: u64, post: bool, post_size: usize) -> Vec<u8> {
 impl Record {
     /// Whether a response head came whose body was cut short.
     pub fn cut_short(&self) -> bool {
-        matches!(self.outcome, Outcome::Response { complete: false, .. })
+        matches!(
+            self.outcome,
+            Outcome::Response {
+                complete: false,
+                ..
+            }
+        )
     }
 
     /// The status, when a head came.

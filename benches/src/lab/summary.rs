@@ -73,7 +73,11 @@ impl Summary {
         s.p50 = percentile(&latencies, 50);
         s.p99 = percentile(&latencies, 99);
         let secs = run.elapsed.as_secs_f64();
-        s.rate = if secs > 0.0 { s.total as f64 / secs } else { 0.0 };
+        s.rate = if secs > 0.0 {
+            s.total as f64 / secs
+        } else {
+            0.0
+        };
         s
     }
 

@@ -24,7 +24,11 @@ async fn each_behaviour_is_what_the_client_sees() {
     let run = load(b, 200).run().await;
     let s = Summary::of(&run);
     assert!(s.total >= 10, "{s}");
-    assert_eq!((s.by_status.get(&200), s.failures), (Some(&s.total), 0), "{s}");
+    assert_eq!(
+        (s.by_status.get(&200), s.failures),
+        (Some(&s.total), 0),
+        "{s}"
+    );
     assert_eq!(s.by_backend.get(&0), Some(&s.total), "{s}");
 
     b.set(Behaviour::PartialBody).await.unwrap();
@@ -72,7 +76,10 @@ async fn a_blackholed_port_lets_a_connect_hang_until_its_timeout_then_recovers()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_answers_after_its_delay() {
     let lab = Lab::start(1, BackendOptions::default()).await.unwrap();
-    lab[0].set(Behaviour::Slow(Duration::from_millis(300))).await.unwrap();
+    lab[0]
+        .set(Behaviour::Slow(Duration::from_millis(300)))
+        .await
+        .unwrap();
     let s = Summary::of(&load(&lab[0], 100).run().await);
     assert!(s.total > 0 && s.failures == 0, "{s}");
     assert!(s.p50 >= Duration::from_millis(300), "{s}");

@@ -1,4 +1,5 @@
 //! `vigil` binary tests: the real executable, on 127.0.0.1.
 
 mod demo;
+mod health;
 mod serve;
