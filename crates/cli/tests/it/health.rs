@@ -34,14 +34,16 @@ async fn scenario(
     secs: u64,
     schedule: &[(u64, usize, Behaviour)],
 ) -> Seen {
-    let lab = Lab::start(4, BackendOptions::default()).await.unwrap();
+    let lab = Lab::start(4, BackendOptions::default())
+        .await
+        .expect("start the backends");
     let mut site = site(lab.addrs());
-    site.listen = free_addr().unwrap();
+    site.listen = free_addr().expect("a free port");
     let proxy = match kind {
         Kind::Vigil => Proxy::vigil(env!("CARGO_BIN_EXE_vigil").as_ref(), &site).await,
         Kind::Nginx => Proxy::nginx(&site).await,
     }
-    .unwrap();
+    .expect("start the proxy");
     lab.wait_serving(proxy.addr)
         .await
         .unwrap_or_else(|e| panic!("{kind:?}: {e}\n{}", proxy.log()));
@@ -52,9 +54,9 @@ async fn scenario(
     for &(at_ms, backend, b) in schedule {
         // The scenario's clock, not a wait for a condition.
         sleep_until(start + Duration::from_millis(at_ms)).await;
-        lab[backend].set(b).await.unwrap();
+        lab[backend].set(b).await.expect("switch the backend");
     }
-    let run = running.await.unwrap();
+    let run = running.await.expect("the load task");
     drop(proxy);
     Seen { run, lab }
 }
@@ -65,7 +67,7 @@ fn site(upstream_extra: &str, location: &str) -> impl Fn(Vec<std::net::SocketAdd
         server_params: SERVER.to_string(),
         upstream_extra: extra.clone(),
         location: location.clone(),
-        ..Site::new(free_addr().unwrap(), servers)
+        ..Site::new(free_addr().expect("a free port"), servers)
     }
 }
 
