@@ -1,7 +1,10 @@
-//! Shared setup for vigil's benchmarks (see `benches/pick.rs` and `load/`).
+//! Shared setup for vigil's benchmarks (see `benches/pick.rs` and `load/`),
+//! and the fault lab ([`lab`]) of the load scenarios and the cli's health tests.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
+
+pub mod lab;
 
 use std::net::SocketAddr;
 use std::num::NonZeroU32;

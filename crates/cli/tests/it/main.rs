@@ -2,4 +2,5 @@
 
 mod conformance;
 mod demo;
+mod health;
 mod serve;
