@@ -1,5 +1,7 @@
-//! The HTTP exchange of an `http`/`https` probe: raw request bytes out,
-//! status line (and, for a body match, headers and up to 64 KiB of body) in.
+//! The HTTP exchange of an `http`/`https` probe: raw request bytes out;
+//! status line, headers and the body as framed (Content-Length, chunked,
+//! or until close; at most 64 KiB of it) in. A body cut short fails the
+//! probe, as it fails a client (tengine judges the status line alone).
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -12,8 +14,8 @@ use super::{Deadline, FailureKind, ProbeFailure, ProbeResult, Target};
 
 /// Longest accepted status line plus headers.
 const MAX_HEAD: usize = 16 * 1024;
-/// How much of the body a body match reads (nginx Plus reads 256 KiB,
-/// HAProxy 16 KiB).
+/// How much of the body a probe reads (nginx Plus reads 256 KiB for a
+/// match, HAProxy 16 KiB): a longer body passes once this much came.
 pub(crate) const BODY_LIMIT: usize = 64 * 1024;
 
 /// Send the request, read and judge the response.
@@ -72,9 +74,8 @@ where
             format!("status {status} not in {}", words.join(" ")),
         ));
     }
-    let Some(needle) = t.http.body_contains.as_deref() else {
-        return Ok(format!("HTTP {status}"));
-    };
+    // The whole response is read as framed (up to BODY_LIMIT), so a peer
+    // that cuts its bodies short fails its probe as it fails its clients.
     let head_end = loop {
         if let Some(i) = find(&buf, b"\r\n\r\n") {
             break i + 4;
@@ -100,22 +101,12 @@ where
     let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
     let framing = Framing::of(&head, status, t.http.send.starts_with("HEAD "));
     let mut raw = buf.split_off(head_end);
-    loop {
+    let body = loop {
         let (body, complete) = framing.decode(&raw);
-        let body = &body[..body.len().min(BODY_LIMIT)];
-        if find(body, needle.as_bytes()).is_some() {
-            return Ok(format!("HTTP {status}, body contains \"{needle}\""));
-        }
         if complete || body.len() >= BODY_LIMIT {
-            return Err(ProbeFailure::new(
-                ProbePhase::Body,
-                FailureKind::Body,
-                format!(
-                    "body does not contain \"{needle}\" ({} bytes read)",
-                    body.len()
-                ),
-            ));
+            break body;
         }
+        // A read error here (a reset mid-body) fails the probe.
         let n = read_more(
             &mut s,
             &mut raw,
@@ -125,28 +116,38 @@ where
         )
         .await?;
         if n == 0 {
-            if let Framing::Length(_) | Framing::Chunked = framing {
-                return Err(ProbeFailure::new(
-                    ProbePhase::Body,
-                    FailureKind::Io,
-                    "connection closed before the end of the body",
-                ));
+            if framing == Framing::Close {
+                break body;
             }
-            let (body, _) = Framing::Close.decode(&raw);
-            let body = &body[..body.len().min(BODY_LIMIT)];
-            if find(body, needle.as_bytes()).is_some() {
-                return Ok(format!("HTTP {status}, body contains \"{needle}\""));
-            }
+            let expected = match framing {
+                Framing::Length(n) => format!(" of {n}"),
+                _ => String::new(),
+            };
             return Err(ProbeFailure::new(
                 ProbePhase::Body,
-                FailureKind::Body,
+                FailureKind::Io,
                 format!(
-                    "body does not contain \"{needle}\" ({} bytes read)",
+                    "connection closed before the end of the body ({} bytes{expected} read)",
                     body.len()
                 ),
             ));
         }
+    };
+    let body = &body[..body.len().min(BODY_LIMIT)];
+    let Some(needle) = t.http.body_contains.as_deref() else {
+        return Ok(format!("HTTP {status}"));
+    };
+    if find(body, needle.as_bytes()).is_some() {
+        return Ok(format!("HTTP {status}, body contains \"{needle}\""));
     }
+    Err(ProbeFailure::new(
+        ProbePhase::Body,
+        FailureKind::Body,
+        format!(
+            "body does not contain \"{needle}\" ({} bytes read)",
+            body.len()
+        ),
+    ))
 }
 
 /// Judge a reply held in memory exactly as a probe judges one read from a
@@ -395,6 +396,30 @@ mod tests {
         assert_eq!(
             judge_reply(&plain, b"HTTP/1.0 204 No Content\r\n\r\n", 3).await,
             Ok("HTTP 204".to_string())
+        );
+        // Without a body match the body is still read as framed: cut short
+        // (by length or inside a chunk) it fails; until close it passes.
+        for cut in [
+            &b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\npartial"[..],
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n",
+        ] {
+            let e = judge_reply(&plain, cut, 4).await.expect_err("cut short");
+            assert!(
+                matches!(e.kind(), FailureKind::Io | FailureKind::Protocol),
+                "{e}"
+            );
+        }
+        assert_eq!(
+            judge_reply(&plain, b"HTTP/1.0 200 OK\r\n\r\nuntil close", 4).await,
+            Ok("HTTP 200".to_string())
+        );
+        let mut long = b"HTTP/1.1 200 OK\r\nContent-Length: 10000000\r\n\r\n".to_vec();
+        long.resize(long.len() + BODY_LIMIT, b'x');
+        assert_eq!(
+            judge_reply(&plain, &long, 4096).await,
+            Ok("HTTP 200".to_string()),
+            "a body longer than the limit passes once the limit was read"
         );
         let e = judge_reply(&plain, b"HTTP/1.1 2", 1)
             .await

@@ -172,8 +172,36 @@ async fn slow_body_times_out_in_the_body_phase() {
     assert_eq!(f.phase(), ProbePhase::Body);
     assert!(f.is_timeout());
     assert_eq!(f.detail(), "timed out after 300ms reading the body");
-    // Without a body match the status alone decides, at once.
-    assert!(run(&target(slow.addr, CheckKind::Http)).await.is_ok());
+    // Without a body match the body is read as framed all the same.
+    let f = run(&target(slow.addr, CheckKind::Http))
+        .await
+        .expect_err("the body did not come in time");
+    assert_eq!(f.phase(), ProbePhase::Body);
+}
+
+/// A peer that sends its status and part of its body, then resets, fails
+/// its probe as it fails its clients (the proxy cuts their bodies short),
+/// with a body match or without.
+#[tokio::test]
+async fn a_body_cut_short_by_a_reset_or_a_close_fails_the_probe() {
+    for b in [
+        Behaviour::AnswerThenReset("HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\nfirst half"),
+        Behaviour::Answer("HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\nfirst half"),
+    ] {
+        let cut = Raw::start(b).await;
+        for needle in [None, Some("first")] {
+            let mut t = target(cut.addr, CheckKind::Http);
+            t.http.body_contains = needle.map(str::to_string);
+            let f = run(&t).await.expect_err("a body cut short");
+            assert_eq!(
+                (f.phase(), f.kind()),
+                (ProbePhase::Body, FailureKind::Io),
+                "{needle:?}: {f}"
+            );
+        }
+    }
+    let whole = Raw::start(Behaviour::Answer(OK)).await;
+    assert!(run(&target(whole.addr, CheckKind::Http)).await.is_ok());
 }
 
 struct Pki {

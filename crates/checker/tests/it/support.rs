@@ -39,6 +39,9 @@ pub(crate) enum Behaviour {
     Close,
     /// Send a head, then the body one byte every `gap`.
     SlowBody(&'static str, &'static str, Duration),
+    /// Read the request, send these bytes, then reset the connection
+    /// (SO_LINGER 0).
+    AnswerThenReset(&'static str),
 }
 
 /// A raw TCP backend; stops when dropped.
@@ -74,6 +77,12 @@ impl Raw {
                                 read_head(&mut s).await;
                                 let _ = s.write_all(text.as_bytes()).await;
                                 let _ = s.shutdown().await;
+                            }
+                            Behaviour::AnswerThenReset(text) => {
+                                read_head(&mut s).await;
+                                let _ = s.write_all(text.as_bytes()).await;
+                                let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
+                                drop(s);
                             }
                             Behaviour::Hang => std::future::pending::<()>().await,
                             Behaviour::Close => drop(s),
