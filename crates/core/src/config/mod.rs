@@ -7,6 +7,7 @@ pub mod model;
 pub mod nginx;
 pub mod read;
 pub mod toml;
+mod traffic;
 mod validate;
 pub mod value;
 

@@ -101,6 +101,14 @@ pub struct HealthRules {
     /// `passive_penalty base=T max=T [jitter=P%]`: exclusions that grow.
     /// Default none: every exclusion lasts `fail_timeout` (nginx).
     pub penalty: Option<Penalty>,
+    /// `retry_budget ratio=R% min=N/s`: the retries and hedges of the
+    /// upstream's requests, over the last 10 s, may not exceed R% of its
+    /// requests plus N per second. Default none (nginx: no limit).
+    pub retry_budget: Option<RetryBudget>,
+    /// `hedge after=T|pNN [max=M]`: an idempotent request with no response
+    /// header after T is sent to another peer too; the first header wins.
+    /// Default none (nginx: never).
+    pub hedge: Option<Hedge>,
     /// `max_ejected P%`: at most this percentage (0..=100) of the primaries
     /// in service ejected at once by every rule together. Default none.
     pub max_ejected: Option<u8>,
@@ -134,6 +142,39 @@ pub enum Recovery {
     Probation(NonZeroU32),
 }
 
+/// `retry_budget ratio=R% min=N/s` (Finagle's retry budget): each request
+/// deposits R% of a token, each retry or hedge withdraws one (deposits and
+/// withdrawals older than [`RetryBudget::WINDOW`] expire); when none is
+/// left, a reserve of N per second (a `governor` rate limiter, burst N)
+/// pays instead; when that is empty too, the retry is denied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryBudget {
+    /// `ratio=`: R, 0..=100 percent of the requests.
+    pub ratio_percent: u8,
+    /// `min=`: N retries per second whatever the ratio (0: none).
+    pub min_per_sec: u32,
+}
+
+/// `hedge after=T|pNN [max=M]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hedge {
+    /// `after=`: when the next hedge goes out, counted from the start of
+    /// the latest attempt still waiting.
+    pub after: HedgeAfter,
+    /// `max=`: hedges per request (default 1, at most 8).
+    pub max: NonZeroU32,
+}
+
+/// When a hedge goes out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HedgeAfter {
+    /// `after=T`: a fixed delay (more than 0).
+    Fixed(Duration),
+    /// `after=pNN`: the upstream's recent NN-th percentile (1..=99)
+    /// time-to-header.
+    Percentile(u8),
+}
+
 /// `passive_penalty`: the k-th exclusion in a row lasts
 /// `min(base × 2^(k−1), max)`, ± `jitter` percent; after a clean period as
 /// long as `max`, k starts again at 1.
@@ -157,6 +198,10 @@ pub struct RuleOrigins {
     pub recovery: Origin,
     /// `passive_penalty`.
     pub penalty: Origin,
+    /// `retry_budget`.
+    pub retry_budget: Origin,
+    /// `hedge`.
+    pub hedge: Origin,
     /// `max_ejected`.
     pub max_ejected: Origin,
 }
@@ -531,6 +576,33 @@ impl Recovery {
             Recovery::Window => "window".into(),
             Recovery::Probe => "probe".into(),
             Recovery::Probation(n) => format!("probation={n}"),
+        }
+    }
+}
+
+impl HealthRules {
+    /// The traffic directives inside `upstream {}` (`retry_budget`,
+    /// `hedge`): vigil's own like [`HealthRules::DIRECTIVES`], left out of
+    /// the files `vigil check` renders.
+    pub const TRAFFIC_DIRECTIVES: [&'static str; 2] = ["retry_budget", "hedge"];
+}
+
+impl RetryBudget {
+    /// How long a request's deposit and a retry's withdrawal count.
+    pub const WINDOW: Duration = Duration::from_secs(10);
+}
+
+impl Hedge {
+    /// The most hedges a request may have (`max=`).
+    pub const MAX: u32 = 8;
+}
+
+impl HedgeAfter {
+    /// The word in nginx.conf and TOML: `50ms`, `p95`.
+    pub fn word(self) -> String {
+        match self {
+            HedgeAfter::Fixed(d) => super::value::format_time(d),
+            HedgeAfter::Percentile(p) => format!("p{p}"),
         }
     }
 }

@@ -10,6 +10,7 @@ use crate::event::EventBus;
 use crate::health::{ActiveHealth, HealthPolicy};
 use crate::peer::{Peer, PeerId};
 
+use super::budget::RetryBudgetState;
 use super::tier::{self, Tier};
 use super::Upstream;
 
@@ -55,6 +56,13 @@ impl Upstream {
             has_backup.then(|| Tier::new(&peers[n_primary..], n_primary, false, rr, false));
         let primaries: Vec<_> = peers[..n_primary].iter().map(|p| p.config()).collect();
         let method = Method::build(&config.balancer, &primaries);
+        let budget = config.rules.retry_budget.map(|b| {
+            previous
+                .and_then(|p| p.budget.as_ref())
+                .filter(|old| old.config() == b)
+                .cloned()
+                .unwrap_or_else(|| Arc::new(RetryBudgetState::new(b, clock.clone())))
+        });
         let up = Self {
             name,
             config,
@@ -62,6 +70,7 @@ impl Upstream {
             primary,
             backup,
             method,
+            budget,
             events,
             clock,
             jitter: AtomicU64::new(rand::random()),

@@ -23,8 +23,10 @@
 //! }
 //! ```
 
+mod budget;
 mod build;
 mod fast;
+mod hedge;
 mod pick;
 mod policy;
 mod selection;
@@ -45,6 +47,8 @@ use crate::health::ProbeReport;
 use crate::outcome::{NextUpstream, PeerOutcome, RequestFacts};
 use crate::peer::{AdminState, Peer, PeerId};
 
+pub use budget::{BudgetNow, GovernorClock};
+pub use hedge::MEASURES_LATENCY;
 pub use policy::Ineligible;
 pub use status::{Ejection, MaxEjectedNow, PeerStatus, ProbeWanted};
 pub use tier::PassiveView;
@@ -60,6 +64,8 @@ pub struct Upstream {
     primary: Tier,
     backup: Option<Tier>,
     method: Method,
+    /// `retry_budget`, if set (kept over a reload that leaves it unchanged).
+    budget: Option<Arc<budget::RetryBudgetState>>,
     events: Arc<EventBus>,
     clock: Arc<dyn Clock>,
     /// splitmix64 state for the `passive_penalty` jitter.
@@ -99,6 +105,11 @@ pub struct Selection {
     policy: RetryPolicy,
     facts: RequestFacts,
     attempts: u32,
+    /// Attempts picked and not yet handed back (more than one while a
+    /// hedge races).
+    in_flight: u32,
+    /// Hedges sent.
+    hedges: u32,
     key: KeyState,
 }
 
@@ -308,6 +319,9 @@ impl Upstream {
             },
             _ => KeyState::None,
         };
+        if let Some(b) = &self.budget {
+            b.deposit(now);
+        }
         Selection {
             tried: Tried::default(),
             in_backup: false,
@@ -316,6 +330,8 @@ impl Upstream {
             policy,
             facts,
             attempts: 0,
+            in_flight: 0,
+            hedges: 0,
             key,
         }
     }
@@ -344,6 +360,7 @@ impl Upstream {
         self.publish(events, now);
         let index = picked.ok_or(NoLiveUpstreams)?;
         sel.attempts += 1;
+        sel.in_flight += 1;
         Ok(PeerGuard {
             upstream: self.clone(),
             index: index as u32,

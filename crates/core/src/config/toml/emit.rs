@@ -126,6 +126,14 @@ fn upstream(u: &UpstreamConfig) -> RawUpstream {
             max: format_time(p.max),
             jitter: (p.jitter_percent != 0).then(|| format!("{}%", p.jitter_percent)),
         }),
+        retry_budget: rules.retry_budget.map(|b| super::raw::RawRetryBudget {
+            ratio: format!("{}%", b.ratio_percent),
+            min: format!("{}/s", b.min_per_sec),
+        }),
+        hedge: rules.hedge.map(|h| super::raw::RawHedge {
+            after: h.after.word(),
+            max: (h.max.get() != 1).then(|| i64::from(h.max.get())),
+        }),
         max_ejected: rules.max_ejected.map(|p| format!("{p}%")),
     }
 }

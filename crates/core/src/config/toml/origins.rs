@@ -51,6 +51,8 @@ pub(super) fn fill(config: &mut Config, src: &str, file: &Path) {
             ("passive_count", &mut o.count),
             ("passive_recovery", &mut o.recovery),
             ("passive_penalty", &mut o.penalty),
+            ("retry_budget", &mut o.retry_budget),
+            ("hedge", &mut o.hedge),
             ("max_ejected", &mut o.max_ejected),
         ] {
             if let Some((key, _)) = entry(t, name) {

@@ -92,9 +92,36 @@ pub(crate) struct RawUpstream {
     /// `passive_penalty`: `{ base = "10s", max = "5m", jitter = "10%" }` (vigil only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) passive_penalty: Option<RawPenalty>,
+    /// `retry_budget`: `{ ratio = "20%", min = "10/s" }` (vigil only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) retry_budget: Option<RawRetryBudget>,
+    /// `hedge`: `{ after = "50ms", max = 1 }` or `{ after = "p95" }` (vigil only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) hedge: Option<RawHedge>,
     /// `max_ejected`: `"50%"` (vigil only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) max_ejected: Option<String>,
+}
+
+/// `retry_budget = { ratio, min }`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRetryBudget {
+    /// `"R%"` of the requests.
+    pub(crate) ratio: String,
+    /// `"N/s"` whatever the ratio.
+    pub(crate) min: String,
+}
+
+/// `hedge = { after, max }`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHedge {
+    /// `"50ms"` or `"p95"`.
+    pub(crate) after: String,
+    /// Hedges per request, default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) max: Option<i64>,
 }
 
 /// `passive_penalty = { base, max, jitter }`.

@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::at::At;
 use super::raw::{RawCheck, RawPeer, RawUpstream};
 use crate::config::addr::Use;
+use crate::config::traffic::TrafficProblem;
 use crate::config::validate::RuleProblem;
 use crate::config::{
     validate, Balancer, CheckConfig, CheckKind, ConfigError, HealthRules, InitialState, Keepalive,
@@ -42,6 +43,10 @@ pub(super) fn upstream(
         up.check = Some(check(c, &at.key("check"))?);
     }
     up.rules = rules(raw, at)?;
+    traffic(raw, &mut up.rules, at)?;
+    crate::config::traffic::check(&up).map_err(|p| match p {
+        TrafficProblem::HedgeNeedsLatency(m) => at.key("hedge").key("after").err(m),
+    })?;
     validate::rules(&up).map_err(|p| match p {
         RuleProblem::ProbeWithoutCheck(m) => at.key("passive_recovery").err(m),
         RuleProblem::Penalty(m) => at.key("passive_penalty").err(m),
@@ -188,6 +193,29 @@ fn rules(raw: &RawUpstream, at: &At<'_>) -> Result<HealthRules, ConfigError> {
         r.max_ejected = Some(validate::percent(text).map_err(|m| at.key("max_ejected").err(m))?);
     }
     Ok(r)
+}
+
+/// `retry_budget` and `hedge` (vigil only).
+fn traffic(raw: &RawUpstream, r: &mut HealthRules, at: &At<'_>) -> Result<(), ConfigError> {
+    use crate::config::traffic as t;
+    if let Some(b) = &raw.retry_budget {
+        let at = at.key("retry_budget");
+        r.retry_budget = Some(crate::config::RetryBudget {
+            ratio_percent: validate::percent(&b.ratio).map_err(|m| at.key("ratio").err(m))?,
+            min_per_sec: t::per_second(&b.min).map_err(|m| at.key("min").err(m))?,
+        });
+    }
+    if let Some(h) = &raw.hedge {
+        let at = at.key("hedge");
+        r.hedge = Some(crate::config::Hedge {
+            after: t::hedge_after(&h.after).map_err(|m| at.key("after").err(m))?,
+            max: match h.max {
+                Some(n) => t::hedge_max(n).map_err(|m| at.key("max").err(m))?,
+                None => NonZeroU32::MIN,
+            },
+        });
+    }
+    Ok(())
 }
 
 fn keepalive(raw: &RawUpstream, at: &At<'_>) -> Result<Option<Keepalive>, ConfigError> {
