@@ -1165,3 +1165,4 @@ fn a_guard_knows_when_its_attempt_started() {
 
 mod limits;
 mod rules;
+mod traffic;
