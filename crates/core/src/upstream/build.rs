@@ -55,7 +55,9 @@ impl Upstream {
             has_backup.then(|| Tier::new(&peers[n_primary..], n_primary, false, rr, false));
         let primaries: Vec<_> = peers[..n_primary].iter().map(|p| p.config()).collect();
         let method = Method::build(&config.balancer, &primaries);
+        let latency = super::latency::Latency::new(&config, peers.len());
         let up = Self {
+            latency,
             name,
             config,
             peers,

@@ -91,6 +91,7 @@ impl Selection {
         status: u16,
         now: Timestamp,
     ) -> StatusVerdict {
+        guard.header_came(now);
         let Some(class) = FailureClass::of_status(status) else {
             return StatusVerdict::PassThrough(guard, None);
         };
@@ -125,6 +126,7 @@ impl Selection {
         now: Timestamp,
     ) -> FailureVerdict {
         let class = failure.class;
+        guard.stop_waiting();
         guard.done = true;
         let (accounting, single) = if guard.charged.is_some() {
             // Charged already (cannot happen before a header; kept exact).
@@ -209,6 +211,7 @@ impl PeerGuard {
 
 impl Drop for PeerGuard {
     fn drop(&mut self) {
+        self.stop_waiting();
         if self.done {
             return;
         }
