@@ -5,6 +5,7 @@ mod addr;
 mod error;
 pub mod model;
 pub mod nginx;
+pub mod preset;
 pub mod read;
 pub mod toml;
 mod traffic;

@@ -112,6 +112,17 @@ pub struct HealthRules {
     /// `max_ejected P%`: at most this percentage (0..=100) of the primaries
     /// in service ejected at once by every rule together. Default none.
     pub max_ejected: Option<u8>,
+    /// `eject_stuck factor=K min=T`: a peer whose oldest attempt still
+    /// waiting for its header is older than max(T, K × the upstream's
+    /// recent p99 time-to-header) takes no new requests. Default none.
+    pub eject_stuck: Option<EjectStuck>,
+    /// `eject_slow factor=K window=T min_requests=N [min=T]`: a peer whose
+    /// median time-to-header over the window is above K × the median of
+    /// the other peers' is ejected as a passive exclusion. Default none.
+    pub eject_slow: Option<EjectSlow>,
+    /// `health_preset NAME`: the preset written, and which settings it
+    /// supplied (the rest were written). Default none.
+    pub preset: Option<PresetUse>,
     /// Where each directive is, for errors and lint findings.
     pub origins: RuleOrigins,
 }
@@ -189,6 +200,70 @@ pub struct Penalty {
     pub jitter_percent: u8,
 }
 
+/// `eject_stuck factor=K min=T`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EjectStuck {
+    /// `factor=`: K, a multiple of the upstream's recent p99
+    /// time-to-header (1 to 1000).
+    pub factor: f64,
+    /// `min=`: T, the threshold whatever the p99 (and the whole threshold
+    /// while too few samples give a p99).
+    pub min: Duration,
+}
+
+/// `eject_slow factor=K window=T min_requests=N [min=T]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EjectSlow {
+    /// `factor=`: K, a multiple of the median of the other peers'
+    /// figures (above 1, at most 1000).
+    pub factor: f64,
+    /// `window=`: the span the figures cover (kept as two halves: a figure
+    /// covers the last window/2 to window).
+    pub window: Duration,
+    /// `min_requests=`: headers a peer needs in the window to be judged or
+    /// to count in its peers' median.
+    pub min_requests: u32,
+    /// `min=`: a figure at or below this is never slow, whatever the
+    /// others' (default 0).
+    pub min: Duration,
+}
+
+/// A `health_preset` and what it set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PresetUse {
+    /// Which preset.
+    pub preset: Preset,
+    /// The settings the preset supplied (not written beside it).
+    pub supplied: PresetSettings,
+}
+
+/// The presets of `health_preset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Preset {
+    /// `recommended`: every health rule beyond nginx, with vigil's defaults.
+    Recommended,
+}
+
+/// Which settings a preset supplied (true) rather than the configuration
+/// writing them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PresetSettings {
+    /// `passive_count`.
+    pub passive_count: bool,
+    /// `passive_recovery`.
+    pub passive_recovery: bool,
+    /// `passive_penalty`.
+    pub passive_penalty: bool,
+    /// `max_ejected`.
+    pub max_ejected: bool,
+    /// `eject_stuck`.
+    pub eject_stuck: bool,
+    /// `eject_slow`.
+    pub eject_slow: bool,
+    // retry_budget: the lead adds its flag here.
+    // hedge: the lead adds its flag here.
+}
+
 /// Where the rule directives are (all compare equal, as [`Origin`] does).
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct RuleOrigins {
@@ -204,6 +279,12 @@ pub struct RuleOrigins {
     pub hedge: Origin,
     /// `max_ejected`.
     pub max_ejected: Origin,
+    /// `eject_stuck`.
+    pub eject_stuck: Origin,
+    /// `eject_slow`.
+    pub eject_slow: Origin,
+    /// `health_preset`.
+    pub preset: Origin,
 }
 
 /// The balancing method of an upstream.
@@ -556,16 +637,46 @@ impl HealthRules {
     /// The rule directives inside `upstream {}`. They are vigil's own:
     /// stock nginx refuses them ("unknown directive"), so `vigil check`
     /// leaves them out of the files it renders, as it does `check`.
-    pub const DIRECTIVES: [&'static str; 4] = [
+    pub const DIRECTIVES: [&'static str; 7] = [
         "passive_count",
         "passive_recovery",
         "passive_penalty",
         "max_ejected",
+        "eject_stuck",
+        "eject_slow",
+        "health_preset",
     ];
 
     /// Whether every rule is at nginx's default.
     pub fn is_nginx(&self) -> bool {
         *self == HealthRules::default()
+    }
+}
+
+impl Preset {
+    /// The word in nginx.conf and TOML.
+    pub fn word(self) -> &'static str {
+        match self {
+            Preset::Recommended => "recommended",
+        }
+    }
+}
+
+impl PresetSettings {
+    /// The directive names of the settings supplied, in config order.
+    pub fn names(&self) -> Vec<&'static str> {
+        [
+            (self.passive_count, "passive_count"),
+            (self.passive_recovery, "passive_recovery"),
+            (self.passive_penalty, "passive_penalty"),
+            (self.max_ejected, "max_ejected"),
+            (self.eject_stuck, "eject_stuck"),
+            (self.eject_slow, "eject_slow"),
+        ]
+        .into_iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, n)| n)
+        .collect()
     }
 }
 

@@ -1,11 +1,10 @@
 //! The values of vigil's traffic directives inside `upstream {}`
-//! (`retry_budget`, `hedge`), shared by both front ends, and the checks of
-//! what they may be combined with.
+//! (`retry_budget`, `hedge`), shared by both front ends.
 
 use std::num::NonZeroU32;
 
 use super::value::parse_time;
-use super::{Hedge, HedgeAfter, UpstreamConfig};
+use super::{Hedge, HedgeAfter};
 
 /// `min=N/s`: a whole number of retries per second.
 pub(crate) fn per_second(text: &str) -> Result<u32, String> {
@@ -43,28 +42,4 @@ pub(crate) fn hedge_max(n: i64) -> Result<NonZeroU32, String> {
         .filter(|n| *n <= Hedge::MAX)
         .and_then(NonZeroU32::new)
         .ok_or_else(|| format!("invalid max={n}, expected 1 to {} hedges", Hedge::MAX))
-}
-
-/// A traffic rule of an upstream that cannot work.
-#[derive(Debug)]
-pub(crate) enum TrafficProblem {
-    /// `hedge after=pNN` while core measures no time-to-header.
-    HedgeNeedsLatency(String),
-}
-
-/// The traffic rules of `up` that cannot work with the rest of vigil.
-pub(crate) fn check(up: &UpstreamConfig) -> Result<(), TrafficProblem> {
-    if let Some(Hedge {
-        after: HedgeAfter::Percentile(p),
-        ..
-    }) = up.rules.hedge
-    {
-        if !crate::upstream::MEASURES_LATENCY {
-            return Err(TrafficProblem::HedgeNeedsLatency(format!(
-                "\"hedge after=p{p}\" in upstream \"{}\" needs latency measurement, which this build of vigil does not have: use after=T (a fixed delay)",
-                up.name
-            )));
-        }
-    }
-    Ok(())
 }

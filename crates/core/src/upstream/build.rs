@@ -63,7 +63,9 @@ impl Upstream {
                 .cloned()
                 .unwrap_or_else(|| Arc::new(RetryBudgetState::new(b, clock.clone())))
         });
+        let latency = super::latency::Latency::new(&config, peers.len());
         let up = Self {
+            latency,
             name,
             config,
             peers,

@@ -22,9 +22,6 @@ use crate::outcome::FailureClass;
 use super::budget::Paid;
 use super::{PeerGuard, RetryDenied, Selection, Upstream};
 
-/// Whether core measures the upstream's time-to-header (`after=pNN` needs it).
-pub const MEASURES_LATENCY: bool = false;
-
 // === impl Upstream ===
 
 impl Upstream {
@@ -32,7 +29,8 @@ impl Upstream {
     /// of its latest attempt: None when it will never be hedged (no
     /// `hedge`, a single server, a method or body that cannot be sent
     /// twice, `timeout` not in `proxy_next_upstream`, `max=` hedges sent,
-    /// or no time-to-header figure yet for `after=pNN`).
+    /// or, for `after=pNN`, too few time-to-header samples in the
+    /// upstream's window yet: [`super::MIN_SAMPLES`]).
     pub fn hedge_after(&self, sel: &Selection, now: Timestamp) -> Option<Duration> {
         let h = self.config.rules.hedge?;
         if sel.hedges >= h.max.get() || self.is_single() || sel.static_hedge_denial().is_some() {
@@ -40,10 +38,7 @@ impl Upstream {
         }
         match h.after {
             HedgeAfter::Fixed(d) => Some(d),
-            HedgeAfter::Percentile(_) => {
-                let _ = now;
-                None
-            }
+            HedgeAfter::Percentile(p) => self.header_time_quantile(f64::from(p) / 100.0, now),
         }
     }
 

@@ -27,6 +27,7 @@ mod budget;
 mod build;
 mod fast;
 mod hedge;
+mod latency;
 mod pick;
 mod policy;
 mod selection;
@@ -48,7 +49,7 @@ use crate::outcome::{NextUpstream, PeerOutcome, RequestFacts};
 use crate::peer::{AdminState, Peer, PeerId};
 
 pub use budget::{BudgetNow, GovernorClock};
-pub use hedge::MEASURES_LATENCY;
+pub use latency::{PeerFigure, MIN_SAMPLES, UPSTREAM_WINDOW};
 pub use policy::Ineligible;
 pub use status::{Ejection, MaxEjectedNow, PeerStatus, ProbeWanted};
 pub use tier::PassiveView;
@@ -70,6 +71,8 @@ pub struct Upstream {
     clock: Arc<dyn Clock>,
     /// splitmix64 state for the `passive_penalty` jitter.
     jitter: AtomicU64,
+    /// Time-to-header figures and waiting attempts, when a rule needs them.
+    latency: Option<Box<latency::Latency>>,
 }
 
 /// The retry limits of a location (`proxy_next_upstream*`).
@@ -152,6 +155,9 @@ pub struct PeerGuard {
     charged: Option<Accounting>,
     /// When the attempt started, on core's clock.
     started: Timestamp,
+    /// The same in µs when core measures time-to-header (0: not measured,
+    /// or no longer: the header came or the attempt ended).
+    started_us: u64,
 }
 
 /// No peer is eligible: nginx's "no live upstreams", answered with 502.
@@ -361,12 +367,21 @@ impl Upstream {
         let index = picked.ok_or(NoLiveUpstreams)?;
         sel.attempts += 1;
         sel.in_flight += 1;
+        let started_us = match &self.latency {
+            Some(l) => {
+                let us = self.clock.now_micros().max(1);
+                l.started(index, us);
+                us
+            }
+            None => 0,
+        };
         Ok(PeerGuard {
             upstream: self.clone(),
             index: index as u32,
             done: false,
             charged: None,
             started: now,
+            started_us,
         })
     }
 

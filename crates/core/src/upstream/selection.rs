@@ -98,6 +98,7 @@ impl Selection {
         now: Timestamp,
     ) -> StatusVerdict {
         self.in_flight = self.in_flight.saturating_sub(1);
+        guard.header_came(now);
         let Some(class) = FailureClass::of_status(status) else {
             return StatusVerdict::PassThrough(guard, None);
         };
@@ -145,6 +146,7 @@ impl Selection {
     ) -> FailureVerdict {
         let class = failure.class;
         self.in_flight = self.in_flight.saturating_sub(1);
+        guard.stop_waiting();
         guard.done = true;
         let (accounting, single) = if guard.charged.is_some() {
             // Charged already (cannot happen before a header; kept exact).
@@ -245,6 +247,7 @@ impl PeerGuard {
 
 impl Drop for PeerGuard {
     fn drop(&mut self) {
+        self.stop_waiting();
         if self.done {
             return;
         }

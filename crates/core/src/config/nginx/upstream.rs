@@ -1,6 +1,7 @@
 //! `upstream NAME { ... }` blocks, including tengine's `check` family and
 //! vigil's own peer rules ([`rules`]).
 
+mod ejection;
 mod rules;
 mod traffic;
 
@@ -132,8 +133,12 @@ pub(super) fn upstream_block(
         ));
     }
     up.check = check;
+    if let Some(p) = up.rules.preset {
+        crate::config::preset::expand(&mut up, p.preset, |name| {
+            rules_seen.iter().any(|(n, _)| n == name)
+        });
+    }
     rules::check(&up)?;
-    traffic::check(&up)?;
     if !matches!(up.balancer, Balancer::RoundRobin | Balancer::LeastConn) {
         if let Some(s) = up.servers.iter().find(|s| s.backup) {
             return Err(ConfigError::invalid(

@@ -355,3 +355,32 @@ fn requests_are_counted_at_begin_and_a_reload_keeps_an_unchanged_budget() {
     let next = Upstream::with_previous(cfg, Some(&f.up), f.events.clone(), f.clock.clone());
     assert_eq!(next.retry_budget_now(f.now()).map(|b| b.requests), Some(0));
 }
+
+#[test]
+fn after_a_percentile_hedges_once_the_upstream_has_enough_headers() {
+    let mut f = traffic(2, None, None, 1);
+    let mut cfg = f.up.config().clone();
+    cfg.rules.hedge = Some(Hedge {
+        after: HedgeAfter::Percentile(90),
+        max: NonZeroU32::MIN,
+    });
+    f.up = Arc::new(Upstream::new(cfg, f.events.clone(), f.clock.clone()));
+    let first = f.begin(RetryPolicy::default(), RequestFacts::default());
+    assert_eq!(f.up.hedge_after(&first, f.now()), None, "no samples yet");
+    // Headers after 10 ms, and one in ten after 200 ms.
+    for i in 0..super::super::MIN_SAMPLES * 2 {
+        let mut sel = f.begin(RetryPolicy::default(), RequestFacts::default());
+        let g = f.up.select(&mut sel, f.now()).expect("a peer");
+        f.advance(if i % 10 == 9 { 200 } else { 10 });
+        match sel.on_status(g, 200, f.now()) {
+            StatusVerdict::PassThrough(g, None) => drop(g),
+            _ => panic!("200 passes"),
+        }
+    }
+    let sel = f.begin(RetryPolicy::default(), RequestFacts::default());
+    let after = f.up.hedge_after(&sel, f.now()).expect("a p90 now");
+    assert!(
+        after >= Duration::from_millis(10) && after < Duration::from_millis(200),
+        "p90 of 90% at 10 ms: {after:?}"
+    );
+}

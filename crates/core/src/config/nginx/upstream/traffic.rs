@@ -6,8 +6,8 @@ use std::num::NonZeroU32;
 
 use super::super::syntax::Directive;
 use super::super::{args, bad, origin};
-use crate::config::traffic::{self, TrafficProblem};
-use crate::config::{ConfigError, Hedge, HealthRules, RetryBudget, UpstreamConfig};
+use crate::config::traffic;
+use crate::config::{ConfigError, Hedge, HealthRules, RetryBudget};
 
 /// The traffic directives, as named in nginx.conf.
 pub(super) const DIRECTIVES: [&str; 2] = HealthRules::TRAFFIC_DIRECTIVES;
@@ -81,13 +81,4 @@ pub(super) fn directive(
     });
     rules.origins.hedge = origin(&d.span);
     Ok(())
-}
-
-/// The shared checks, with the error at the directive at fault.
-pub(super) fn check(up: &UpstreamConfig) -> Result<(), ConfigError> {
-    traffic::check(up).map_err(|p| match p {
-        TrafficProblem::HedgeNeedsLatency(m) => {
-            ConfigError::invalid(up.rules.origins.hedge.clone(), m)
-        }
-    })
 }
