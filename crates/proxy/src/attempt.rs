@@ -109,16 +109,30 @@ pub(crate) async fn run(
         loop {
             let (deadline_at, phase) = deadline(&progress);
             let mut sleep = std::pin::pin!(tokio::time::sleep_until(deadline_at));
+            // The body's last piece moves the deadline from send_timeout
+            // to read_timeout (it may come sooner): look again then.
+            let mut sent_all = std::pin::pin!(async {
+                match &progress {
+                    Some(p) if phase == Phase::Sending => p.sent_all().await,
+                    _ => std::future::pending().await,
+                }
+            });
             let r = std::future::poll_fn(|cx| {
                 if let std::task::Poll::Ready(r) = sent.as_mut().poll(cx) {
-                    return std::task::Poll::Ready(Some(r));
+                    return std::task::Poll::Ready(Some(Some(r)));
                 }
                 if sleep.as_mut().poll(cx).is_ready() {
+                    return std::task::Poll::Ready(Some(None));
+                }
+                if sent_all.as_mut().poll(cx).is_ready() {
                     return std::task::Poll::Ready(None);
                 }
                 std::task::Poll::Pending
             })
             .await;
+            let Some(r) = r else {
+                continue;
+            };
             match r {
                 Some(r) => break Ok(r),
                 None if deadline(&progress).0 > tokio::time::Instant::now() => continue,
@@ -181,17 +195,26 @@ enum Phase {
     Waiting,
 }
 
-/// When hyper last took a piece of the request body, and whether it took all.
+/// When hyper last took a piece of the request body, and whether it took
+/// all (then `done` is told: the header's deadline may be sooner).
 #[derive(Clone)]
-struct Progress(Arc<(AtomicU64, AtomicBool, Instant)>);
+struct Progress(Arc<(AtomicU64, AtomicBool, Instant)>, Arc<tokio::sync::Notify>);
 
 impl Progress {
     fn new() -> Self {
-        Self(Arc::new((
-            AtomicU64::new(0),
-            AtomicBool::new(false),
-            Instant::now(),
-        )))
+        Self(
+            Arc::new((AtomicU64::new(0), AtomicBool::new(false), Instant::now())),
+            Arc::new(tokio::sync::Notify::new()),
+        )
+    }
+
+    /// The whole body was taken (at once if it was already).
+    async fn sent_all(&self) {
+        let notified = self.1.notified();
+        if self.0 .1.load(Ordering::Acquire) {
+            return;
+        }
+        notified.await;
     }
 
     fn touch(&self) {
@@ -202,6 +225,7 @@ impl Progress {
     fn finish(&self) {
         self.touch();
         self.0 .1.store(true, Ordering::Release);
+        self.1.notify_one();
     }
 
     fn deadline(&self, send: Duration, read: Duration) -> (Instant, Phase) {

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use vigil_core::peer::AdminState;
 use vigil_core::upstream::{Ineligible, PeerStatus};
-use vigil_core::FailureClass;
+use vigil_core::{FailureClass, RetryDenied};
 
 use super::stats::{class_index, Outcome, STATUS_CLASSES};
 use super::{GenerationStats, BUCKETS};
@@ -41,6 +41,10 @@ pub(crate) mod help {
     pub(crate) const STATE: &str =
         "1 for the peer's current state (the first rule in force), 0 for the others.";
     pub(crate) const FAILS: &str = "Failures counted against the peer and not yet forgiven.";
+    pub(crate) const HEDGES: &str =
+        "Hedges sent: the same request to a second peer while the first had not answered.";
+    pub(crate) const DENIED: &str =
+        "Retries and hedges core did not allow, by reason (budget: retry_budget was empty).";
 }
 
 /// Write every metric; with no generation only `vigil_reloads_total`.
@@ -150,6 +154,7 @@ fn counters(out: &mut String, g: &GenerationStats) {
             load(&t.no_live)
         );
     }
+    traffic(out, g);
     header(out, "vigil_exclusions_total", "counter", help::EXCLUSIONS);
     for p in g.upstreams.iter().flat_map(|u| u.peers.iter()) {
         let _ = writeln!(
@@ -158,6 +163,29 @@ fn counters(out: &mut String, g: &GenerationStats) {
             p.label,
             load(&p.exclusions)
         );
+    }
+}
+
+/// `vigil_hedges_total` and `vigil_retries_denied_total`.
+fn traffic(out: &mut String, g: &GenerationStats) {
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    header(out, "vigil_hedges_total", "counter", help::HEDGES);
+    for u in &g.upstreams {
+        let t = &u.totals;
+        let _ = writeln!(out, "vigil_hedges_total{{{}}} {}", t.label, load(&t.hedges));
+    }
+    header(out, "vigil_retries_denied_total", "counter", help::DENIED);
+    for u in &g.upstreams {
+        let t = &u.totals;
+        for why in RetryDenied::ALL {
+            let _ = writeln!(
+                out,
+                "vigil_retries_denied_total{{{},reason=\"{}\"}} {}",
+                t.label,
+                why.as_str(),
+                load(&t.denied[why.index()])
+            );
+        }
     }
 }
 

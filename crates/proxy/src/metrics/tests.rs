@@ -56,6 +56,8 @@ fn every_metric_has_help_and_type_once_and_samples_are_well_formed() {
         ("vigil_retries_total", "counter"),
         ("vigil_failures_counted_total", "counter"),
         ("vigil_no_live_upstreams_total", "counter"),
+        ("vigil_hedges_total", "counter"),
+        ("vigil_retries_denied_total", "counter"),
         ("vigil_exclusions_total", "counter"),
         ("vigil_peer_active_connections", "gauge"),
         ("vigil_peer_state", "gauge"),
