@@ -14,6 +14,7 @@
 
 mod error;
 mod location;
+mod traffic;
 mod rules;
 mod upstream;
 
@@ -60,6 +61,10 @@ pub const CODES: &[(&str, Severity)] = &[
     (location::NEXT_UPSTREAM_4XX, Severity::Warning),
     (location::NEXT_UPSTREAM_NON_IDEMPOTENT, Severity::Warning),
     (location::RETRIES_UNBOUNDED, Severity::Warning),
+    (traffic::RETRY_BUDGET_ZERO, Severity::Warning),
+    (traffic::HEDGE_SINGLE_SERVER, Severity::Warning),
+    (traffic::HEDGE_NEVER_SENT, Severity::Warning),
+    (traffic::HEDGE_WITHOUT_BUDGET, Severity::Info),
     (location::NO_BUFFERING_WITH_RETRIES, Severity::Info),
     (upstream::KEEPALIVE_IS_NOT_A_CAP, Severity::Info),
     (location::PROXY_HTTP_10_KEEPALIVE, Severity::Info),
@@ -89,6 +94,7 @@ pub fn lint_config(config: &Config) -> Vec<Finding> {
     }
     for up in &config.upstreams {
         location::lint_upstream(config, up, &mut found);
+        traffic::lint(config, up, &mut found);
         rules::lint(config, up, &mut found);
     }
     for block in &config.servers {
