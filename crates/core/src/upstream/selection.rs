@@ -126,7 +126,7 @@ impl Selection {
         now: Timestamp,
     ) -> FailureVerdict {
         let class = failure.class;
-        guard.stop_waiting();
+        guard.stop_waiting(true);
         guard.done = true;
         let (accounting, single) = if guard.charged.is_some() {
             // Charged already (cannot happen before a header; kept exact).
@@ -211,7 +211,7 @@ impl PeerGuard {
 
 impl Drop for PeerGuard {
     fn drop(&mut self) {
-        self.stop_waiting();
+        self.stop_waiting(false);
         if self.done {
             return;
         }

@@ -17,7 +17,7 @@ use vigil_core::FailureClass;
 
 use crate::metrics::{
     class_index, help, state_index, GenerationStats, Outcome, PeerStats, ProxyMetrics, BUCKETS,
-    PEER_STATES, STATUS_CLASSES,
+    EJECTION_RULES, PEER_STATES, STATUS_CLASSES,
 };
 
 /// Register every instrument on `meter`.
@@ -102,6 +102,19 @@ pub(crate) fn register(meter: &Meter, metrics: &Arc<ProxyMetrics>) {
         |g, o| {
             for (name, p) in peers(g) {
                 o.observe(load(&p.exclusions), &[up(name), peer(p)]);
+            }
+        },
+    );
+    counter(
+        meter,
+        metrics,
+        "vigil_ejections_total",
+        help::EJECTIONS,
+        |g, o| {
+            for (name, p) in peers(g) {
+                for (rule, n) in EJECTION_RULES.iter().zip(&p.ejections) {
+                    o.observe(load(n), &[up(name), peer(p), KeyValue::new("rule", *rule)]);
+                }
             }
         },
     );
