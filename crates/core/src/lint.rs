@@ -13,6 +13,7 @@
 //! `max-fails-single-server`).
 
 mod error;
+mod latency;
 mod location;
 mod traffic;
 mod rules;
@@ -83,6 +84,10 @@ pub const CODES: &[(&str, Severity)] = &[
     (rules::LAST_TRY_NOTHING_LISTED, Severity::Warning),
     (error::PROBE_RECOVERY_WITHOUT_CHECK, Severity::Error),
     (error::SLOW_START_WITH_HASH, Severity::Error),
+    (latency::EJECT_SLOW_FEW_PEERS, Severity::Warning),
+    (latency::EJECT_SLOW_TWO_PEERS, Severity::Info),
+    (latency::EJECT_STUCK_NEVER, Severity::Warning),
+    (latency::EJECT_STUCK_LONG_POLL, Severity::Info),
 ];
 
 /// The traps of a loaded configuration, sorted by position (file, line,
@@ -96,6 +101,7 @@ pub fn lint_config(config: &Config) -> Vec<Finding> {
         location::lint_upstream(config, up, &mut found);
         traffic::lint(config, up, &mut found);
         rules::lint(config, up, &mut found);
+        latency::lint(config, up, &mut found);
     }
     for block in &config.servers {
         for loc in &block.locations {

@@ -14,8 +14,9 @@
 //! | `vigil_retries_denied_total` | counter | `upstream`, `reason` | retries and hedges core did not allow, by reason: `tries`, `single_server`, `not_listed`, `non_idempotent`, `body_not_replayable`, `timeout`, `budget` (`retry_budget` empty), `no_peer` (a hedge found no other eligible peer) |
 //! | `vigil_no_live_upstreams_total` | counter | `upstream` | requests answered 502 because no peer was eligible ("no live upstreams") |
 //! | `vigil_exclusions_total` | counter | `upstream`, `peer` | times the peer reached `max_fails` and was excluded for `fail_timeout` |
+//! | `vigil_ejections_total` | counter | `upstream`, `peer`, `rule` | times a health rule took the peer out: `passive` (max_fails, as `vigil_exclusions_total`), `probe_down`, `slow` (`eject_slow`), `stuck` (`eject_stuck`) |
 //! | `vigil_peer_active_connections` | gauge | `upstream`, `peer` | requests in flight to the peer now |
-//! | `vigil_peer_state` | gauge | `upstream`, `peer`, `state` | 1 for the peer's state now, 0 for the others: `eligible`, `excluded`, `probe_down`, `admin_down`, `draining`, `down` (in the config), `full` (`max_conns`); the first rule in force wins, as in `vigil status` |
+//! | `vigil_peer_state` | gauge | `upstream`, `peer`, `state` | 1 for the peer's state now, 0 for the others: `eligible`, `excluded`, `probe_down`, `admin_down`, `draining`, `down` (in the config), `full` (`max_conns`), `slow` (`eject_slow`), `stuck` (`eject_stuck`); the first rule in force wins, as in `vigil status` |
 //! | `vigil_peer_fails` | gauge | `upstream`, `peer` | failures counted and not yet forgiven (nginx's `fails`) |
 //! | `vigil_reloads_total` | counter | — | configuration reloads put in force since start |
 //!
@@ -38,7 +39,7 @@ use vigil_core::event::{Event, EventKind};
 use vigil_core::registry::Registry;
 use vigil_core::Clock;
 
-pub(crate) use render::{help, state_index, STATES as PEER_STATES};
+pub(crate) use render::{help, state_index, EJECTION_RULES, STATES as PEER_STATES};
 pub(crate) use stats::{class_index, Outcome, PeerStats, UpstreamStats, BUCKETS, STATUS_CLASSES};
 
 /// The proxy's metrics over every configuration generation it served.
@@ -113,18 +114,21 @@ impl ProxyMetrics {
         self.current.load_full()
     }
 
-    /// Count an exclusion (called for every event on the bus).
+    /// Count an exclusion or another ejection (called for every event on the bus).
     pub(crate) fn on_event(&self, event: &Event) {
-        if !matches!(event.kind, EventKind::Excluded { .. }) {
+        let Some(rule) = render::ejection_index(&event.kind) else {
             return;
-        }
+        };
         let current = self.current.load();
         let peer = current
             .as_ref()
             .and_then(|g| g.upstream(&event.upstream))
             .and_then(|u| u.peers.iter().find(|p| p.addr == event.peer));
         if let Some(p) = peer {
-            p.exclusions.fetch_add(1, Ordering::Relaxed);
+            if matches!(event.kind, EventKind::Excluded { .. }) {
+                p.exclusions.fetch_add(1, Ordering::Relaxed);
+            }
+            p.ejections[rule].fetch_add(1, Ordering::Relaxed);
         }
     }
 }

@@ -95,6 +95,52 @@ pub fn explain(up: &UpstreamView, peer: &PeerView, events: &[EventView]) -> Vec<
                 "{addr} is skipped while at max_conns: {}; it gets requests again as soon as one finishes.",
                 r.detail
             ),
+            "slow" => {
+                let rule = up
+                    .rules
+                    .eject_slow
+                    .as_ref()
+                    .map(|s| {
+                        format!(
+                            " (eject_slow factor={} window={} min_requests={} min={})",
+                            s.factor,
+                            dur(s.window_ms),
+                            s.min_requests,
+                            dur(s.min_ms)
+                        )
+                    })
+                    .unwrap_or_default();
+                let length = match (&up.rules.passive_penalty, r.nth) {
+                    (Some(_), nth) if nth > 0 => format!("exclusion {nth} in a row, passive_penalty"),
+                    _ => format!("fail_timeout={}", dur(peer.fail_timeout_ms)),
+                };
+                format!(
+                    "{addr} gets no traffic: it was slow{}: {}{rule}; excluded until {} ({length}); its figure starts afresh, so it is judged again on new requests only; {}",
+                    at(r.since_unix_ms),
+                    r.detail,
+                    r.until_unix_ms.map(clock).unwrap_or_else(|| "?".into()),
+                    recovery_text(&up.rules.passive_recovery)
+                )
+            }
+            "stuck" => {
+                let p99 = up
+                    .rules
+                    .header_time
+                    .as_ref()
+                    .and_then(|h| h.p99_us)
+                    .map(|p| format!("the upstream's recent p99 is {}", micros(p)))
+                    .unwrap_or_else(|| "too few recent headers for a p99".into());
+                let rule = up
+                    .rules
+                    .eject_stuck
+                    .as_ref()
+                    .map(|s| format!("eject_stuck factor={} min={}: {p99}", s.factor, dur(s.min_ms)))
+                    .unwrap_or_default();
+                format!(
+                    "{addr} takes no new requests: {} ({rule}); it is back as soon as that attempt gets its header, fails (charged as usual) or is cancelled.",
+                    r.detail
+                )
+            }
             _ => format!("{addr}: {} ({})", r.rule, r.detail),
         };
         out.push(s);
@@ -172,6 +218,119 @@ pub fn explain(up: &UpstreamView, peer: &PeerView, events: &[EventView]) -> Vec<
         }
     }
     out
+}
+
+/// Sentences about the rules of `up` as a whole: the preset and what it
+/// switched on, and the latency rules with their figures now.
+pub fn explain_rules(up: &UpstreamView) -> Vec<String> {
+    let mut out = Vec::new();
+    let r = &up.rules;
+    if let Some(p) = &r.health_preset {
+        let mut s = format!(
+            "{}: health_preset {} switched on {}",
+            up.name,
+            p.name,
+            if p.supplied.is_empty() {
+                "nothing (every setting it covers is written)".to_string()
+            } else {
+                p.supplied
+                    .iter()
+                    .map(|d| setting_text(up, d))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        );
+        if !p.written.is_empty() {
+            s.push_str(&format!(
+                "; written beside it, and overriding it: {}",
+                p.written
+                    .iter()
+                    .map(|d| setting_text(up, d))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        s.push('.');
+        out.push(s);
+    }
+    if let Some(h) = &r.header_time {
+        out.push(format!(
+            "{}: recent time-to-header (last 5 to 10 s): p50 {}, p99 {}.",
+            up.name,
+            h.p50_us
+                .map_or_else(|| "unknown (too few headers)".into(), micros),
+            h.p99_us
+                .map_or_else(|| "unknown (too few headers)".into(), micros)
+        ));
+    }
+    if let Some(s) = &r.eject_stuck {
+        out.push(format!(
+            "{}: eject_stuck factor={} min={}: a peer whose oldest attempt has waited more than {} for its header takes no new requests until that attempt ends.",
+            up.name,
+            s.factor,
+            dur(s.min_ms),
+            micros((s.threshold_ms * 1000.0) as u64)
+        ));
+    }
+    if let Some(s) = &r.eject_slow {
+        out.push(format!(
+            "{}: eject_slow factor={} window={} min_requests={} min={}: a peer with at least {} headers in the window whose median time-to-header is above {}× the median of the other peers' (and above {}) is excluded like a failing one.",
+            up.name,
+            s.factor,
+            dur(s.window_ms),
+            s.min_requests,
+            dur(s.min_ms),
+            s.min_requests,
+            s.factor,
+            dur(s.min_ms)
+        ));
+    }
+    out
+}
+
+/// A rule setting as written in nginx.conf (`max_ejected 50%`).
+fn setting_text(up: &UpstreamView, name: &str) -> String {
+    let r = &up.rules;
+    match name {
+        "passive_count" => format!("passive_count {}", r.passive_count.join(" ")),
+        "passive_recovery" => format!("passive_recovery {}", r.passive_recovery),
+        "passive_penalty" => r.passive_penalty.as_ref().map_or_else(
+            || "passive_penalty".into(),
+            |p| {
+                format!(
+                    "passive_penalty base={} max={} jitter={}%",
+                    dur(p.base_ms),
+                    dur(p.max_ms),
+                    p.jitter_percent
+                )
+            },
+        ),
+        "max_ejected" => r.max_ejected.as_ref().map_or_else(
+            || "max_ejected".into(),
+            |m| format!("max_ejected {}%", m.percent),
+        ),
+        "eject_stuck" => r.eject_stuck.as_ref().map_or_else(
+            || "eject_stuck".into(),
+            |s| format!("eject_stuck factor={} min={}", s.factor, dur(s.min_ms)),
+        ),
+        "eject_slow" => r.eject_slow.as_ref().map_or_else(
+            || "eject_slow".into(),
+            |s| {
+                format!(
+                    "eject_slow factor={} window={} min_requests={} min={}",
+                    s.factor,
+                    dur(s.window_ms),
+                    s.min_requests,
+                    dur(s.min_ms)
+                )
+            },
+        ),
+        other => other.to_string(),
+    }
+}
+
+fn micros(us: u64) -> String {
+    super::micros_text(std::time::Duration::from_micros(us))
 }
 
 fn pick_hint(up: &UpstreamView, peer: &PeerView) -> String {

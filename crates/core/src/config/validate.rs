@@ -105,7 +105,7 @@ pub(crate) fn factor(text: &str, slow: bool) -> Result<f64, String> {
         && text.bytes().all(|b| b.is_ascii_digit() || b == b'.')
         && text.bytes().filter(|b| *b == b'.').count() <= 1;
     match digits.then(|| text.parse::<f64>().ok()).flatten() {
-        Some(k) => factor_value(k, slow),
+        Some(k) => factor_value(k, slow).map_err(|_| factor_error(&format!("\"{text}\""), slow)),
         None => Err(factor_error(&format!("\"{text}\""), slow)),
     }
 }

@@ -49,7 +49,10 @@ impl Upstream {
             })
             .collect();
         let has_backup = peers.len() > n_primary;
-        let rr = config.balancer == crate::config::Balancer::RoundRobin;
+        // Under eject_stuck a peer leaves rotation by time passing alone,
+        // with no event to leave the precomputed cycle on: nginx's scan.
+        let rr = config.balancer == crate::config::Balancer::RoundRobin
+            && config.rules.eject_stuck.is_none();
         let single = n_primary == 1 && !has_backup;
         let primary = Tier::new(&peers[..n_primary], 0, single, rr, true);
         let backup =

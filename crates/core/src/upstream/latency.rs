@@ -107,6 +107,8 @@ pub(crate) struct SlowRule {
 #[derive(Default)]
 pub(crate) struct Waiting {
     oldest_us: AtomicU64,
+    /// The start of the attempt last announced stuck (an event).
+    announced: AtomicU64,
     starts: Mutex<Vec<u64>>,
 }
 
@@ -159,21 +161,48 @@ impl PeerGuard {
         };
         let start = std::mem::take(&mut self.started_us);
         let index = self.index as usize;
-        l.ended(index, start);
         let us = self.upstream.clock.now_micros().saturating_sub(start);
+        if l.ended(index, start) {
+            self.upstream.unstuck(index, us, "its header came", now);
+        }
         l.header(index, us, now);
+        if l.slow_due(now) {
+            self.upstream.compare_slow(index, now);
+        }
     }
 
-    /// The attempt ended before its header (failure or cancel).
+    /// The attempt ended before its header: `failed`, or cancelled (the
+    /// guard dropped).
     #[inline]
-    pub(crate) fn stop_waiting(&mut self) {
+    pub(crate) fn stop_waiting(&mut self, failed: bool) {
         if self.started_us == 0 {
             return;
         }
         let start = std::mem::take(&mut self.started_us);
         if let Some(l) = &self.upstream.latency {
-            l.ended(self.index as usize, start);
+            if l.ended(self.index as usize, start) {
+                let us = self.upstream.clock.now_micros().saturating_sub(start);
+                let how = if failed {
+                    "it failed"
+                } else {
+                    "it was cancelled"
+                };
+                self.upstream
+                    .unstuck(self.index as usize, us, how, Timestamp(0));
+            }
         }
+    }
+}
+
+impl Upstream {
+    /// `eject_stuck`: the attempt announced stuck ended after `us`.
+    #[cold]
+    fn unstuck(&self, index: usize, us: u64, how: &'static str, now: Timestamp) {
+        let kind = crate::event::EventKind::StuckEnded {
+            waited_ms: us / 1000,
+            how,
+        };
+        self.publish(vec![(index as u32, kind)], now);
     }
 }
 
@@ -215,12 +244,22 @@ impl Latency {
     }
 
     /// The attempt of peer `index` started at `start_us` stopped waiting
-    /// (header, failure or cancel).
+    /// (header, failure or cancel); true when it had been announced stuck.
     #[inline]
-    pub(crate) fn ended(&self, index: usize, start_us: u64) {
-        if let Some(w) = self.peers.get(index).and_then(|p| p.waiting.as_ref()) {
-            w.remove(start_us);
-        }
+    pub(crate) fn ended(&self, index: usize, start_us: u64) -> bool {
+        self.peers
+            .get(index)
+            .and_then(|p| p.waiting.as_ref())
+            .is_some_and(|w| w.remove(start_us))
+    }
+
+    /// Mark peer `index`'s attempt started at `oldest_us` as announced
+    /// stuck; true the first time.
+    pub(crate) fn announce(&self, index: usize, oldest_us: u64) -> bool {
+        self.peers
+            .get(index)
+            .and_then(|p| p.waiting.as_ref())
+            .is_some_and(|w| w.announced.swap(oldest_us, Ordering::Relaxed) != oldest_us)
     }
 
     /// A header of peer `index` after `us` microseconds, at `now`.
@@ -326,7 +365,8 @@ impl Waiting {
         }
     }
 
-    fn remove(&self, start_us: u64) {
+    /// Remove one attempt; true when it was the one announced stuck.
+    fn remove(&self, start_us: u64) -> bool {
         let start = start_us.max(1);
         let mut v = self.starts.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(i) = v.iter().position(|s| *s == start) {
@@ -336,6 +376,9 @@ impl Waiting {
             let oldest = v.iter().copied().min().unwrap_or(0);
             self.oldest_us.store(oldest, Ordering::Relaxed);
         }
+        self.announced
+            .compare_exchange(start, 0, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// The oldest start still waiting (µs), 0 for none.

@@ -146,7 +146,7 @@ impl Selection {
     ) -> FailureVerdict {
         let class = failure.class;
         self.in_flight = self.in_flight.saturating_sub(1);
-        guard.stop_waiting();
+        guard.stop_waiting(true);
         guard.done = true;
         let (accounting, single) = if guard.charged.is_some() {
             // Charged already (cannot happen before a header; kept exact).
@@ -247,7 +247,7 @@ impl PeerGuard {
 
 impl Drop for PeerGuard {
     fn drop(&mut self) {
-        self.stop_waiting();
+        self.stop_waiting(false);
         if self.done {
             return;
         }

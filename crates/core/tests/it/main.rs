@@ -4,6 +4,7 @@ mod conf_files;
 mod conformance;
 mod golden_balancers;
 mod health_rules;
+mod latency_rules;
 mod lint;
 mod refusals;
 mod support;

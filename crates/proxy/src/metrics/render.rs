@@ -12,7 +12,7 @@ use super::stats::{class_index, Outcome, STATUS_CLASSES};
 use super::{GenerationStats, BUCKETS};
 
 /// The values of `vigil_peer_state`'s `state` label.
-pub(crate) const STATES: [&str; 7] = [
+pub(crate) const STATES: [&str; 9] = [
     "eligible",
     "excluded",
     "probe_down",
@@ -20,7 +20,13 @@ pub(crate) const STATES: [&str; 7] = [
     "draining",
     "down",
     "full",
+    "slow",
+    "stuck",
 ];
+
+/// The values of `vigil_ejections_total`'s `rule` label, by
+/// [`ejection_index`].
+pub(crate) const EJECTION_RULES: [&str; 4] = ["passive", "probe_down", "slow", "stuck"];
 
 /// The `# HELP` texts, shared with the OpenTelemetry descriptions.
 pub(crate) mod help {
@@ -35,6 +41,8 @@ pub(crate) mod help {
     pub(crate) const COUNTED: &str = "Failures charged to a peer toward max_fails, by class.";
     pub(crate) const NO_LIVE: &str =
         "Requests answered 502 because no peer of the upstream was eligible.";
+    pub(crate) const EJECTIONS: &str =
+        "Times a health rule took the peer out, by rule: passive (max_fails), probe_down, slow (eject_slow), stuck (eject_stuck).";
     pub(crate) const EXCLUSIONS: &str =
         "Times a peer reached max_fails and was excluded for fail_timeout.";
     pub(crate) const CONNS: &str = "Requests in flight to the peer.";
@@ -164,6 +172,17 @@ fn counters(out: &mut String, g: &GenerationStats) {
             load(&p.exclusions)
         );
     }
+    header(out, "vigil_ejections_total", "counter", help::EJECTIONS);
+    for p in g.upstreams.iter().flat_map(|u| u.peers.iter()) {
+        for (rule, n) in EJECTION_RULES.iter().zip(&p.ejections) {
+            let _ = writeln!(
+                out,
+                "vigil_ejections_total{{{},rule=\"{rule}\"}} {}",
+                p.label,
+                load(n)
+            );
+        }
+    }
 }
 
 /// `vigil_hedges_total` and `vigil_retries_denied_total`.
@@ -234,6 +253,20 @@ pub(crate) fn state_index(s: &PeerStatus) -> usize {
         Some(Ineligible::Admin { .. }) => 3,
         Some(Ineligible::ConfigDown) => 5,
         Some(Ineligible::Full { .. } | Ineligible::Probation { .. }) => 6,
+        Some(Ineligible::Slow { .. }) => 7,
+        Some(Ineligible::Stuck { .. }) => 8,
+    }
+}
+
+/// The position in [`EJECTION_RULES`] of an event that ejects a peer.
+pub(crate) fn ejection_index(kind: &vigil_core::event::EventKind) -> Option<usize> {
+    use vigil_core::event::EventKind;
+    match kind {
+        EventKind::Excluded { .. } => Some(0),
+        EventKind::ProbeDown { .. } => Some(1),
+        EventKind::SlowEjected { .. } => Some(2),
+        EventKind::Stuck { .. } => Some(3),
+        _ => None,
     }
 }
 

@@ -69,6 +69,8 @@ pub(crate) struct PeerStats {
     /// By [`FailureClass`] order.
     pub(crate) counted: [AtomicU64; 10],
     pub(crate) exclusions: AtomicU64,
+    /// By [`super::render::EJECTION_RULES`] order.
+    pub(crate) ejections: [AtomicU64; 4],
 }
 
 // === impl Outcome ===
@@ -256,6 +258,7 @@ impl PeerStats {
             attempts: Default::default(),
             counted: Default::default(),
             exclusions: AtomicU64::new(0),
+            ejections: Default::default(),
         }
     }
 }

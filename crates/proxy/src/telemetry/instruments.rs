@@ -17,7 +17,7 @@ use vigil_core::{FailureClass, RetryDenied};
 
 use crate::metrics::{
     class_index, help, state_index, GenerationStats, Outcome, PeerStats, ProxyMetrics, BUCKETS,
-    PEER_STATES, STATUS_CLASSES,
+    EJECTION_RULES, PEER_STATES, STATUS_CLASSES,
 };
 
 /// Register every instrument on `meter`.
@@ -128,6 +128,19 @@ pub(crate) fn register(meter: &Meter, metrics: &Arc<ProxyMetrics>) {
                         load(&u.totals.denied[why.index()]),
                         &[up(&u.totals.name), KeyValue::new("reason", why.as_str())],
                     );
+                }
+            }
+        },
+    );
+    counter(
+        meter,
+        metrics,
+        "vigil_ejections_total",
+        help::EJECTIONS,
+        |g, o| {
+            for (name, p) in peers(g) {
+                for (rule, n) in EJECTION_RULES.iter().zip(&p.ejections) {
+                    o.observe(load(n), &[up(name), peer(p), KeyValue::new("rule", *rule)]);
                 }
             }
         },
