@@ -15,8 +15,8 @@
 mod error;
 mod latency;
 mod location;
-mod traffic;
 mod rules;
+mod traffic;
 mod upstream;
 
 use std::cmp::Ordering;

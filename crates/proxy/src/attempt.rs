@@ -198,7 +198,10 @@ enum Phase {
 /// When hyper last took a piece of the request body, and whether it took
 /// all (then `done` is told: the header's deadline may be sooner).
 #[derive(Clone)]
-struct Progress(Arc<(AtomicU64, AtomicBool, Instant)>, Arc<tokio::sync::Notify>);
+struct Progress(
+    Arc<(AtomicU64, AtomicBool, Instant)>,
+    Arc<tokio::sync::Notify>,
+);
 
 impl Progress {
     fn new() -> Self {

@@ -504,7 +504,8 @@ impl<'a> Job<'a> {
             response_time: 0.0,
             connect_time: None,
         });
-        let (route, parts, uri, body, len) = (self.route, self.parts, self.uri, self.body, self.len);
+        let (route, parts, uri, body, len) =
+            (self.route, self.parts, self.uri, self.body, self.len);
         let (client, local, upgrade, replayable) =
             (self.client, self.local, self.upgrade, self.replayable);
         let p = peer.clone();

@@ -285,6 +285,44 @@ pub fn explain_rules(up: &UpstreamView) -> Vec<String> {
             dur(s.min_ms)
         ));
     }
+    out.extend(traffic_text(up));
+    out
+}
+
+/// `retry_budget` and `hedge`, with their state now.
+fn traffic_text(up: &UpstreamView) -> Vec<String> {
+    let mut out = Vec::new();
+    let r = &up.rules;
+    if let Some(b) = &r.retry_budget {
+        out.push(format!(
+            "{}: retry_budget ratio={}% min={}/s: retries and hedges may not exceed {}% of the requests of the last 10 s plus {} a second; {:.1} token(s) now ({} requests and {} paid retries in the last 10 s); {} denied so far (the failure was answered instead, and charged as usual).",
+            up.name,
+            b.ratio_percent,
+            b.min_per_sec,
+            b.ratio_percent,
+            b.min_per_sec,
+            b.tokens,
+            b.requests,
+            b.retries,
+            b.denied
+        ));
+    }
+    if let Some(h) = &r.hedge {
+        let now = match (&h.after_now_ms, h.after.starts_with('p')) {
+            (Some(ms), true) => format!(" (now {})", micros((ms * 1000.0) as u64)),
+            (None, true) => " (no hedge yet: too few recent headers for that percentile)".into(),
+            _ => String::new(),
+        };
+        let budget = if r.retry_budget.is_some() {
+            "each takes a token of retry_budget (a denied hedge just keeps waiting)"
+        } else {
+            "no retry_budget limits them"
+        };
+        out.push(format!(
+            "{}: hedge after={}{now} max={}: an idempotent request (not POST, LOCK or PATCH; body buffered or empty) with no response header after that is sent to another peer too, where proxy_next_upstream lists timeout; the first header wins and the other attempt is cancelled uncharged; hedges count toward proxy_next_upstream_tries and {budget}.",
+            up.name, h.after, h.max
+        ));
+    }
     out
 }
 
@@ -424,6 +462,54 @@ mod tests {
         let bus = Arc::new(EventBus::default());
         let reg = Registry::build(&loaded.config, None, bus.clone(), clock.clone());
         (reg, clock, bus)
+    }
+
+    #[test]
+    fn retry_budget_and_hedge_are_explained_with_tokens_and_denials() {
+        let (reg, clock, _) = setup(
+            "http { upstream u { server 10.0.0.1:80; server 10.0.0.2:80;
+                 retry_budget ratio=50% min=0/s; hedge after=40ms max=2; } }",
+        );
+        let up = reg.get("u").expect("u").clone();
+        let now = clock.now();
+        // Two requests: one token; one failure retried, the next denied.
+        let fail = TransportFailure {
+            class: FailureClass::Error,
+            request_sent: true,
+            cached_connection: false,
+        };
+        for _ in 0..2 {
+            let mut sel = up.begin(
+                SelectKey::None,
+                RetryPolicy::default(),
+                RequestFacts::default(),
+                now,
+            );
+            let g = up.select(&mut sel, now).expect("a peer");
+            let _ = sel.on_failure(g, fail, now);
+        }
+        let view = super::super::upstream_view(&up, &*clock, now);
+        let b = view.rules.retry_budget.as_ref().expect("budget view");
+        assert_eq!((b.requests, b.retries, b.denied), (2, 1, 1));
+        assert_eq!(b.tokens, 0.0);
+        let text = super::explain_rules(&view).join("\n");
+        assert!(
+            text.contains("u: retry_budget ratio=50% min=0/s: retries and hedges may not exceed 50% of the requests of the last 10 s plus 0 a second; 0.0 token(s) now (2 requests and 1 paid retries in the last 10 s); 1 denied so far"),
+            "{text}"
+        );
+        assert!(
+            text.contains("u: hedge after=40ms max=2: an idempotent request"),
+            "{text}"
+        );
+        assert!(
+            text.contains("each takes a token of retry_budget"),
+            "{text}"
+        );
+        let json = serde_json::to_string(&view.rules).expect("json");
+        assert!(
+            json.contains("\"hedge\":{\"after\":\"40ms\",\"max\":2,\"after_now_ms\":40.0}"),
+            "{json}"
+        );
     }
 
     #[test]

@@ -54,6 +54,12 @@ pub struct RulesView {
     pub passive_recovery: String,
     /// `passive_penalty`, if set.
     pub passive_penalty: Option<PenaltyView>,
+    /// `retry_budget`, if set, with its tokens now.
+    #[serde(default)]
+    pub retry_budget: Option<RetryBudgetView>,
+    /// `hedge`, if set.
+    #[serde(default)]
+    pub hedge: Option<HedgeView>,
     /// `max_ejected`, if set, with its count now.
     pub max_ejected: Option<MaxEjectedView>,
     /// `eject_stuck`, if set, with its threshold now.
@@ -112,6 +118,34 @@ pub struct HeaderTimeView {
     pub p50_us: Option<u64>,
     /// 99th percentile, µs (None: too few samples).
     pub p99_us: Option<u64>,
+}
+
+/// `retry_budget ratio= min=` and its state now.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RetryBudgetView {
+    /// R, percent of the requests.
+    pub ratio_percent: u8,
+    /// N per second whatever the ratio.
+    pub min_per_sec: u32,
+    /// Retries or hedges it could pay for now (ratio and reserve).
+    pub tokens: f64,
+    /// Requests counted in the last 10 s.
+    pub requests: u64,
+    /// Retries and hedges the ratio paid for in the last 10 s.
+    pub retries: u64,
+    /// Retries and hedges denied since the budget was set.
+    pub denied: u64,
+}
+
+/// `hedge after= max=`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HedgeView {
+    /// `after=` as written: `50ms` or `p95`.
+    pub after: String,
+    /// Hedges per request.
+    pub max: u32,
+    /// The delay in force now, ms (for `pNN`: None while too few headers).
+    pub after_now_ms: Option<f64>,
 }
 
 /// `passive_penalty base= max= jitter=`.
@@ -348,6 +382,19 @@ fn rules_view(up: &Upstream, now: Timestamp) -> RulesView {
             base_ms: duration_ms(p.base),
             max_ms: duration_ms(p.max),
             jitter_percent: p.jitter_percent,
+        }),
+        retry_budget: up.retry_budget_now(now).map(|b| RetryBudgetView {
+            ratio_percent: b.ratio_percent,
+            min_per_sec: b.min_per_sec,
+            tokens: b.tokens,
+            requests: b.requests,
+            retries: b.retries,
+            denied: b.denied,
+        }),
+        hedge: r.hedge.map(|h| HedgeView {
+            after: h.after.word(),
+            max: h.max.get(),
+            after_now_ms: up.hedge_delay_now(now).map(|d| d.as_secs_f64() * 1000.0),
         }),
         max_ejected: up.max_ejected_now(now).map(|m| MaxEjectedView {
             percent: m.percent,

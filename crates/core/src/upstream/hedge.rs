@@ -36,7 +36,13 @@ impl Upstream {
         if sel.hedges >= h.max.get() || self.is_single() || sel.static_hedge_denial().is_some() {
             return None;
         }
-        match h.after {
+        self.hedge_delay_now(now)
+    }
+
+    /// The `hedge after=` delay now: T, or the upstream's recent NN-th
+    /// percentile time-to-header (None while it has too few headers).
+    pub fn hedge_delay_now(&self, now: Timestamp) -> Option<Duration> {
+        match self.config.rules.hedge?.after {
             HedgeAfter::Fixed(d) => Some(d),
             HedgeAfter::Percentile(p) => self.header_time_quantile(f64::from(p) / 100.0, now),
         }

@@ -56,7 +56,8 @@ pub(crate) fn wanted(config: &UpstreamConfig) -> bool {
     let r = &config.rules;
     r.eject_stuck.is_some()
         || r.eject_slow.is_some()
-        || r.hedge.is_some_and(|h| matches!(h.after, crate::config::HedgeAfter::Percentile(_)))
+        || r.hedge
+            .is_some_and(|h| matches!(h.after, crate::config::HedgeAfter::Percentile(_)))
 }
 
 /// A peer's figure over the `eject_slow` window.

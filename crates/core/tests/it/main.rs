@@ -9,3 +9,4 @@ mod lint;
 mod refusals;
 mod support;
 mod toml_config;
+mod traffic_rules;

@@ -123,9 +123,12 @@ async fn serve(conf: &str) -> Served {
 /// for the 60 s read timeout).
 async fn bounded(addr: SocketAddr, method: &str) -> Got {
     let body = if method == "POST" { "payload" } else { "" };
-    tokio::time::timeout(Duration::from_secs(10), send(addr, request(method, "/h", body)))
-        .await
-        .expect("answered within 10 s")
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        send(addr, request(method, "/h", body)),
+    )
+    .await
+    .expect("answered within 10 s")
 }
 
 fn log_lines(path: &std::path::Path, n: usize) -> Vec<serde_json::Value> {

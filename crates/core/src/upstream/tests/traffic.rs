@@ -20,12 +20,7 @@ fn hedge(ms: u64, max: u32) -> Option<Hedge> {
     })
 }
 
-fn traffic(
-    n: u16,
-    budget: Option<RetryBudget>,
-    hedge: Option<Hedge>,
-    max_fails: u32,
-) -> Fixture {
+fn traffic(n: u16, budget: Option<RetryBudget>, hedge: Option<Hedge>, max_fails: u32) -> Fixture {
     let servers = (1..=n)
         .map(|i| with(srv(i), |s| s.max_fails = max_fails))
         .collect();
@@ -42,11 +37,17 @@ impl Fixture {
     }
 
     fn tokens(&self) -> f64 {
-        self.up.retry_budget_now(self.now()).expect("a budget").tokens
+        self.up
+            .retry_budget_now(self.now())
+            .expect("a budget")
+            .tokens
     }
 
     fn denied(&self) -> u64 {
-        self.up.retry_budget_now(self.now()).expect("a budget").denied
+        self.up
+            .retry_budget_now(self.now())
+            .expect("a budget")
+            .denied
     }
 }
 
@@ -155,7 +156,11 @@ fn the_ratio_pays_for_r_percent_of_the_requests_and_the_min_for_the_rest() {
     assert!((6..=7).contains(&retried), "{retried}");
     // Ten seconds later the old requests no longer pay.
     f.advance(10_000);
-    assert!(f.tokens() <= 2.0, "only the reserve is left: {}", f.tokens());
+    assert!(
+        f.tokens() <= 2.0,
+        "only the reserve is left: {}",
+        f.tokens()
+    );
 }
 
 #[test]
@@ -172,11 +177,17 @@ fn a_hedge_is_a_try_and_a_budget_token() {
     let b = f.up.hedge(&mut sel, f.now()).expect("a hedge");
     assert_ne!(idx(&a), idx(&b));
     assert_eq!(sel.attempts(), 2);
-    assert_eq!(f.up.hedge(&mut sel, f.now()).err(), Some(RetryDenied::Tries));
+    assert_eq!(
+        f.up.hedge(&mut sel, f.now()).err(),
+        Some(RetryDenied::Tries)
+    );
     // The hedge took the reserve's one token: the next request's is denied.
     let mut sel = f.begin(RetryPolicy::default(), facts);
     let _c = f.up.select(&mut sel, f.now()).expect("a peer");
-    assert_eq!(f.up.hedge(&mut sel, f.now()).err(), Some(RetryDenied::Budget));
+    assert_eq!(
+        f.up.hedge(&mut sel, f.now()).err(),
+        Some(RetryDenied::Budget)
+    );
     assert_eq!(f.denied(), 1);
     // And so is a retry after a failure.
     drop((a, b));
@@ -184,7 +195,10 @@ fn a_hedge_is_a_try_and_a_budget_token() {
     let mut sel = f.begin(RetryPolicy::default(), facts);
     let _d = f.up.select(&mut sel, f.now()).expect("a peer");
     let _e = f.up.hedge(&mut sel, f.now()).expect("a token again");
-    assert_eq!(f.up.hedge(&mut sel, f.now()).err(), Some(RetryDenied::Budget));
+    assert_eq!(
+        f.up.hedge(&mut sel, f.now()).err(),
+        Some(RetryDenied::Budget)
+    );
 }
 
 #[test]
@@ -197,7 +211,10 @@ fn max_hedges_per_request() {
     let _c = f.up.hedge(&mut sel, f.now()).expect("hedge 2");
     assert_eq!(sel.hedges(), 2);
     assert_eq!(f.up.hedge_after(&sel, f.now()), None, "max=2 sent");
-    assert_eq!(f.up.hedge(&mut sel, f.now()).err(), Some(RetryDenied::Tries));
+    assert_eq!(
+        f.up.hedge(&mut sel, f.now()).err(),
+        Some(RetryDenied::Tries)
+    );
 }
 
 #[test]
@@ -316,7 +333,10 @@ fn only_requests_that_may_time_out_onto_another_peer_are_hedged() {
     let mut sel = f.begin(policy, RequestFacts::default());
     let _a = f.up.select(&mut sel, f.now()).expect("a peer");
     f.advance(50);
-    assert_eq!(f.up.hedge(&mut sel, f.now()).err(), Some(RetryDenied::Timeout));
+    assert_eq!(
+        f.up.hedge(&mut sel, f.now()).err(),
+        Some(RetryDenied::Timeout)
+    );
 }
 
 #[test]
@@ -330,7 +350,10 @@ fn a_hedge_that_finds_no_peer_gives_its_ratio_token_back() {
     let mut sel = f.begin(RetryPolicy::default(), RequestFacts::default());
     let _a = f.up.select(&mut sel, f.now()).expect("a peer");
     assert_eq!(f.tokens(), 1.0);
-    assert_eq!(f.up.hedge(&mut sel, f.now()).err(), Some(RetryDenied::NoPeer));
+    assert_eq!(
+        f.up.hedge(&mut sel, f.now()).err(),
+        Some(RetryDenied::NoPeer)
+    );
     assert_eq!(f.tokens(), 1.0, "refunded");
     assert_eq!(f.denied(), 0, "not a budget denial");
 }

@@ -7,7 +7,7 @@ use std::num::NonZeroU32;
 use super::super::syntax::Directive;
 use super::super::{args, bad, origin};
 use crate::config::traffic;
-use crate::config::{ConfigError, Hedge, HealthRules, RetryBudget};
+use crate::config::{ConfigError, HealthRules, Hedge, RetryBudget};
 
 /// The traffic directives, as named in nginx.conf.
 pub(super) const DIRECTIVES: [&str; 2] = HealthRules::TRAFFIC_DIRECTIVES;
@@ -33,9 +33,7 @@ pub(super) fn directive(
         for a in args(d, 2, 2)? {
             match a.value.split_once('=') {
                 Some(("ratio", v)) if ratio.is_none() => {
-                    ratio = Some(
-                        crate::config::validate::percent(v).map_err(|m| invalid(a, m))?,
-                    )
+                    ratio = Some(crate::config::validate::percent(v).map_err(|m| invalid(a, m))?)
                 }
                 Some(("min", v)) if min.is_none() => {
                     min = Some(traffic::per_second(v).map_err(|m| invalid(a, m))?)
