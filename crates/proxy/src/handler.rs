@@ -471,7 +471,9 @@ struct Flight<'a> {
     run: Pin<Box<dyn Future<Output = Result<Answered, Failed>> + Send + 'a>>,
 }
 
-/// What [`race`] saw first.
+/// What [`race`] saw first. Lives only between the race and its match,
+/// so the size of the result (the response head) is not worth a box.
+#[allow(clippy::large_enum_variant)]
 enum Raced {
     /// Attempt `i` ended.
     Done(usize, Result<Answered, Failed>),
