@@ -310,3 +310,56 @@ async fn a_hedge_the_budget_denies_keeps_waiting_on_the_first() {
         "the hedge and the retry"
     );
 }
+
+/// What one proxy did with a POST to a hanging first peer: the status,
+/// the request lines the hanging peer saw, and the requests the fast one saw.
+async fn post_to_hanging(next_upstream: &str, nginx: bool) -> (u16, Vec<String>, usize) {
+    let hang = Hang::start().await;
+    let fast = Backend::named("fast").await;
+    let body = format!(
+        "upstream u {{ server {}; server {}; }}
+         server {{ listen {{LISTEN}};
+           location / {{ proxy_pass http://u; proxy_read_timeout 300ms; {next_upstream} }} }}",
+        hang.addr, fast.addr
+    );
+    let req =
+        b"POST /h HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\nConnection: close\r\n\r\npayload";
+    let status = if nginx {
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port");
+        let n = crate::twin::Nginx::start(&body.replace("{LISTEN}", &addr.to_string()), addr).await;
+        let got = crate::twin::raw(n.addr, req).await.status;
+        drop(n);
+        got
+    } else {
+        let p = serve(&format!("http {{ {body} }}")).await;
+        crate::twin::raw(p.addr, req).await.status
+    };
+    // vigil's wire is always HTTP/1.1, nginx's default 1.0: compare the
+    // method and target.
+    let lines = hang
+        .lines()
+        .iter()
+        .map(|l| {
+            l.rsplit_once(' ')
+                .map_or(l.as_str(), |(a, _)| a)
+                .to_string()
+        })
+        .collect();
+    (status, lines, fast.requests().len())
+}
+
+#[tokio::test]
+async fn a_post_sent_whole_times_out_at_proxy_read_timeout_as_in_nginx() {
+    // The body is all sent at once, so proxy_read_timeout (300ms) runs, not
+    // proxy_send_timeout (60s): `twin::raw` would give up after 5 s.
+    for next in ["", "proxy_next_upstream error timeout non_idempotent;"] {
+        let vigil = post_to_hanging(next, false).await;
+        let nginx = post_to_hanging(next, true).await;
+        assert_eq!(vigil, nginx, "{next}");
+        let want = if next.is_empty() { 504 } else { 200 };
+        assert_eq!(vigil.0, want, "{next}");
+        assert_eq!(vigil.1, vec!["POST /h".to_string()]);
+    }
+}
