@@ -5,6 +5,13 @@
 //! nginx keeps `peer->checked` in whole seconds (`ngx_time()`); vigil keeps
 //! milliseconds. Both give the same answer well inside a window and well
 //! after it, which is what the recorded conformance scenarios probe.
+//!
+//! Latency is measured in microseconds on the same timeline
+//! ([`Clock::now_micros`]; `now().0 == now_micros() / 1000`): a local
+//! backend answers in ~100 µs, so a millisecond clock would read most
+//! time-to-header samples as 0 and "K × the median" would mean nothing.
+//! Rules keep their `Timestamp` in ms; only the latency figures
+//! (`upstream::latency`) use µs.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -19,6 +26,11 @@ pub struct Timestamp(pub u64);
 pub trait Clock: Send + Sync + 'static {
     /// Now, on the monotonic timeline.
     fn now(&self) -> Timestamp;
+    /// Now in microseconds on the same timeline (`now().0` is this / 1000).
+    /// The default has millisecond resolution.
+    fn now_micros(&self) -> u64 {
+        self.now().0.saturating_mul(1000)
+    }
     /// Wall-clock time (milliseconds since the Unix epoch) of a timestamp,
     /// for display in events and the admin API.
     fn unix_ms(&self, at: Timestamp) -> u64;
@@ -34,10 +46,11 @@ pub struct SystemClock {
     start_unix_ms: u64,
 }
 
-/// A clock that only moves when told to: for tests and simulations.
+/// A clock that only moves when told to: for tests and simulations. It
+/// keeps microseconds, so sub-millisecond latencies can be simulated.
 #[derive(Debug, Default)]
 pub struct ManualClock {
-    now_ms: AtomicU64,
+    now_us: AtomicU64,
 }
 
 // === impl Timestamp ===
@@ -57,6 +70,11 @@ impl Timestamp {
 /// A duration in whole milliseconds, saturating.
 pub fn duration_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A duration in whole microseconds, saturating.
+pub fn duration_us(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 // === impl SystemClock ===
@@ -86,6 +104,10 @@ impl Clock for SystemClock {
         Timestamp(duration_ms(self.start.elapsed()))
     }
 
+    fn now_micros(&self) -> u64 {
+        duration_us(self.start.elapsed())
+    }
+
     fn unix_ms(&self, at: Timestamp) -> u64 {
         self.start_unix_ms.saturating_add(at.0)
     }
@@ -97,24 +119,29 @@ impl ManualClock {
     /// A manual clock at `ms`.
     pub fn at(ms: u64) -> Self {
         Self {
-            now_ms: AtomicU64::new(ms),
+            now_us: AtomicU64::new(ms.saturating_mul(1000)),
         }
     }
 
-    /// Move the clock forward.
+    /// Move the clock forward (to the microsecond).
     pub fn advance(&self, d: Duration) {
-        self.now_ms.fetch_add(duration_ms(d), Ordering::SeqCst);
+        self.now_us.fetch_add(duration_us(d), Ordering::SeqCst);
     }
 
-    /// Set the clock.
+    /// Set the clock (to the start of millisecond `at`).
     pub fn set(&self, at: Timestamp) {
-        self.now_ms.store(at.0, Ordering::SeqCst);
+        self.now_us
+            .store(at.0.saturating_mul(1000), Ordering::SeqCst);
     }
 }
 
 impl Clock for ManualClock {
     fn now(&self) -> Timestamp {
-        Timestamp(self.now_ms.load(Ordering::SeqCst))
+        Timestamp(self.now_us.load(Ordering::SeqCst) / 1000)
+    }
+
+    fn now_micros(&self) -> u64 {
+        self.now_us.load(Ordering::SeqCst)
     }
 
     fn unix_ms(&self, at: Timestamp) -> u64 {

@@ -98,6 +98,36 @@ pub enum EventKind {
         /// How many may be ejected.
         allowed: u32,
     },
+    /// `eject_slow`: its median time-to-header over the window was above
+    /// K × the median of the other peers'; out until `until`, then back
+    /// through `passive_recovery`.
+    SlowEjected {
+        /// Its figure, µs.
+        figure_us: u64,
+        /// The other peers' median, µs.
+        median_us: u64,
+        /// Headers its figure was taken over.
+        requests: u64,
+        /// End of the exclusion (`passive_penalty` length or `fail_timeout`).
+        until: Timestamp,
+        /// `passive_penalty`: the nth exclusion in a row (0: no penalty set).
+        nth: u32,
+    },
+    /// `eject_stuck`: its oldest attempt waiting for a header passed the
+    /// threshold; no new requests until that attempt ends.
+    Stuck {
+        /// How long that attempt had waited when a pick saw it.
+        waited_ms: u64,
+        /// The threshold then.
+        threshold_ms: u64,
+    },
+    /// `eject_stuck`: the attempt that made it stuck ended.
+    StuckEnded {
+        /// How long it waited in all.
+        waited_ms: u64,
+        /// `its header came`, `it failed` or `it was cancelled`.
+        how: &'static str,
+    },
     /// Active: probes say the peer is up.
     ProbeUp {
         /// Consecutive passes that made it so.
@@ -156,6 +186,9 @@ impl EventKind {
             EventKind::ProbeReadmitted { .. } => "probe_readmitted",
             EventKind::SlowStart { .. } => "slow_start",
             EventKind::MaxEjected { .. } => "max_ejected",
+            EventKind::SlowEjected { .. } => "slow_ejected",
+            EventKind::Stuck { .. } => "stuck",
+            EventKind::StuckEnded { .. } => "stuck_ended",
             EventKind::ProbeUp { .. } => "probe_up",
             EventKind::ProbeDown { .. } => "probe_down",
             EventKind::Admin { .. } => "admin",
@@ -220,6 +253,35 @@ impl fmt::Display for EventKind {
                 f,
                 "max_ejected no longer keeps it eligible ({ejected} ejected, {allowed} allowed)"
             ),
+            EventKind::SlowEjected {
+                figure_us,
+                median_us,
+                requests,
+                nth,
+                ..
+            } => {
+                write!(
+                    f,
+                    "slow: median time-to-header {} over {requests} request(s), the other peers' median {} (eject_slow)",
+                    micros(*figure_us),
+                    micros(*median_us)
+                )?;
+                if *nth > 0 {
+                    write!(f, "; exclusion {nth} in a row (passive_penalty)")?;
+                }
+                Ok(())
+            }
+            EventKind::Stuck {
+                waited_ms,
+                threshold_ms,
+            } => write!(
+                f,
+                "stuck: an attempt has waited {waited_ms} ms for its header, over the {threshold_ms} ms threshold (eject_stuck): no new requests until it ends"
+            ),
+            EventKind::StuckEnded { waited_ms, how } => write!(
+                f,
+                "no longer stuck: the attempt ended after {waited_ms} ms ({how})"
+            ),
             EventKind::ProbeUp { streak, detail } => {
                 write!(f, "probe up after {streak} pass(es): {detail}")
             }
@@ -228,6 +290,15 @@ impl fmt::Display for EventKind {
             }
             EventKind::Admin { from, to } => write!(f, "admin state {from} -> {to}"),
         }
+    }
+}
+
+/// A µs figure as `1.234 ms` or `250 µs`.
+fn micros(us: u64) -> String {
+    if us >= 1000 {
+        format!("{}.{:03} ms", us / 1000, us % 1000)
+    } else {
+        format!("{us} µs")
     }
 }
 

@@ -13,8 +13,10 @@
 //! `max-fails-single-server`).
 
 mod error;
+mod latency;
 mod location;
 mod rules;
+mod traffic;
 mod upstream;
 
 use std::cmp::Ordering;
@@ -60,6 +62,10 @@ pub const CODES: &[(&str, Severity)] = &[
     (location::NEXT_UPSTREAM_4XX, Severity::Warning),
     (location::NEXT_UPSTREAM_NON_IDEMPOTENT, Severity::Warning),
     (location::RETRIES_UNBOUNDED, Severity::Warning),
+    (traffic::RETRY_BUDGET_ZERO, Severity::Warning),
+    (traffic::HEDGE_SINGLE_SERVER, Severity::Warning),
+    (traffic::HEDGE_NEVER_SENT, Severity::Warning),
+    (traffic::HEDGE_WITHOUT_BUDGET, Severity::Info),
     (location::NO_BUFFERING_WITH_RETRIES, Severity::Info),
     (upstream::KEEPALIVE_IS_NOT_A_CAP, Severity::Info),
     (location::PROXY_HTTP_10_KEEPALIVE, Severity::Info),
@@ -78,6 +84,10 @@ pub const CODES: &[(&str, Severity)] = &[
     (rules::LAST_TRY_NOTHING_LISTED, Severity::Warning),
     (error::PROBE_RECOVERY_WITHOUT_CHECK, Severity::Error),
     (error::SLOW_START_WITH_HASH, Severity::Error),
+    (latency::EJECT_SLOW_FEW_PEERS, Severity::Warning),
+    (latency::EJECT_SLOW_TWO_PEERS, Severity::Info),
+    (latency::EJECT_STUCK_NEVER, Severity::Warning),
+    (latency::EJECT_STUCK_LONG_POLL, Severity::Info),
 ];
 
 /// The traps of a loaded configuration, sorted by position (file, line,
@@ -89,7 +99,9 @@ pub fn lint_config(config: &Config) -> Vec<Finding> {
     }
     for up in &config.upstreams {
         location::lint_upstream(config, up, &mut found);
+        traffic::lint(config, up, &mut found);
         rules::lint(config, up, &mut found);
+        latency::lint(config, up, &mut found);
     }
     for block in &config.servers {
         for loc in &block.locations {

@@ -2,8 +2,11 @@
 //! peers with core's rules, and answer as nginx would (the upstream's
 //! response, 502 for errors and "no live upstreams", 504 for timeouts).
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use tokio::time::Instant;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -12,9 +15,11 @@ use http::StatusCode;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
+use vigil_core::peer::Peer;
+use vigil_core::upstream::PeerGuard;
 use vigil_core::{FailureVerdict, RequestFacts, SelectKey, StatusVerdict};
 
-use crate::attempt;
+use crate::attempt::{self, Answered, Failed};
 use crate::body::{self, BodyError, Buffered, ClientBody, Streamed, UpBody};
 use crate::metrics::Outcome;
 use crate::route::{Refusal, Route};
@@ -38,7 +43,8 @@ pub struct AttemptRecord {
 
 enum ReqBody {
     Buffered(Buffered),
-    Stream(Option<ClientBody>),
+    /// Taken by the attempt that first has a connection ready.
+    Stream(std::sync::Mutex<Option<ClientBody>>),
 }
 
 /// Serve one request.
@@ -150,7 +156,7 @@ async fn proxy_request(
         finish(route, parts, client, local, &[], start, page)
     };
     let mut client_timed_out = None;
-    let mut body = if !has_body {
+    let body = if !has_body {
         ReqBody::Buffered(Buffered::Empty)
     } else if settings.request_buffering {
         match body::buffer(
@@ -174,7 +180,7 @@ async fn proxy_request(
     } else {
         let streamed = ClientBody::new(incoming, settings.client_body_timeout);
         client_timed_out = Some(streamed.timed_out());
-        ReqBody::Stream(Some(streamed))
+        ReqBody::Stream(std::sync::Mutex::new(Some(streamed)))
     };
     let facts = RequestFacts::new(parts.method.as_str(), matches!(body, ReqBody::Buffered(_)));
     let upstream = route.upstream.clone();
@@ -198,77 +204,98 @@ async fn proxy_request(
     let mut sel = upstream.begin(key, route.policy, facts, clock.now());
     let mut attempts: Vec<AttemptRecord> = Vec::new();
     let upstream_uri = route.upstream_uri(&parts);
+    let job = Job {
+        route,
+        parts: &parts,
+        uri: &upstream_uri,
+        body: &body,
+        len: body_len(&body),
+        client,
+        local,
+        upgrade,
+        replayable: facts.body_replayable,
+    };
+    // The attempts in flight: one, or more while hedges race.
+    let mut flights: Vec<Flight<'_>> = Vec::new();
+    let mut hedging = upstream.config().rules.hedge.is_some();
     loop {
-        let guard = match upstream.select(&mut sel, clock.now()) {
-            Ok(g) => g,
-            Err(_) => {
-                obs.no_live_upstreams();
-                tracing::error!(upstream = %upstream.name(), "no live upstreams");
-                attempts.push(AttemptRecord {
-                    addr: upstream.name().clone(),
-                    status: Some(502),
-                    response_time: 0.0,
-                    connect_time: None,
-                });
-                return finish(
-                    route,
-                    &parts,
-                    client,
-                    local,
-                    &attempts,
-                    start,
-                    error_page(StatusCode::BAD_GATEWAY),
-                );
-            }
-        };
-        let peer = guard.peer().clone();
-        let t0 = Instant::now();
-        let replay = match &body {
-            ReqBody::Buffered(b) => match b.replay().await {
-                Ok(bd) => Some(bd),
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot replay spooled body");
-                    return error_page(StatusCode::INTERNAL_SERVER_ERROR);
+        if flights.is_empty() {
+            let guard = match upstream.select(&mut sel, clock.now()) {
+                Ok(g) => g,
+                Err(_) => {
+                    obs.no_live_upstreams();
+                    tracing::error!(upstream = %upstream.name(), "no live upstreams");
+                    attempts.push(AttemptRecord {
+                        addr: upstream.name().clone(),
+                        status: Some(502),
+                        response_time: 0.0,
+                        connect_time: None,
+                    });
+                    return finish(
+                        route,
+                        &parts,
+                        client,
+                        local,
+                        &attempts,
+                        start,
+                        error_page(StatusCode::BAD_GATEWAY),
+                    );
                 }
-            },
-            ReqBody::Stream(_) => None,
+            };
+            match job.launch(guard, &mut attempts).await {
+                Ok(f) => flights.push(f),
+                Err(page) => return page,
+            }
+        }
+        // The next hedge is due after the latest attempt's start.
+        let hedge_at = if hedging {
+            flights
+                .iter()
+                .map(|f| f.t0)
+                .max()
+                .zip(upstream.hedge_after(&sel, clock.now()))
+                .map(|(t0, after)| t0 + after)
+        } else {
+            None
         };
-        let result = attempt::run(
-            route,
-            &peer,
-            route.tls.as_ref(),
-            facts.body_replayable,
-            || {
-                let b = match replay {
-                    Some(b) => b,
-                    None => match &mut body {
-                        ReqBody::Stream(s) => s.take().map_or_else(body::empty, |i| i.boxed()),
-                        ReqBody::Buffered(_) => body::empty(),
-                    },
-                };
-                build_request(
-                    route,
-                    &parts,
-                    &upstream_uri,
-                    b,
-                    client,
-                    local,
-                    &body_len(&body),
-                    upgrade,
-                )
-            },
-        )
-        .await;
+        let (flight, result) = match race(&mut flights, hedge_at).await {
+            Raced::Hedge => {
+                match upstream.hedge(&mut sel, clock.now()) {
+                    Ok(guard) => {
+                        obs.hedge();
+                        tracing::debug!(upstream = %upstream.name(), peer = %guard.peer().name(), "hedge");
+                        match job.launch(guard, &mut attempts).await {
+                            Ok(f) => flights.push(f),
+                            Err(page) => return page,
+                        }
+                    }
+                    Err(denied) => {
+                        // Keep waiting on the attempts in flight.
+                        obs.denied(denied);
+                        hedging = false;
+                    }
+                }
+                continue;
+            }
+            Raced::Done(i, result) => (flights.swap_remove(i), result),
+        };
+        let Flight {
+            guard,
+            peer,
+            t0,
+            record,
+            ..
+        } = flight;
         match result {
             Ok(answered) => {
                 let status = answered.response.status().as_u16();
                 let took = t0.elapsed();
-                attempts.push(AttemptRecord {
+                attempts[record] = AttemptRecord {
                     addr: peer.addr_text().clone(),
                     status: Some(status),
                     response_time: attempt::secs(took),
                     connect_time: Some(answered.connect_time),
-                });
+                };
                 let outcome = Outcome::of_status(status);
                 obs.attempt(
                     &peer,
@@ -285,7 +312,13 @@ async fn proxy_request(
                         obs.retry();
                         continue;
                     }
-                    StatusVerdict::PassThrough(guard, _) => {
+                    StatusVerdict::PassThrough(guard, denied) => {
+                        if let Some(why) = denied {
+                            obs.denied(why);
+                        }
+                        // The first header through wins: the others are
+                        // cancelled, their connections closed.
+                        cancel(&mut flights, &mut attempts);
                         // `passive_count last_try` may have charged a passed-through status.
                         if let Some(class) = guard.accounting().charged {
                             obs.counted(&peer, class);
@@ -372,12 +405,12 @@ async fn proxy_request(
                 tracing::warn!(upstream = %upstream.name(), peer = %peer.name(), class = %failed.failure.class, "{}", failed.detail);
                 let took = t0.elapsed();
                 let class = failed.failure.class;
-                attempts.push(AttemptRecord {
+                attempts[record] = AttemptRecord {
                     addr: peer.addr_text().clone(),
                     status: Some(class.final_status()),
                     response_time: attempt::secs(took),
                     connect_time: failed.connect_time,
-                });
+                };
                 obs.attempt(
                     &peer,
                     Outcome::Failed(class),
@@ -395,7 +428,9 @@ async fn proxy_request(
                         obs.retry();
                         continue;
                     }
-                    FailureVerdict::Fail { status, .. } => {
+                    FailureVerdict::Fail { status, denied, .. } => {
+                        obs.denied(denied);
+                        cancel(&mut flights, &mut attempts);
                         let code = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
                         return finish(
                             route,
@@ -410,6 +445,132 @@ async fn proxy_request(
                 }
             }
         }
+    }
+}
+
+/// What every attempt of one request sends.
+struct Job<'a> {
+    route: &'a Route,
+    parts: &'a Parts,
+    uri: &'a str,
+    body: &'a ReqBody,
+    len: Option<u64>,
+    client: SocketAddr,
+    local: SocketAddr,
+    upgrade: bool,
+    replayable: bool,
+}
+
+/// One attempt in flight: its peer, when it started, its place in the
+/// `$upstream_*` list, and the future that runs it.
+struct Flight<'a> {
+    guard: PeerGuard,
+    peer: Arc<Peer>,
+    t0: Instant,
+    record: usize,
+    run: Pin<Box<dyn Future<Output = Result<Answered, Failed>> + Send + 'a>>,
+}
+
+/// What [`race`] saw first. Lives only between the race and its match,
+/// so the size of the result (the response head) is not worth a box.
+#[allow(clippy::large_enum_variant)]
+enum Raced {
+    /// Attempt `i` ended.
+    Done(usize, Result<Answered, Failed>),
+    /// The hedge timer fired.
+    Hedge,
+}
+
+impl<'a> Job<'a> {
+    /// Start an attempt on `guard`'s peer; its record goes in `attempts`
+    /// now, so the list keeps the order attempts started in (nginx's).
+    async fn launch(
+        &self,
+        guard: PeerGuard,
+        attempts: &mut Vec<AttemptRecord>,
+    ) -> Result<Flight<'a>, Response<UpBody>> {
+        let peer = guard.peer().clone();
+        let replay = match self.body {
+            ReqBody::Buffered(b) => match b.replay().await {
+                Ok(bd) => Some(bd),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot replay spooled body");
+                    return Err(error_page(StatusCode::INTERNAL_SERVER_ERROR));
+                }
+            },
+            ReqBody::Stream(_) => None,
+        };
+        attempts.push(AttemptRecord {
+            addr: peer.addr_text().clone(),
+            status: None,
+            response_time: 0.0,
+            connect_time: None,
+        });
+        let (route, parts, uri, body, len) =
+            (self.route, self.parts, self.uri, self.body, self.len);
+        let (client, local, upgrade, replayable) =
+            (self.client, self.local, self.upgrade, self.replayable);
+        let p = peer.clone();
+        let run = Box::pin(async move {
+            attempt::run(route, &p, route.tls.as_ref(), replayable, move || {
+                let b = match replay {
+                    Some(b) => b,
+                    None => match body {
+                        ReqBody::Stream(s) => s
+                            .lock()
+                            .ok()
+                            .and_then(|mut s| s.take())
+                            .map_or_else(body::empty, |i| i.boxed()),
+                        ReqBody::Buffered(_) => body::empty(),
+                    },
+                };
+                build_request(route, parts, uri, b, client, local, &len, upgrade)
+            })
+            .await
+        });
+        Ok(Flight {
+            guard,
+            peer,
+            t0: Instant::now(),
+            record: attempts.len() - 1,
+            run,
+        })
+    }
+}
+
+/// Wait for the first attempt to end, or for the hedge timer.
+async fn race(flights: &mut [Flight<'_>], hedge_at: Option<Instant>) -> Raced {
+    let mut timer = std::pin::pin!(hedge_at.map(tokio::time::sleep_until));
+    std::future::poll_fn(|cx| {
+        for (i, f) in flights.iter_mut().enumerate() {
+            if let Poll::Ready(r) = f.run.as_mut().poll(cx) {
+                return Poll::Ready(Raced::Done(i, r));
+            }
+        }
+        let fired = timer
+            .as_mut()
+            .as_pin_mut()
+            .is_some_and(|t| t.poll(cx).is_ready());
+        if fired {
+            Poll::Ready(Raced::Hedge)
+        } else {
+            Poll::Pending
+        }
+    })
+    .await
+}
+
+/// The attempts that lost: released uncharged (core), their connections
+/// closed (the futures dropped with their connections), shown with no
+/// status and the time they ran (as nginx shows an attempt cut short).
+fn cancel(flights: &mut Vec<Flight<'_>>, attempts: &mut [AttemptRecord]) {
+    for f in flights.drain(..) {
+        tracing::debug!(peer = %f.peer.name(), "hedged attempt cancelled");
+        if let Some(r) = attempts.get_mut(f.record) {
+            r.response_time = attempt::secs(f.t0.elapsed());
+        }
+        f.guard.cancel();
+        drop(f.run);
     }
 }
 

@@ -10,10 +10,13 @@
 //! | `vigil_attempts_total` | counter | `upstream`, `peer`, `outcome` | attempts sent to a peer, by outcome: `ok` (a response header whose status `proxy_next_upstream` cannot name), `error`, `timeout`, `invalid_header` (no usable header), `http_500`…`http_429` (a header with that status, retried or not) |
 //! | `vigil_retries_total` | counter | `upstream` | attempts that moved the request to the next peer |
 //! | `vigil_failures_counted_total` | counter | `upstream`, `peer`, `class` | failures charged toward `max_fails`: every transport failure, and a listed status that was retried (never `http_403`/`http_404`) |
+//! | `vigil_hedges_total` | counter | `upstream` | hedges sent (`hedge`): the request went to a second peer while the first had not answered |
+//! | `vigil_retries_denied_total` | counter | `upstream`, `reason` | retries and hedges core did not allow, by reason: `tries`, `single_server`, `not_listed`, `non_idempotent`, `body_not_replayable`, `timeout`, `budget` (`retry_budget` empty), `no_peer` (a hedge found no other eligible peer) |
 //! | `vigil_no_live_upstreams_total` | counter | `upstream` | requests answered 502 because no peer was eligible ("no live upstreams") |
 //! | `vigil_exclusions_total` | counter | `upstream`, `peer` | times the peer reached `max_fails` and was excluded for `fail_timeout` |
+//! | `vigil_ejections_total` | counter | `upstream`, `peer`, `rule` | times a health rule took the peer out: `passive` (max_fails, as `vigil_exclusions_total`), `probe_down`, `slow` (`eject_slow`), `stuck` (`eject_stuck`) |
 //! | `vigil_peer_active_connections` | gauge | `upstream`, `peer` | requests in flight to the peer now |
-//! | `vigil_peer_state` | gauge | `upstream`, `peer`, `state` | 1 for the peer's state now, 0 for the others: `eligible`, `excluded`, `probe_down`, `admin_down`, `draining`, `down` (in the config), `full` (`max_conns`); the first rule in force wins, as in `vigil status` |
+//! | `vigil_peer_state` | gauge | `upstream`, `peer`, `state` | 1 for the peer's state now, 0 for the others: `eligible`, `excluded`, `probe_down`, `admin_down`, `draining`, `down` (in the config), `full` (`max_conns`), `slow` (`eject_slow`), `stuck` (`eject_stuck`); the first rule in force wins, as in `vigil status` |
 //! | `vigil_peer_fails` | gauge | `upstream`, `peer` | failures counted and not yet forgiven (nginx's `fails`) |
 //! | `vigil_reloads_total` | counter | — | configuration reloads put in force since start |
 //!
@@ -36,7 +39,7 @@ use vigil_core::event::{Event, EventKind};
 use vigil_core::registry::Registry;
 use vigil_core::Clock;
 
-pub(crate) use render::{help, state_index, STATES as PEER_STATES};
+pub(crate) use render::{help, state_index, EJECTION_RULES, STATES as PEER_STATES};
 pub(crate) use stats::{class_index, Outcome, PeerStats, UpstreamStats, BUCKETS, STATUS_CLASSES};
 
 /// The proxy's metrics over every configuration generation it served.
@@ -111,18 +114,21 @@ impl ProxyMetrics {
         self.current.load_full()
     }
 
-    /// Count an exclusion (called for every event on the bus).
+    /// Count an exclusion or another ejection (called for every event on the bus).
     pub(crate) fn on_event(&self, event: &Event) {
-        if !matches!(event.kind, EventKind::Excluded { .. }) {
+        let Some(rule) = render::ejection_index(&event.kind) else {
             return;
-        }
+        };
         let current = self.current.load();
         let peer = current
             .as_ref()
             .and_then(|g| g.upstream(&event.upstream))
             .and_then(|u| u.peers.iter().find(|p| p.addr == event.peer));
         if let Some(p) = peer {
-            p.exclusions.fetch_add(1, Ordering::Relaxed);
+            if matches!(event.kind, EventKind::Excluded { .. }) {
+                p.exclusions.fetch_add(1, Ordering::Relaxed);
+            }
+            p.ejections[rule].fetch_add(1, Ordering::Relaxed);
         }
     }
 }

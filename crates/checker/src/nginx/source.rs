@@ -193,6 +193,7 @@ fn directive_lines(d: &Directive, u: &UpstreamConfig) -> Vec<Line> {
         // Stock nginx refuses tengine's check and vigil's own health rules.
         if CHECK_DIRECTIVES.contains(&d.name.as_str())
             || vigil_core::config::HealthRules::DIRECTIVES.contains(&d.name.as_str())
+            || vigil_core::config::HealthRules::TRAFFIC_DIRECTIVES.contains(&d.name.as_str())
         {
             continue;
         }

@@ -92,6 +92,9 @@ struct EventsDoc {
 #[derive(Serialize)]
 struct ExplainDoc {
     upstream: String,
+    /// The upstream's own rules: the preset and what it switched on, the
+    /// latency rules with their figures.
+    rules: Vec<String>,
     peers: Vec<ExplainPeer>,
 }
 
@@ -471,6 +474,7 @@ impl Admin {
             StatusCode::OK,
             &ExplainDoc {
                 upstream: name.to_string(),
+                rules: api::explain_rules(&view),
                 peers,
             },
         )

@@ -40,6 +40,18 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             )?;
             return Ok(ExitCode::from(1));
         }
+        let rules: Vec<&str> = v["rules"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str())
+            .collect();
+        if args.peer.is_none() && !rules.is_empty() {
+            for s in rules {
+                writeln!(out, "{s}")?;
+            }
+            writeln!(out)?;
+        }
         for p in v["peers"].as_array().into_iter().flatten() {
             for s in p["sentences"].as_array().into_iter().flatten() {
                 writeln!(out, "{}", s.as_str().unwrap_or_default())?;

@@ -95,6 +95,52 @@ pub fn explain(up: &UpstreamView, peer: &PeerView, events: &[EventView]) -> Vec<
                 "{addr} is skipped while at max_conns: {}; it gets requests again as soon as one finishes.",
                 r.detail
             ),
+            "slow" => {
+                let rule = up
+                    .rules
+                    .eject_slow
+                    .as_ref()
+                    .map(|s| {
+                        format!(
+                            " (eject_slow factor={} window={} min_requests={} min={})",
+                            s.factor,
+                            dur(s.window_ms),
+                            s.min_requests,
+                            dur(s.min_ms)
+                        )
+                    })
+                    .unwrap_or_default();
+                let length = match (&up.rules.passive_penalty, r.nth) {
+                    (Some(_), nth) if nth > 0 => format!("exclusion {nth} in a row, passive_penalty"),
+                    _ => format!("fail_timeout={}", dur(peer.fail_timeout_ms)),
+                };
+                format!(
+                    "{addr} gets no traffic: it was slow{}: {}{rule}; excluded until {} ({length}); its figure starts afresh, so it is judged again on new requests only; {}",
+                    at(r.since_unix_ms),
+                    r.detail,
+                    r.until_unix_ms.map(clock).unwrap_or_else(|| "?".into()),
+                    recovery_text(&up.rules.passive_recovery)
+                )
+            }
+            "stuck" => {
+                let p99 = up
+                    .rules
+                    .header_time
+                    .as_ref()
+                    .and_then(|h| h.p99_us)
+                    .map(|p| format!("the upstream's recent p99 is {}", micros(p)))
+                    .unwrap_or_else(|| "too few recent headers for a p99".into());
+                let rule = up
+                    .rules
+                    .eject_stuck
+                    .as_ref()
+                    .map(|s| format!("eject_stuck factor={} min={}: {p99}", s.factor, dur(s.min_ms)))
+                    .unwrap_or_default();
+                format!(
+                    "{addr} takes no new requests: {} ({rule}); it is back as soon as that attempt gets its header, fails (charged as usual) or is cancelled.",
+                    r.detail
+                )
+            }
             _ => format!("{addr}: {} ({})", r.rule, r.detail),
         };
         out.push(s);
@@ -173,6 +219,157 @@ pub fn explain(up: &UpstreamView, peer: &PeerView, events: &[EventView]) -> Vec<
     }
     super::nginx::amend(&up.name, peer, &mut out);
     out
+}
+
+/// Sentences about the rules of `up` as a whole: the preset and what it
+/// switched on, and the latency rules with their figures now.
+pub fn explain_rules(up: &UpstreamView) -> Vec<String> {
+    let mut out = Vec::new();
+    let r = &up.rules;
+    if let Some(p) = &r.health_preset {
+        let mut s = format!(
+            "{}: health_preset {} switched on {}",
+            up.name,
+            p.name,
+            if p.supplied.is_empty() {
+                "nothing (every setting it covers is written)".to_string()
+            } else {
+                p.supplied
+                    .iter()
+                    .map(|d| setting_text(up, d))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        );
+        if !p.written.is_empty() {
+            s.push_str(&format!(
+                "; written beside it, and overriding it: {}",
+                p.written
+                    .iter()
+                    .map(|d| setting_text(up, d))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        s.push('.');
+        out.push(s);
+    }
+    if let Some(h) = &r.header_time {
+        out.push(format!(
+            "{}: recent time-to-header (last 5 to 10 s): p50 {}, p99 {}.",
+            up.name,
+            h.p50_us
+                .map_or_else(|| "unknown (too few headers)".into(), micros),
+            h.p99_us
+                .map_or_else(|| "unknown (too few headers)".into(), micros)
+        ));
+    }
+    if let Some(s) = &r.eject_stuck {
+        out.push(format!(
+            "{}: eject_stuck factor={} min={}: a peer whose oldest attempt has waited more than {} for its header takes no new requests until that attempt ends.",
+            up.name,
+            s.factor,
+            dur(s.min_ms),
+            micros((s.threshold_ms * 1000.0) as u64)
+        ));
+    }
+    if let Some(s) = &r.eject_slow {
+        out.push(format!(
+            "{}: eject_slow factor={} window={} min_requests={} min={}: a peer with at least {} headers in the window whose median time-to-header is above {}× the median of the other peers' (and above {}) is excluded like a failing one.",
+            up.name,
+            s.factor,
+            dur(s.window_ms),
+            s.min_requests,
+            dur(s.min_ms),
+            s.min_requests,
+            s.factor,
+            dur(s.min_ms)
+        ));
+    }
+    out.extend(traffic_text(up));
+    out
+}
+
+/// `retry_budget` and `hedge`, with their state now.
+fn traffic_text(up: &UpstreamView) -> Vec<String> {
+    let mut out = Vec::new();
+    let r = &up.rules;
+    if let Some(b) = &r.retry_budget {
+        out.push(format!(
+            "{}: retry_budget ratio={}% min={}/s: retries and hedges may not exceed {}% of the requests of the last 10 s plus {} a second; {:.1} token(s) now ({} requests and {} paid retries in the last 10 s); {} denied so far (the failure was answered instead, and charged as usual).",
+            up.name,
+            b.ratio_percent,
+            b.min_per_sec,
+            b.ratio_percent,
+            b.min_per_sec,
+            b.tokens,
+            b.requests,
+            b.retries,
+            b.denied
+        ));
+    }
+    if let Some(h) = &r.hedge {
+        let now = match (&h.after_now_ms, h.after.starts_with('p')) {
+            (Some(ms), true) => format!(" (now {})", micros((ms * 1000.0) as u64)),
+            (None, true) => " (no hedge yet: too few recent headers for that percentile)".into(),
+            _ => String::new(),
+        };
+        let budget = if r.retry_budget.is_some() {
+            "each takes a token of retry_budget (a denied hedge just keeps waiting)"
+        } else {
+            "no retry_budget limits them"
+        };
+        out.push(format!(
+            "{}: hedge after={}{now} max={}: an idempotent request (not POST, LOCK or PATCH; body buffered or empty) with no response header after that is sent to another peer too, where proxy_next_upstream lists timeout; the first header wins and the other attempt is cancelled uncharged; hedges count toward proxy_next_upstream_tries and {budget}.",
+            up.name, h.after, h.max
+        ));
+    }
+    out
+}
+
+/// A rule setting as written in nginx.conf (`max_ejected 50%`).
+fn setting_text(up: &UpstreamView, name: &str) -> String {
+    let r = &up.rules;
+    match name {
+        "passive_count" => format!("passive_count {}", r.passive_count.join(" ")),
+        "passive_recovery" => format!("passive_recovery {}", r.passive_recovery),
+        "passive_penalty" => r.passive_penalty.as_ref().map_or_else(
+            || "passive_penalty".into(),
+            |p| {
+                format!(
+                    "passive_penalty base={} max={} jitter={}%",
+                    dur(p.base_ms),
+                    dur(p.max_ms),
+                    p.jitter_percent
+                )
+            },
+        ),
+        "max_ejected" => r.max_ejected.as_ref().map_or_else(
+            || "max_ejected".into(),
+            |m| format!("max_ejected {}%", m.percent),
+        ),
+        "eject_stuck" => r.eject_stuck.as_ref().map_or_else(
+            || "eject_stuck".into(),
+            |s| format!("eject_stuck factor={} min={}", s.factor, dur(s.min_ms)),
+        ),
+        "eject_slow" => r.eject_slow.as_ref().map_or_else(
+            || "eject_slow".into(),
+            |s| {
+                format!(
+                    "eject_slow factor={} window={} min_requests={} min={}",
+                    s.factor,
+                    dur(s.window_ms),
+                    s.min_requests,
+                    dur(s.min_ms)
+                )
+            },
+        ),
+        other => other.to_string(),
+    }
+}
+
+fn micros(us: u64) -> String {
+    super::micros_text(std::time::Duration::from_micros(us))
 }
 
 fn pick_hint(up: &UpstreamView, peer: &PeerView) -> String {
@@ -266,6 +463,54 @@ mod tests {
         let bus = Arc::new(EventBus::default());
         let reg = Registry::build(&loaded.config, None, bus.clone(), clock.clone());
         (reg, clock, bus)
+    }
+
+    #[test]
+    fn retry_budget_and_hedge_are_explained_with_tokens_and_denials() {
+        let (reg, clock, _) = setup(
+            "http { upstream u { server 10.0.0.1:80; server 10.0.0.2:80;
+                 retry_budget ratio=50% min=0/s; hedge after=40ms max=2; } }",
+        );
+        let up = reg.get("u").expect("u").clone();
+        let now = clock.now();
+        // Two requests: one token; one failure retried, the next denied.
+        let fail = TransportFailure {
+            class: FailureClass::Error,
+            request_sent: true,
+            cached_connection: false,
+        };
+        for _ in 0..2 {
+            let mut sel = up.begin(
+                SelectKey::None,
+                RetryPolicy::default(),
+                RequestFacts::default(),
+                now,
+            );
+            let g = up.select(&mut sel, now).expect("a peer");
+            let _ = sel.on_failure(g, fail, now);
+        }
+        let view = super::super::upstream_view(&up, &*clock, now);
+        let b = view.rules.retry_budget.as_ref().expect("budget view");
+        assert_eq!((b.requests, b.retries, b.denied), (2, 1, 1));
+        assert_eq!(b.tokens, 0.0);
+        let text = super::explain_rules(&view).join("\n");
+        assert!(
+            text.contains("u: retry_budget ratio=50% min=0/s: retries and hedges may not exceed 50% of the requests of the last 10 s plus 0 a second; 0.0 token(s) now (2 requests and 1 paid retries in the last 10 s); 1 denied so far"),
+            "{text}"
+        );
+        assert!(
+            text.contains("u: hedge after=40ms max=2: an idempotent request"),
+            "{text}"
+        );
+        assert!(
+            text.contains("each takes a token of retry_budget"),
+            "{text}"
+        );
+        let json = serde_json::to_string(&view.rules).expect("json");
+        assert!(
+            json.contains("\"hedge\":{\"after\":\"40ms\",\"max\":2,\"after_now_ms\":40.0}"),
+            "{json}"
+        );
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::health::HealthState;
 use crate::registry::Registry;
 use crate::upstream::{Ineligible, PeerStatus, Upstream};
 
-pub use explain::explain;
+pub use explain::{explain, explain_rules};
 pub use nginx::{NginxGiven, NginxView};
 
 /// `GET /api/status`.
@@ -56,8 +56,98 @@ pub struct RulesView {
     pub passive_recovery: String,
     /// `passive_penalty`, if set.
     pub passive_penalty: Option<PenaltyView>,
+    /// `retry_budget`, if set, with its tokens now.
+    #[serde(default)]
+    pub retry_budget: Option<RetryBudgetView>,
+    /// `hedge`, if set.
+    #[serde(default)]
+    pub hedge: Option<HedgeView>,
     /// `max_ejected`, if set, with its count now.
     pub max_ejected: Option<MaxEjectedView>,
+    /// `eject_stuck`, if set, with its threshold now.
+    #[serde(default)]
+    pub eject_stuck: Option<EjectStuckView>,
+    /// `eject_slow`, if set.
+    #[serde(default)]
+    pub eject_slow: Option<EjectSlowView>,
+    /// `health_preset`, if written: which settings it supplied.
+    #[serde(default)]
+    pub health_preset: Option<PresetView>,
+    /// The upstream's recent time-to-header, when core measures it.
+    #[serde(default)]
+    pub header_time: Option<HeaderTimeView>,
+}
+
+/// `eject_stuck factor= min=` and its threshold now.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EjectStuckView {
+    /// K.
+    pub factor: f64,
+    /// T, ms.
+    pub min_ms: u64,
+    /// max(T, K × p99) now, ms (fractional).
+    pub threshold_ms: f64,
+}
+
+/// `eject_slow factor= window= min_requests= min=`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EjectSlowView {
+    /// K.
+    pub factor: f64,
+    /// The window, ms.
+    pub window_ms: u64,
+    /// N.
+    pub min_requests: u32,
+    /// The floor, ms.
+    pub min_ms: u64,
+}
+
+/// `health_preset NAME`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PresetView {
+    /// `recommended`.
+    pub name: String,
+    /// The settings it supplied (directive names).
+    pub supplied: Vec<String>,
+    /// The settings written beside it, which override it.
+    pub written: Vec<String>,
+}
+
+/// An upstream's recent time-to-header (the last 5 to 10 s).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HeaderTimeView {
+    /// Median, µs (None: too few samples).
+    pub p50_us: Option<u64>,
+    /// 99th percentile, µs (None: too few samples).
+    pub p99_us: Option<u64>,
+}
+
+/// `retry_budget ratio= min=` and its state now.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RetryBudgetView {
+    /// R, percent of the requests.
+    pub ratio_percent: u8,
+    /// N per second whatever the ratio.
+    pub min_per_sec: u32,
+    /// Retries or hedges it could pay for now (ratio and reserve).
+    pub tokens: f64,
+    /// Requests counted in the last 10 s.
+    pub requests: u64,
+    /// Retries and hedges the ratio paid for in the last 10 s.
+    pub retries: u64,
+    /// Retries and hedges denied since the budget was set.
+    pub denied: u64,
+}
+
+/// `hedge after= max=`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HedgeView {
+    /// `after=` as written: `50ms` or `p95`.
+    pub after: String,
+    /// Hedges per request.
+    pub max: u32,
+    /// The delay in force now, ms (for `pNN`: None while too few headers).
+    pub after_now_ms: Option<f64>,
 }
 
 /// `passive_penalty base= max= jitter=`.
@@ -165,6 +255,18 @@ pub struct PeerView {
     /// `vigil check` only: what nginx was given for this server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nginx: Option<NginxView>,
+    /// `eject_slow`: its median time-to-header over the window, µs.
+    #[serde(default)]
+    pub header_median_us: Option<u64>,
+    /// `eject_slow`: headers in the window.
+    #[serde(default)]
+    pub header_requests: Option<u64>,
+    /// `eject_stuck`: attempts waiting for a header now.
+    #[serde(default)]
+    pub waiting: Option<u32>,
+    /// `eject_stuck`: how long the oldest of them has waited, ms.
+    #[serde(default)]
+    pub oldest_wait_ms: Option<u64>,
 }
 
 /// A peer on probation (`passive_recovery probation=N`).
@@ -298,6 +400,19 @@ fn rules_view(up: &Upstream, now: Timestamp) -> RulesView {
             max_ms: duration_ms(p.max),
             jitter_percent: p.jitter_percent,
         }),
+        retry_budget: up.retry_budget_now(now).map(|b| RetryBudgetView {
+            ratio_percent: b.ratio_percent,
+            min_per_sec: b.min_per_sec,
+            tokens: b.tokens,
+            requests: b.requests,
+            retries: b.retries,
+            denied: b.denied,
+        }),
+        hedge: r.hedge.map(|h| HedgeView {
+            after: h.after.word(),
+            max: h.max.get(),
+            after_now_ms: up.hedge_delay_now(now).map(|d| d.as_secs_f64() * 1000.0),
+        }),
         max_ejected: up.max_ejected_now(now).map(|m| MaxEjectedView {
             percent: m.percent,
             in_service: m.in_service,
@@ -305,6 +420,56 @@ fn rules_view(up: &Upstream, now: Timestamp) -> RulesView {
             allowed: m.allowed,
             keep: r.keep_in_service.map_or(1, |k| k.get()),
         }),
+        eject_stuck: r.eject_stuck.map(|s| EjectStuckView {
+            factor: s.factor,
+            min_ms: duration_ms(s.min),
+            threshold_ms: up
+                .stuck_now(now)
+                .map_or(s.min, |n| n.threshold)
+                .as_secs_f64()
+                * 1000.0,
+        }),
+        eject_slow: r.eject_slow.map(|s| EjectSlowView {
+            factor: s.factor,
+            window_ms: duration_ms(s.window),
+            min_requests: s.min_requests,
+            min_ms: duration_ms(s.min),
+        }),
+        health_preset: r.preset.map(|p| {
+            let supplied = p.supplied.names();
+            PresetView {
+                name: p.preset.word().into(),
+                written: HealthRules::DIRECTIVES
+                    .iter()
+                    .filter(|d| **d != "health_preset" && !supplied.contains(d))
+                    .filter(|d| written(r, d))
+                    .map(|d| d.to_string())
+                    .collect(),
+                supplied: supplied.into_iter().map(String::from).collect(),
+            }
+        }),
+        header_time: up.measures_latency().then(|| HeaderTimeView {
+            p50_us: up
+                .header_time_quantile(0.5, now)
+                .map(crate::clock::duration_us),
+            p99_us: up
+                .header_time_quantile(0.99, now)
+                .map(crate::clock::duration_us),
+        }),
+    }
+}
+
+/// Whether rule directive `name` is set to something other than nginx's
+/// default (what a preset's "written beside it" lists).
+fn written(r: &HealthRules, name: &str) -> bool {
+    match name {
+        "passive_count" => r.count.after_header || r.count.last_try,
+        "passive_recovery" => r.recovery != crate::config::Recovery::Window,
+        "passive_penalty" => r.penalty.is_some(),
+        "max_ejected" => r.max_ejected.is_some(),
+        "eject_stuck" => r.eject_stuck.is_some(),
+        "eject_slow" => r.eject_slow.is_some(),
+        _ => false,
     }
 }
 
@@ -360,6 +525,47 @@ pub fn reason_view(r: &Ineligible, clock: &dyn Clock) -> ReasonView {
         Ineligible::Full { conns, max_conns } => {
             view(None, None, format!("{conns}/{max_conns} connections"))
         }
+        Ineligible::Slow {
+            figure,
+            median,
+            since,
+            until,
+            nth,
+        } => ReasonView {
+            nth: *nth,
+            ..view(
+                ms(*since),
+                Some(clock.unix_ms(*until)),
+                format!(
+                    "median time-to-header {} against the other peers' {}",
+                    micros_text(*figure),
+                    micros_text(*median)
+                ),
+            )
+        },
+        Ineligible::Stuck {
+            since,
+            waited,
+            threshold,
+        } => view(
+            ms(*since),
+            None,
+            format!(
+                "an attempt has waited {} for its header, over the {} threshold",
+                micros_text(*waited),
+                micros_text(*threshold)
+            ),
+        ),
+    }
+}
+
+/// A duration as `1.234 ms` (or `250 µs`).
+pub(crate) fn micros_text(d: std::time::Duration) -> String {
+    let us = crate::clock::duration_us(d);
+    if us >= 1000 {
+        format!("{}.{:03} ms", us / 1000, us % 1000)
+    } else {
+        format!("{us} µs")
     }
 }
 
@@ -412,6 +618,16 @@ fn peer_view(s: &PeerStatus, clock: &dyn Clock) -> PeerView {
         reasons,
         waived: s.waived.iter().map(|r| reason_view(r, clock)).collect(),
         nginx: None,
+        header_median_us: s
+            .header_figure
+            .and_then(|f| f.median)
+            .map(crate::clock::duration_us),
+        header_requests: s.header_figure.map(|f| f.requests),
+        waiting: s.waiting.map(|w| w.attempts),
+        oldest_wait_ms: s
+            .waiting
+            .filter(|w| w.attempts > 0)
+            .map(|w| duration_ms(w.oldest)),
     }
 }
 
@@ -445,7 +661,10 @@ impl EventKind {
     pub fn is_down(&self) -> bool {
         matches!(
             self,
-            EventKind::Excluded { .. } | EventKind::ProbeDown { .. }
+            EventKind::Excluded { .. }
+                | EventKind::ProbeDown { .. }
+                | EventKind::SlowEjected { .. }
+                | EventKind::Stuck { .. }
         )
     }
 }

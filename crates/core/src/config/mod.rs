@@ -5,8 +5,10 @@ mod addr;
 mod error;
 pub mod model;
 pub mod nginx;
+pub mod preset;
 pub mod read;
 pub mod toml;
+mod traffic;
 mod validate;
 pub mod value;
 

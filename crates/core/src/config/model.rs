@@ -101,6 +101,14 @@ pub struct HealthRules {
     /// `passive_penalty base=T max=T [jitter=P%]`: exclusions that grow.
     /// Default none: every exclusion lasts `fail_timeout` (nginx).
     pub penalty: Option<Penalty>,
+    /// `retry_budget ratio=R% min=N/s`: the retries and hedges of the
+    /// upstream's requests, over the last 10 s, may not exceed R% of its
+    /// requests plus N per second. Default none (nginx: no limit).
+    pub retry_budget: Option<RetryBudget>,
+    /// `hedge after=T|pNN [max=M]`: an idempotent request with no response
+    /// header after T is sent to another peer too; the first header wins.
+    /// Default none (nginx: never).
+    pub hedge: Option<Hedge>,
     /// `max_ejected P%`: at most this percentage (0..=100) of the primaries
     /// in service ejected at once by every rule together. Default none.
     pub max_ejected: Option<u8>,
@@ -110,6 +118,17 @@ pub struct HealthRules {
     /// `max_ejected` always keeps. Set without `max_ejected`, it alone puts
     /// the rule in force (as `max_ejected 100%` keeping N).
     pub keep_in_service: Option<NonZeroU32>,
+    /// `eject_stuck factor=K min=T`: a peer whose oldest attempt still
+    /// waiting for its header is older than max(T, K × the upstream's
+    /// recent p99 time-to-header) takes no new requests. Default none.
+    pub eject_stuck: Option<EjectStuck>,
+    /// `eject_slow factor=K window=T min_requests=N [min=T]`: a peer whose
+    /// median time-to-header over the window is above K × the median of
+    /// the other peers' is ejected as a passive exclusion. Default none.
+    pub eject_slow: Option<EjectSlow>,
+    /// `health_preset NAME`: the preset written, and which settings it
+    /// supplied (the rest were written). Default none.
+    pub preset: Option<PresetUse>,
     /// Where each directive is, for errors and lint findings.
     pub origins: RuleOrigins,
 }
@@ -140,6 +159,39 @@ pub enum Recovery {
     Probation(NonZeroU32),
 }
 
+/// `retry_budget ratio=R% min=N/s` (Finagle's retry budget): each request
+/// deposits R% of a token, each retry or hedge withdraws one (deposits and
+/// withdrawals older than [`RetryBudget::WINDOW`] expire); when none is
+/// left, a reserve of N per second (a `governor` rate limiter, burst N)
+/// pays instead; when that is empty too, the retry is denied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryBudget {
+    /// `ratio=`: R, 0..=100 percent of the requests.
+    pub ratio_percent: u8,
+    /// `min=`: N retries per second whatever the ratio (0: none).
+    pub min_per_sec: u32,
+}
+
+/// `hedge after=T|pNN [max=M]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hedge {
+    /// `after=`: when the next hedge goes out, counted from the start of
+    /// the latest attempt still waiting.
+    pub after: HedgeAfter,
+    /// `max=`: hedges per request (default 1, at most 8).
+    pub max: NonZeroU32,
+}
+
+/// When a hedge goes out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HedgeAfter {
+    /// `after=T`: a fixed delay (more than 0).
+    Fixed(Duration),
+    /// `after=pNN`: the upstream's recent NN-th percentile (1..=99)
+    /// time-to-header.
+    Percentile(u8),
+}
+
 /// `passive_penalty`: the k-th exclusion in a row lasts
 /// `min(base × 2^(k−1), max)`, ± `jitter` percent; after a clean period as
 /// long as `max`, k starts again at 1.
@@ -154,6 +206,70 @@ pub struct Penalty {
     pub jitter_percent: u8,
 }
 
+/// `eject_stuck factor=K min=T`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EjectStuck {
+    /// `factor=`: K, a multiple of the upstream's recent p99
+    /// time-to-header (1 to 1000).
+    pub factor: f64,
+    /// `min=`: T, the threshold whatever the p99 (and the whole threshold
+    /// while too few samples give a p99).
+    pub min: Duration,
+}
+
+/// `eject_slow factor=K window=T min_requests=N [min=T]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EjectSlow {
+    /// `factor=`: K, a multiple of the median of the other peers'
+    /// figures (above 1, at most 1000).
+    pub factor: f64,
+    /// `window=`: the span the figures cover (kept as two halves: a figure
+    /// covers the last window/2 to window).
+    pub window: Duration,
+    /// `min_requests=`: headers a peer needs in the window to be judged or
+    /// to count in its peers' median.
+    pub min_requests: u32,
+    /// `min=`: a figure at or below this is never slow, whatever the
+    /// others' (default 0).
+    pub min: Duration,
+}
+
+/// A `health_preset` and what it set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PresetUse {
+    /// Which preset.
+    pub preset: Preset,
+    /// The settings the preset supplied (not written beside it).
+    pub supplied: PresetSettings,
+}
+
+/// The presets of `health_preset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Preset {
+    /// `recommended`: every health rule beyond nginx, with vigil's defaults.
+    Recommended,
+}
+
+/// Which settings a preset supplied (true) rather than the configuration
+/// writing them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PresetSettings {
+    /// `passive_count`.
+    pub passive_count: bool,
+    /// `passive_recovery`.
+    pub passive_recovery: bool,
+    /// `passive_penalty`.
+    pub passive_penalty: bool,
+    /// `max_ejected`.
+    pub max_ejected: bool,
+    /// `eject_stuck`.
+    pub eject_stuck: bool,
+    /// `eject_slow`.
+    pub eject_slow: bool,
+    // retry_budget: the lead adds its flag here.
+    // hedge: the lead adds its flag here.
+}
+
 /// Where the rule directives are (all compare equal, as [`Origin`] does).
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct RuleOrigins {
@@ -163,8 +279,18 @@ pub struct RuleOrigins {
     pub recovery: Origin,
     /// `passive_penalty`.
     pub penalty: Origin,
+    /// `retry_budget`.
+    pub retry_budget: Origin,
+    /// `hedge`.
+    pub hedge: Origin,
     /// `max_ejected`.
     pub max_ejected: Origin,
+    /// `eject_stuck`.
+    pub eject_stuck: Origin,
+    /// `eject_slow`.
+    pub eject_slow: Origin,
+    /// `health_preset`.
+    pub preset: Origin,
 }
 
 /// The balancing method of an upstream.
@@ -517,11 +643,14 @@ impl HealthRules {
     /// The rule directives inside `upstream {}`. They are vigil's own:
     /// stock nginx refuses them ("unknown directive"), so `vigil check`
     /// leaves them out of the files it renders, as it does `check`.
-    pub const DIRECTIVES: [&'static str; 4] = [
+    pub const DIRECTIVES: [&'static str; 7] = [
         "passive_count",
         "passive_recovery",
         "passive_penalty",
         "max_ejected",
+        "eject_stuck",
+        "eject_slow",
+        "health_preset",
     ];
 
     /// Whether every rule is at nginx's default.
@@ -536,6 +665,33 @@ impl HealthRules {
     }
 }
 
+impl Preset {
+    /// The word in nginx.conf and TOML.
+    pub fn word(self) -> &'static str {
+        match self {
+            Preset::Recommended => "recommended",
+        }
+    }
+}
+
+impl PresetSettings {
+    /// The directive names of the settings supplied, in config order.
+    pub fn names(&self) -> Vec<&'static str> {
+        [
+            (self.passive_count, "passive_count"),
+            (self.passive_recovery, "passive_recovery"),
+            (self.passive_penalty, "passive_penalty"),
+            (self.max_ejected, "max_ejected"),
+            (self.eject_stuck, "eject_stuck"),
+            (self.eject_slow, "eject_slow"),
+        ]
+        .into_iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, n)| n)
+        .collect()
+    }
+}
+
 impl Recovery {
     /// The word in nginx.conf and TOML: `window`, `probe`, `probation=N`.
     pub fn word(self) -> String {
@@ -543,6 +699,33 @@ impl Recovery {
             Recovery::Window => "window".into(),
             Recovery::Probe => "probe".into(),
             Recovery::Probation(n) => format!("probation={n}"),
+        }
+    }
+}
+
+impl HealthRules {
+    /// The traffic directives inside `upstream {}` (`retry_budget`,
+    /// `hedge`): vigil's own like [`HealthRules::DIRECTIVES`], left out of
+    /// the files `vigil check` renders.
+    pub const TRAFFIC_DIRECTIVES: [&'static str; 2] = ["retry_budget", "hedge"];
+}
+
+impl RetryBudget {
+    /// How long a request's deposit and a retry's withdrawal count.
+    pub const WINDOW: Duration = Duration::from_secs(10);
+}
+
+impl Hedge {
+    /// The most hedges a request may have (`max=`).
+    pub const MAX: u32 = 8;
+}
+
+impl HedgeAfter {
+    /// The word in nginx.conf and TOML: `50ms`, `p95`.
+    pub fn word(self) -> String {
+        match self {
+            HedgeAfter::Fixed(d) => super::value::format_time(d),
+            HedgeAfter::Percentile(p) => format!("p{p}"),
         }
     }
 }

@@ -98,6 +98,56 @@ pub(crate) fn percent(text: &str) -> Result<u8, String> {
         .ok_or_else(|| format!("invalid percentage \"{text}\", expected 0% to 100%"))
 }
 
+/// `factor=K` of `eject_stuck` (K >= 1) and `eject_slow` (K > 1), both at
+/// most 1000, as a decimal number (`3`, `2.5`).
+pub(crate) fn factor(text: &str, slow: bool) -> Result<f64, String> {
+    let digits = !text.is_empty()
+        && text.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+        && text.bytes().filter(|b| *b == b'.').count() <= 1;
+    match digits.then(|| text.parse::<f64>().ok()).flatten() {
+        Some(k) => factor_value(k, slow).map_err(|_| factor_error(&format!("\"{text}\""), slow)),
+        None => Err(factor_error(&format!("\"{text}\""), slow)),
+    }
+}
+
+/// [`factor`] of a number (TOML).
+pub(crate) fn factor_value(k: f64, slow: bool) -> Result<f64, String> {
+    let ok = k.is_finite() && k <= 1000.0 && if slow { k > 1.0 } else { k >= 1.0 };
+    if ok {
+        Ok(k)
+    } else {
+        Err(factor_error(&k.to_string(), slow))
+    }
+}
+
+fn factor_error(shown: &str, slow: bool) -> String {
+    let range = if slow {
+        "a number above 1 and at most 1000"
+    } else {
+        "a number from 1 to 1000"
+    };
+    format!("invalid factor {shown}, expected {range} (such as 3 or 2.5)")
+}
+
+/// `min_requests=N`: 1 to 1,000,000.
+pub(crate) fn min_requests(text: &str) -> Result<u32, String> {
+    text.parse::<u32>()
+        .ok()
+        .filter(|n| (1..=1_000_000).contains(n))
+        .ok_or_else(|| format!("invalid min_requests \"{text}\", expected 1 to 1000000"))
+}
+
+/// `window=T` of `eject_slow`: at least 100ms (two halves of 50 ms).
+pub(crate) fn slow_window(w: std::time::Duration) -> Result<(), String> {
+    if w < std::time::Duration::from_millis(100) {
+        return Err(format!(
+            "\"eject_slow\" window={} is too short, expected at least 100ms",
+            super::value::format_time(w)
+        ));
+    }
+    Ok(())
+}
+
 /// Which rule of an upstream cannot work, for the front end to point at.
 #[derive(Debug)]
 pub(crate) enum RuleProblem {

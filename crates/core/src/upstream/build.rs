@@ -10,6 +10,7 @@ use crate::event::EventBus;
 use crate::health::{ActiveHealth, HealthPolicy};
 use crate::peer::{Peer, PeerId};
 
+use super::budget::RetryBudgetState;
 use super::tier::{self, Tier};
 use super::Upstream;
 
@@ -48,20 +49,33 @@ impl Upstream {
             })
             .collect();
         let has_backup = peers.len() > n_primary;
-        let rr = config.balancer == crate::config::Balancer::RoundRobin;
+        // Under eject_stuck a peer leaves rotation by time passing alone,
+        // with no event to leave the precomputed cycle on: nginx's scan.
+        let rr = config.balancer == crate::config::Balancer::RoundRobin
+            && config.rules.eject_stuck.is_none();
         let single = n_primary == 1 && !has_backup;
         let primary = Tier::new(&peers[..n_primary], 0, single, rr, true);
         let backup =
             has_backup.then(|| Tier::new(&peers[n_primary..], n_primary, false, rr, false));
         let primaries: Vec<_> = peers[..n_primary].iter().map(|p| p.config()).collect();
         let method = Method::build(&config.balancer, &primaries);
+        let budget = config.rules.retry_budget.map(|b| {
+            previous
+                .and_then(|p| p.budget.as_ref())
+                .filter(|old| old.config() == b)
+                .cloned()
+                .unwrap_or_else(|| Arc::new(RetryBudgetState::new(b, clock.clone())))
+        });
+        let latency = super::latency::Latency::new(&config, peers.len());
         let up = Self {
+            latency,
             name,
             config,
             peers,
             primary,
             backup,
             method,
+            budget,
             events,
             clock,
             jitter: AtomicU64::new(rand::random()),

@@ -23,8 +23,11 @@
 //! }
 //! ```
 
+mod budget;
 mod build;
 mod fast;
+mod hedge;
+mod latency;
 mod pick;
 mod policy;
 mod selection;
@@ -45,8 +48,10 @@ use crate::health::ProbeReport;
 use crate::outcome::{NextUpstream, PeerOutcome, RequestFacts};
 use crate::peer::{AdminState, Peer, PeerId};
 
+pub use budget::{BudgetNow, GovernorClock};
+pub use latency::{PeerFigure, MIN_SAMPLES, UPSTREAM_WINDOW};
 pub use policy::Ineligible;
-pub use status::{Ejection, MaxEjectedNow, PeerStatus, ProbeWanted};
+pub use status::{Ejection, MaxEjectedNow, PeerStatus, ProbeWanted, StuckNow, WaitingNow};
 pub use tier::PassiveView;
 use tier::Tier;
 pub use tried::Tried;
@@ -60,10 +65,14 @@ pub struct Upstream {
     primary: Tier,
     backup: Option<Tier>,
     method: Method,
+    /// `retry_budget`, if set (kept over a reload that leaves it unchanged).
+    budget: Option<Arc<budget::RetryBudgetState>>,
     events: Arc<EventBus>,
     clock: Arc<dyn Clock>,
     /// splitmix64 state for the `passive_penalty` jitter.
     jitter: AtomicU64,
+    /// Time-to-header figures and waiting attempts, when a rule needs them.
+    latency: Option<Box<latency::Latency>>,
 }
 
 /// The retry limits of a location (`proxy_next_upstream*`).
@@ -99,6 +108,11 @@ pub struct Selection {
     policy: RetryPolicy,
     facts: RequestFacts,
     attempts: u32,
+    /// Attempts picked and not yet handed back (more than one while a
+    /// hedge races).
+    in_flight: u32,
+    /// Hedges sent.
+    hedges: u32,
     key: KeyState,
 }
 
@@ -141,6 +155,9 @@ pub struct PeerGuard {
     charged: Option<Accounting>,
     /// When the attempt started, on core's clock.
     started: Timestamp,
+    /// The same in µs when core measures time-to-header (0: not measured,
+    /// or no longer: the header came or the attempt ended).
+    started_us: u64,
 }
 
 /// No peer is eligible: nginx's "no live upstreams", answered with 502.
@@ -308,6 +325,9 @@ impl Upstream {
             },
             _ => KeyState::None,
         };
+        if let Some(b) = &self.budget {
+            b.deposit(now);
+        }
         Selection {
             tried: Tried::default(),
             in_backup: false,
@@ -316,6 +336,8 @@ impl Upstream {
             policy,
             facts,
             attempts: 0,
+            in_flight: 0,
+            hedges: 0,
             key,
         }
     }
@@ -344,12 +366,22 @@ impl Upstream {
         self.publish(events, now);
         let index = picked.ok_or(NoLiveUpstreams)?;
         sel.attempts += 1;
+        sel.in_flight += 1;
+        let started_us = match &self.latency {
+            Some(l) => {
+                let us = self.clock.now_micros().max(1);
+                l.started(index, us);
+                us
+            }
+            None => 0,
+        };
         Ok(PeerGuard {
             upstream: self.clone(),
             index: index as u32,
             done: false,
             charged: None,
             started: now,
+            started_us,
         })
     }
 

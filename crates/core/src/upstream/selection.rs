@@ -31,7 +31,7 @@ impl Selection {
         self.in_backup
     }
 
-    fn timed_out(&self, now: Timestamp) -> bool {
+    pub(super) fn timed_out(&self, now: Timestamp) -> bool {
         self.policy
             .timeout
             .is_some_and(|t| !t.is_zero() && now.millis_since(self.started) >= duration_ms(t))
@@ -85,20 +85,37 @@ impl Selection {
     /// guard drops, counted as a success (nginx). Under `passive_count
     /// last_try` such a status is charged as a failure at once instead
     /// ([`PeerGuard::accounting`] says so).
+    ///
+    /// A retry is paid from `retry_budget`: when it is empty the status is
+    /// passed through ([`RetryDenied::Budget`]) and charged at once as the
+    /// failure it would have been retried as. While another attempt of the
+    /// request is in flight (a hedge), a listed status is charged and the
+    /// verdict is [`StatusVerdict::Retry`]: wait for that attempt.
     pub fn on_status(
         &mut self,
         mut guard: PeerGuard,
         status: u16,
         now: Timestamp,
     ) -> StatusVerdict {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        guard.header_came(now);
         let Some(class) = FailureClass::of_status(status) else {
             return StatusVerdict::PassThrough(guard, None);
         };
         let single = guard.upstream.is_single();
+        let racing = self.in_flight > 0 && self.policy.next_upstream.contains(class);
         // A header came, so the request was sent.
-        if let Some(denied) = self.denial(class, self.tries > 1, true, single, now) {
+        let denied = if racing {
+            None
+        } else {
+            self.denial(class, self.tries > 1, true, single, now)
+                .or_else(|| guard.upstream.pay_retry(now))
+        };
+        if let Some(denied) = denied {
             let last_try = guard.upstream.config.rules.count.last_try;
-            if last_try && denied != RetryDenied::NotListed && class.is_counted() {
+            if denied == RetryDenied::Budget && class.is_counted() {
+                guard.charge_as(class, None, now);
+            } else if last_try && denied != RetryDenied::NotListed && class.is_counted() {
                 guard.charge(class, CountRule::LastTry, now);
             }
             return StatusVerdict::PassThrough(guard, Some(denied));
@@ -117,7 +134,10 @@ impl Selection {
     }
 
     /// The attempt failed before a response header (`ngx_http_upstream_next`):
-    /// the failure is counted first, then the retry rules decide.
+    /// the failure is counted first, then the retry rules decide, then
+    /// `retry_budget` pays for the retry ([`RetryDenied::Budget`] when it
+    /// is empty). While another attempt of the request is in flight (a
+    /// hedge) the verdict is [`FailureVerdict::Retry`]: wait for it.
     pub fn on_failure(
         &mut self,
         mut guard: PeerGuard,
@@ -125,6 +145,8 @@ impl Selection {
         now: Timestamp,
     ) -> FailureVerdict {
         let class = failure.class;
+        self.in_flight = self.in_flight.saturating_sub(1);
+        guard.stop_waiting(true);
         guard.done = true;
         let (accounting, single) = if guard.charged.is_some() {
             // Charged already (cannot happen before a header; kept exact).
@@ -141,7 +163,13 @@ impl Selection {
             // does not use up a try.
             self.tries += 1;
         }
-        match self.denial(class, self.tries != 0, failure.request_sent, single, now) {
+        if self.in_flight > 0 {
+            return FailureVerdict::Retry(accounting);
+        }
+        let denied = self
+            .denial(class, self.tries != 0, failure.request_sent, single, now)
+            .or_else(|| guard.upstream.pay_retry(now));
+        match denied {
             Some(denied) => FailureVerdict::Fail {
                 status: class.final_status(),
                 accounting,
@@ -193,6 +221,16 @@ impl PeerGuard {
 
     /// Charge `class` now, keeping the connection count until drop.
     fn charge(&mut self, class: FailureClass, rule: CountRule, now: Timestamp) -> Accounting {
+        self.charge_as(class, Some(rule), now)
+    }
+
+    /// [`PeerGuard::charge`] by `rule`, or by nginx's own rule (None).
+    fn charge_as(
+        &mut self,
+        class: FailureClass,
+        rule: Option<CountRule>,
+        now: Timestamp,
+    ) -> Accounting {
         if self.done || self.charged.is_some() {
             return Accounting::default();
         }
@@ -200,7 +238,7 @@ impl PeerGuard {
             self.upstream
                 .account(self.index, PeerOutcome::Failed(class), self.started, now);
         if a.charged.is_some() {
-            a.rule = Some(rule);
+            a.rule = rule;
             self.charged = Some(a);
         }
         a
@@ -209,6 +247,7 @@ impl PeerGuard {
 
 impl Drop for PeerGuard {
     fn drop(&mut self) {
+        self.stop_waiting(false);
         if self.done {
             return;
         }

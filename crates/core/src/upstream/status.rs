@@ -5,6 +5,7 @@
 //! which peers wait for a recovery probe ([`Upstream::probes_wanted`]).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::clock::Timestamp;
 use crate::config::Recovery;
@@ -13,7 +14,7 @@ use crate::peer::{Peer, PeerId};
 
 use super::policy::{self, ramp, Ineligible};
 use super::tier::{Slot, Tier};
-use super::{PassiveView, Upstream};
+use super::{PassiveView, PeerFigure, Upstream};
 
 /// Everything known about one peer at one moment.
 #[derive(Clone, Debug)]
@@ -38,6 +39,28 @@ pub struct PeerStatus {
     /// `passive_recovery probation=N`: (successes in a row, N) while it is
     /// half-open (one request at a time).
     pub probation: Option<(u32, u32)>,
+    /// `eject_slow`: its time-to-header figure over the window now.
+    pub header_figure: Option<PeerFigure>,
+    /// `eject_stuck`: its attempts waiting for a header now.
+    pub waiting: Option<WaitingNow>,
+}
+
+/// `eject_stuck`: a peer's attempts still waiting for a header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaitingNow {
+    /// How many.
+    pub attempts: u32,
+    /// How long the oldest has waited (zero: none).
+    pub oldest: Duration,
+}
+
+/// `eject_stuck` at one moment.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StuckNow {
+    /// The threshold now: max(min, K × p99).
+    pub threshold: Duration,
+    /// The upstream's recent p99 time-to-header (None: too few samples).
+    pub p99: Option<Duration>,
 }
 
 /// A peer waiting for a recovery probe (`passive_recovery probe`).
@@ -55,8 +78,8 @@ pub struct ProbeWanted {
 pub struct Ejection {
     /// The peer.
     pub peer: PeerId,
-    /// The first ejecting rule (probes down, passive exclusion, or a
-    /// pending recovery probe).
+    /// The first ejecting rule (probes down, passive exclusion, a pending
+    /// recovery probe, a slow or a stuck peer).
     pub reason: Ineligible,
     /// `max_ejected` keeps it eligible anyway: render it up.
     pub kept: bool,
@@ -97,6 +120,8 @@ impl Upstream {
                     waived,
                     weight_now: ramp::nominal(peer, now),
                     probation: policy::probation(&self.config.rules, peer, slot, tier.single, now),
+                    header_figure: self.peer_header_figure(tier.offset + i, now),
+                    waiting: self.waiting_now(tier.offset + i, now),
                 });
             }
         }
@@ -162,6 +187,34 @@ impl Upstream {
             in_service: k.in_service,
             ejected: k.ejected,
             allowed: k.allowed,
+        })
+    }
+
+    /// `eject_stuck`'s threshold and the p99 behind it (None without the rule).
+    pub fn stuck_now(&self, now: Timestamp) -> Option<StuckNow> {
+        let l = self.latency.as_deref()?;
+        Some(StuckNow {
+            threshold: Duration::from_micros(l.stuck_threshold_us()?),
+            p99: self.header_time_quantile(0.99, now),
+        })
+    }
+
+    fn waiting_now(&self, global: usize, now: Timestamp) -> Option<WaitingNow> {
+        let w = self
+            .latency
+            .as_deref()?
+            .peers
+            .get(global)?
+            .waiting
+            .as_ref()?;
+        let oldest = w.oldest();
+        Some(WaitingNow {
+            attempts: w.len() as u32,
+            oldest: if oldest == 0 {
+                Duration::ZERO
+            } else {
+                Duration::from_micros(now.0.saturating_mul(1000).saturating_sub(oldest))
+            },
         })
     }
 

@@ -1163,5 +1163,7 @@ fn a_guard_knows_when_its_attempt_started() {
     assert_eq!(f.now().millis_since(g.started()), 250);
 }
 
+mod latency;
 mod limits;
 mod rules;
+mod traffic;

@@ -49,6 +49,18 @@ pub(crate) struct Slot {
     /// When the peer was last readmitted after an exclusion (the clean
     /// period of `passive_penalty` counts from here).
     pub(crate) clean_since: Timestamp,
+    /// `eject_slow`: the exclusion in force (or the recovery it owes) is a
+    /// slow ejection.
+    pub(crate) slow: bool,
+    /// `eject_slow`: its figure and the others' median when ejected, µs.
+    pub(crate) slow_figure_us: u32,
+    pub(crate) slow_median_us: u32,
+}
+
+/// The peer's `fails_hint`: nonzero while a success may change its record
+/// (failures to forgive, or a slow ejection to end).
+pub(crate) fn hint(s: &Slot) -> u32 {
+    s.fails.max(u32::from(s.slow))
 }
 
 /// A read-only copy of a peer's passive state.
@@ -93,6 +105,8 @@ pub(crate) struct Tier {
     ramps: bool,
     /// Non-down peers (nginx's `peers->tries`).
     pub(crate) tries: u32,
+    /// Peers in the tier.
+    pub(crate) size: usize,
     /// Weights for planning (0 = `down`), when the fast path applies
     /// (`fast.rs`): round robin, several live peers, no `max_conns`.
     plannable: Option<Vec<i64>>,
@@ -158,6 +172,7 @@ impl Tier {
                 .iter()
                 .any(|p| p.config().slow_start.is_some_and(|t| !t.is_zero())),
             tries: peers.iter().filter(|p| !p.config().down).count() as u32,
+            size: peers.len(),
             state: Mutex::new(TierState {
                 slots,
                 impaired: vec![false; peers.len()],
@@ -266,7 +281,7 @@ impl Tier {
         self.materialize(&mut st);
         if let Some(s) = st.get_mut(i) {
             *s = slot;
-            peer.set_fails_hint(slot.fails);
+            peer.set_fails_hint(hint(&slot));
             self.refresh(&mut st, i, peer);
         }
     }
@@ -283,10 +298,40 @@ impl Tier {
         events: &mut Vec<(u32, EventKind)>,
     ) -> Gate<'a> {
         let rules = &up.config.rules;
+        if up.latency.is_some() {
+            self.announce_stuck(up, now, events);
+        }
         if !self.primary || !rules.limits_ejection() {
-            return Gate::new(rules, self.single, now, None, self.ramps);
+            return Gate::new(rules, self.single, now, None, self.ramps)
+                .with_latency(up.latency.as_deref());
         }
         self.limited_gate(up, st, now, events)
+    }
+
+    /// `eject_stuck`: an event for each peer of the tier whose oldest
+    /// waiting attempt has just passed the threshold.
+    #[cold]
+    fn announce_stuck(&self, up: &Upstream, now: Timestamp, events: &mut Vec<(u32, EventKind)>) {
+        let Some(l) = up.latency.as_deref() else {
+            return;
+        };
+        if self.single || l.stuck.is_none() {
+            return;
+        }
+        for global in self.offset..self.offset + self.size {
+            if let Some((oldest, threshold)) = l.stuck(global, now) {
+                if l.announce(global, oldest) {
+                    let waited = now.0.saturating_mul(1000).saturating_sub(oldest);
+                    events.push((
+                        global as u32,
+                        EventKind::Stuck {
+                            waited_ms: waited / 1000,
+                            threshold_ms: threshold / 1000,
+                        },
+                    ));
+                }
+            }
+        }
     }
 
     /// [`Tier::gate`] under `max_ejected`.
@@ -321,12 +366,14 @@ impl Tier {
             kept.map(|k| Box::new(k.set)),
             self.ramps,
         )
+        .with_latency(up.latency.as_deref())
     }
 
     /// The gate for reading (status, explain, checker-only): no events.
     pub(crate) fn view<'a>(&self, up: &'a Upstream, slots: &[Slot], now: Timestamp) -> Gate<'a> {
         let kept = self.kept_in(up, slots, now).map(|k| Box::new(k.set));
         Gate::new(&up.config.rules, self.single, now, kept, self.ramps)
+            .with_latency(up.latency.as_deref())
     }
 
     fn kept(&self, up: &Upstream, st: &TierState, now: Timestamp) -> Option<Kept> {
@@ -339,7 +386,8 @@ impl Tier {
             return None;
         }
         let peers = &up.peers[self.offset..self.offset + slots.len()];
-        ejection::kept(&up.config.rules, peers, slots, self.single, now)
+        let latency = up.latency.as_deref();
+        ejection::kept(&up.config.rules, peers, slots, self.single, now, latency)
     }
 
     /// `ngx_http_upstream_free_round_robin_peer` without the release of the
@@ -373,6 +421,7 @@ impl Tier {
                     global,
                     events,
                 };
+                let was_slow = record.s.slow;
                 match outcome {
                     PeerOutcome::Failed(cause) => {
                         accounting.charged = Some(cause);
@@ -389,7 +438,10 @@ impl Tier {
                         record.succeed(started, clock);
                     }
                 }
-                peer.set_fails_hint(slots[i].fails);
+                if was_slow && !slots[i].slow {
+                    up.forget_figure(global);
+                }
+                peer.set_fails_hint(hint(&slots[i]));
                 self.refresh(&mut slots, i, peer);
             }
             return (accounting, false);
@@ -420,13 +472,17 @@ impl Tier {
                 global,
                 events,
             };
+            let was_slow = record.s.slow;
             if ok {
                 record.probe_passed(self.single, at);
+            }
+            if was_slow && !record.s.slow {
+                up.forget_figure(global);
             }
             if came_up {
                 record.readmit(at, policy::passive::Readmission::ProbeUp);
             }
-            peer.set_fails_hint(st[i].fails);
+            peer.set_fails_hint(hint(&st[i]));
         }
         self.refresh(&mut st, i, peer);
     }

@@ -47,6 +47,11 @@ pub enum RetryDenied {
     BodyNotReplayable,
     /// `proxy_next_upstream_timeout` has passed.
     Timeout,
+    /// `retry_budget` has no token left (the ratio and the reserve are empty).
+    Budget,
+    /// A hedge found no other eligible peer (hedges only: a retry that
+    /// finds none is nginx's "no live upstreams").
+    NoPeer,
 }
 
 /// What to do with a response header.
@@ -108,6 +113,23 @@ impl CountRule {
 }
 
 impl RetryDenied {
+    /// Every reason, in declaration order (the metrics' label values).
+    pub const ALL: [RetryDenied; 8] = [
+        RetryDenied::Tries,
+        RetryDenied::SingleServer,
+        RetryDenied::NotListed,
+        RetryDenied::NonIdempotent,
+        RetryDenied::BodyNotReplayable,
+        RetryDenied::Timeout,
+        RetryDenied::Budget,
+        RetryDenied::NoPeer,
+    ];
+
+    /// Position in [`RetryDenied::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// The word used in metrics and logs.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -117,6 +139,8 @@ impl RetryDenied {
             RetryDenied::NonIdempotent => "non_idempotent",
             RetryDenied::BodyNotReplayable => "body_not_replayable",
             RetryDenied::Timeout => "timeout",
+            RetryDenied::Budget => "budget",
+            RetryDenied::NoPeer => "no_peer",
         }
     }
 }

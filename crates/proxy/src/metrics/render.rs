@@ -6,13 +6,13 @@ use std::sync::atomic::Ordering;
 
 use vigil_core::peer::AdminState;
 use vigil_core::upstream::{Ineligible, PeerStatus};
-use vigil_core::FailureClass;
+use vigil_core::{FailureClass, RetryDenied};
 
 use super::stats::{class_index, Outcome, STATUS_CLASSES};
 use super::{GenerationStats, BUCKETS};
 
 /// The values of `vigil_peer_state`'s `state` label.
-pub(crate) const STATES: [&str; 7] = [
+pub(crate) const STATES: [&str; 9] = [
     "eligible",
     "excluded",
     "probe_down",
@@ -20,7 +20,13 @@ pub(crate) const STATES: [&str; 7] = [
     "draining",
     "down",
     "full",
+    "slow",
+    "stuck",
 ];
+
+/// The values of `vigil_ejections_total`'s `rule` label, by
+/// [`ejection_index`].
+pub(crate) const EJECTION_RULES: [&str; 4] = ["passive", "probe_down", "slow", "stuck"];
 
 /// The `# HELP` texts, shared with the OpenTelemetry descriptions.
 pub(crate) mod help {
@@ -35,12 +41,18 @@ pub(crate) mod help {
     pub(crate) const COUNTED: &str = "Failures charged to a peer toward max_fails, by class.";
     pub(crate) const NO_LIVE: &str =
         "Requests answered 502 because no peer of the upstream was eligible.";
+    pub(crate) const EJECTIONS: &str =
+        "Times a health rule took the peer out, by rule: passive (max_fails), probe_down, slow (eject_slow), stuck (eject_stuck).";
     pub(crate) const EXCLUSIONS: &str =
         "Times a peer reached max_fails and was excluded for fail_timeout.";
     pub(crate) const CONNS: &str = "Requests in flight to the peer.";
     pub(crate) const STATE: &str =
         "1 for the peer's current state (the first rule in force), 0 for the others.";
     pub(crate) const FAILS: &str = "Failures counted against the peer and not yet forgiven.";
+    pub(crate) const HEDGES: &str =
+        "Hedges sent: the same request to a second peer while the first had not answered.";
+    pub(crate) const DENIED: &str =
+        "Retries and hedges core did not allow, by reason (budget: retry_budget was empty).";
 }
 
 /// Write every metric; with no generation only `vigil_reloads_total`.
@@ -150,6 +162,7 @@ fn counters(out: &mut String, g: &GenerationStats) {
             load(&t.no_live)
         );
     }
+    traffic(out, g);
     header(out, "vigil_exclusions_total", "counter", help::EXCLUSIONS);
     for p in g.upstreams.iter().flat_map(|u| u.peers.iter()) {
         let _ = writeln!(
@@ -158,6 +171,40 @@ fn counters(out: &mut String, g: &GenerationStats) {
             p.label,
             load(&p.exclusions)
         );
+    }
+    header(out, "vigil_ejections_total", "counter", help::EJECTIONS);
+    for p in g.upstreams.iter().flat_map(|u| u.peers.iter()) {
+        for (rule, n) in EJECTION_RULES.iter().zip(&p.ejections) {
+            let _ = writeln!(
+                out,
+                "vigil_ejections_total{{{},rule=\"{rule}\"}} {}",
+                p.label,
+                load(n)
+            );
+        }
+    }
+}
+
+/// `vigil_hedges_total` and `vigil_retries_denied_total`.
+fn traffic(out: &mut String, g: &GenerationStats) {
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    header(out, "vigil_hedges_total", "counter", help::HEDGES);
+    for u in &g.upstreams {
+        let t = &u.totals;
+        let _ = writeln!(out, "vigil_hedges_total{{{}}} {}", t.label, load(&t.hedges));
+    }
+    header(out, "vigil_retries_denied_total", "counter", help::DENIED);
+    for u in &g.upstreams {
+        let t = &u.totals;
+        for why in RetryDenied::ALL {
+            let _ = writeln!(
+                out,
+                "vigil_retries_denied_total{{{},reason=\"{}\"}} {}",
+                t.label,
+                why.as_str(),
+                load(&t.denied[why.index()])
+            );
+        }
     }
 }
 
@@ -206,6 +253,20 @@ pub(crate) fn state_index(s: &PeerStatus) -> usize {
         Some(Ineligible::Admin { .. }) => 3,
         Some(Ineligible::ConfigDown) => 5,
         Some(Ineligible::Full { .. } | Ineligible::Probation { .. }) => 6,
+        Some(Ineligible::Slow { .. }) => 7,
+        Some(Ineligible::Stuck { .. }) => 8,
+    }
+}
+
+/// The position in [`EJECTION_RULES`] of an event that ejects a peer.
+pub(crate) fn ejection_index(kind: &vigil_core::event::EventKind) -> Option<usize> {
+    use vigil_core::event::EventKind;
+    match kind {
+        EventKind::Excluded { .. } => Some(0),
+        EventKind::ProbeDown { .. } => Some(1),
+        EventKind::SlowEjected { .. } => Some(2),
+        EventKind::Stuck { .. } => Some(3),
+        _ => None,
     }
 }
 

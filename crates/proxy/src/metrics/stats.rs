@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use vigil_core::peer::PeerId;
-use vigil_core::{FailureClass, Upstream};
+use vigil_core::{FailureClass, RetryDenied, Upstream};
 
 use super::render::escape;
 
@@ -50,6 +50,10 @@ pub(crate) struct UpstreamTotals {
     /// Non-cumulative counts per bucket of [`BUCKETS`], then the overflow.
     pub(crate) buckets: [AtomicU64; 15],
     pub(crate) sum_us: AtomicU64,
+    /// Hedges sent (`hedge`).
+    pub(crate) hedges: AtomicU64,
+    /// Retries and hedges core denied, by [`RetryDenied::index`].
+    pub(crate) denied: [AtomicU64; RetryDenied::ALL.len()],
 }
 
 /// Per-peer counters.
@@ -65,6 +69,8 @@ pub(crate) struct PeerStats {
     /// By [`FailureClass`] order.
     pub(crate) counted: [AtomicU64; 10],
     pub(crate) exclusions: AtomicU64,
+    /// By [`super::render::EJECTION_RULES`] order.
+    pub(crate) ejections: [AtomicU64; 4],
 }
 
 // === impl Outcome ===
@@ -191,6 +197,18 @@ impl UpstreamStats {
         self.totals.retries.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A hedge was sent.
+    pub(crate) fn hedge(&self) {
+        self.totals.hedges.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Core denied a retry or a hedge.
+    pub(crate) fn denied(&self, why: RetryDenied) {
+        if let Some(n) = self.totals.denied.get(why.index()) {
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// No peer was eligible.
     pub(crate) fn no_live_upstreams(&self) {
         self.totals.no_live.fetch_add(1, Ordering::Relaxed);
@@ -213,6 +231,8 @@ impl UpstreamTotals {
             no_live: AtomicU64::new(0),
             buckets: Default::default(),
             sum_us: AtomicU64::new(0),
+            hedges: AtomicU64::new(0),
+            denied: Default::default(),
         }
     }
 
@@ -238,6 +258,7 @@ impl PeerStats {
             attempts: Default::default(),
             counted: Default::default(),
             exclusions: AtomicU64::new(0),
+            ejections: Default::default(),
         }
     }
 }

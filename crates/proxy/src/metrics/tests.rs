@@ -56,7 +56,10 @@ fn every_metric_has_help_and_type_once_and_samples_are_well_formed() {
         ("vigil_retries_total", "counter"),
         ("vigil_failures_counted_total", "counter"),
         ("vigil_no_live_upstreams_total", "counter"),
+        ("vigil_hedges_total", "counter"),
+        ("vigil_retries_denied_total", "counter"),
         ("vigil_exclusions_total", "counter"),
+        ("vigil_ejections_total", "counter"),
         ("vigil_peer_active_connections", "gauge"),
         ("vigil_peer_state", "gauge"),
         ("vigil_peer_fails", "gauge"),
@@ -293,7 +296,33 @@ fn exclusion_events_are_counted() {
         nth: 0,
     }));
     m.on_event(&event(EventKind::TrialRequest));
+    m.on_event(&event(EventKind::SlowEjected {
+        figure_us: 300_000,
+        median_us: 1_000,
+        requests: 20,
+        until: Timestamp(5_001),
+        nth: 1,
+    }));
+    m.on_event(&event(EventKind::Stuck {
+        waited_ms: 250,
+        threshold_ms: 200,
+    }));
+    m.on_event(&event(EventKind::StuckEnded {
+        waited_ms: 1000,
+        how: "it failed",
+    }));
     let out = text(&m);
+    for (rule, n) in [
+        ("passive", 1.0),
+        ("probe_down", 0.0),
+        ("slow", 1.0),
+        ("stuck", 1.0),
+    ] {
+        let series = format!(
+            "vigil_ejections_total{{upstream=\"api\",peer=\"127.0.0.1:8002\",rule=\"{rule}\"}}"
+        );
+        assert_eq!(sample(&out, &series), Some(n), "{series}");
+    }
     assert_eq!(
         sample(
             &out,

@@ -13,11 +13,11 @@ use std::sync::Arc;
 
 use opentelemetry::metrics::{AsyncInstrument, Meter};
 use opentelemetry::KeyValue;
-use vigil_core::FailureClass;
+use vigil_core::{FailureClass, RetryDenied};
 
 use crate::metrics::{
     class_index, help, state_index, GenerationStats, Outcome, PeerStats, ProxyMetrics, BUCKETS,
-    PEER_STATES, STATUS_CLASSES,
+    EJECTION_RULES, PEER_STATES, STATUS_CLASSES,
 };
 
 /// Register every instrument on `meter`.
@@ -102,6 +102,46 @@ pub(crate) fn register(meter: &Meter, metrics: &Arc<ProxyMetrics>) {
         |g, o| {
             for (name, p) in peers(g) {
                 o.observe(load(&p.exclusions), &[up(name), peer(p)]);
+            }
+        },
+    );
+    counter(
+        meter,
+        metrics,
+        "vigil_hedges_total",
+        help::HEDGES,
+        |g, o| {
+            for u in &g.upstreams {
+                o.observe(load(&u.totals.hedges), &[up(&u.totals.name)]);
+            }
+        },
+    );
+    counter(
+        meter,
+        metrics,
+        "vigil_retries_denied_total",
+        help::DENIED,
+        |g, o| {
+            for u in &g.upstreams {
+                for why in RetryDenied::ALL {
+                    o.observe(
+                        load(&u.totals.denied[why.index()]),
+                        &[up(&u.totals.name), KeyValue::new("reason", why.as_str())],
+                    );
+                }
+            }
+        },
+    );
+    counter(
+        meter,
+        metrics,
+        "vigil_ejections_total",
+        help::EJECTIONS,
+        |g, o| {
+            for (name, p) in peers(g) {
+                for (rule, n) in EJECTION_RULES.iter().zip(&p.ejections) {
+                    o.observe(load(n), &[up(name), peer(p), KeyValue::new("rule", *rule)]);
+                }
             }
         },
     );

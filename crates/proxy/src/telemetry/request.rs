@@ -13,7 +13,7 @@ use http::Method;
 use opentelemetry::trace::{Span as _, SpanKind, Status, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 use vigil_core::peer::Peer;
-use vigil_core::FailureClass;
+use vigil_core::{FailureClass, RetryDenied};
 
 use super::RequestTracer;
 use crate::metrics::{Outcome, UpstreamStats};
@@ -110,6 +110,20 @@ impl<'a> RequestObserver<'a> {
     pub(crate) fn retry(&self) {
         if let Some(s) = &self.stats {
             s.retry();
+        }
+    }
+
+    /// A hedge went out.
+    pub(crate) fn hedge(&self) {
+        if let Some(s) = &self.stats {
+            s.hedge();
+        }
+    }
+
+    /// Core denied a retry or a hedge.
+    pub(crate) fn denied(&self, why: RetryDenied) {
+        if let Some(s) = &self.stats {
+            s.denied(why);
         }
     }
 

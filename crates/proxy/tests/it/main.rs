@@ -4,6 +4,7 @@
 mod behaviour;
 mod bodies;
 mod hardening;
+mod hedge;
 mod reload;
 mod routing;
 mod rules;

@@ -1,7 +1,9 @@
 //! `upstream NAME { ... }` blocks, including tengine's `check` family and
 //! vigil's own peer rules ([`rules`]).
 
+mod ejection;
 mod rules;
+mod traffic;
 
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -40,6 +42,7 @@ pub(super) fn upstream_block(
     let mut http_send: Option<String> = None;
     let mut http_expect: Option<Vec<StatusClass>> = None;
     let mut rules_seen = Vec::new();
+    let mut traffic_seen = Vec::new();
     for d in body {
         match d.name.as_str() {
             "server" => up.servers.push(server(cx, d)?),
@@ -72,6 +75,9 @@ pub(super) fn upstream_block(
             "keepalive_requests" => keepalive_requests = number(d, one(d)?)?,
             "keepalive_time" => cx.ignore(d),
             "zone" => up.zone = Some(args(d, 1, 2)?[0].value.clone()),
+            name if traffic::DIRECTIVES.contains(&name) => {
+                traffic::directive(&mut up.rules, &mut traffic_seen, d)?
+            }
             "check" => check = Some(check_directive(d)?),
             "check_http_send" => http_send = Some(one(d)?.value.clone()),
             "check_http_expect_alive" => {
@@ -127,6 +133,11 @@ pub(super) fn upstream_block(
         ));
     }
     up.check = check;
+    if let Some(p) = up.rules.preset {
+        crate::config::preset::expand(&mut up, p.preset, |name| {
+            rules_seen.iter().any(|(n, _)| n == name)
+        });
+    }
     rules::check(&up)?;
     if !matches!(up.balancer, Balancer::RoundRobin | Balancer::LeastConn) {
         if let Some(s) = up.servers.iter().find(|s| s.backup) {

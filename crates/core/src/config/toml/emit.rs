@@ -9,8 +9,8 @@ use std::time::Duration;
 use super::forms::{RawAccessLog, RawAccessLogTable, RawHeaderBuffers, RawListen, RawListenTable};
 use super::ordered::Ordered;
 use super::raw::{
-    RawAddHeader, RawAdmin, RawCheck, RawConfig, RawLocation, RawPeer, RawPenalty, RawProxy,
-    RawServer, RawSetHeader, RawUpstream,
+    RawAddHeader, RawAdmin, RawCheck, RawConfig, RawEjectSlow, RawEjectStuck, RawLocation, RawPeer,
+    RawPenalty, RawProxy, RawServer, RawSetHeader, RawUpstream,
 };
 use crate::config::value::format_time;
 use crate::config::{
@@ -107,7 +107,7 @@ fn upstream(u: &UpstreamConfig) -> RawUpstream {
     };
     let k = u.keepalive.as_ref();
     let rules = &u.rules;
-    RawUpstream {
+    let raw = RawUpstream {
         balancer: balancer.map(str::to_string),
         hash,
         consistent,
@@ -126,8 +126,56 @@ fn upstream(u: &UpstreamConfig) -> RawUpstream {
             max: format_time(p.max),
             jitter: (p.jitter_percent != 0).then(|| format!("{}%", p.jitter_percent)),
         }),
+        retry_budget: rules.retry_budget.map(|b| super::raw::RawRetryBudget {
+            ratio: format!("{}%", b.ratio_percent),
+            min: format!("{}/s", b.min_per_sec),
+        }),
+        hedge: rules.hedge.map(|h| super::raw::RawHedge {
+            after: h.after.word(),
+            max: (h.max.get() != 1).then(|| i64::from(h.max.get())),
+        }),
         max_ejected: rules.max_ejected.map(|p| format!("{p}%")),
+        eject_stuck: rules.eject_stuck.map(|s| RawEjectStuck {
+            factor: Some(s.factor),
+            min: Some(format_time(s.min)),
+        }),
+        eject_slow: rules.eject_slow.map(|s| RawEjectSlow {
+            factor: Some(s.factor),
+            window: Some(format_time(s.window)),
+            min_requests: Some(s.min_requests),
+            min: Some(format_time(s.min)),
+        }),
+        health_preset: rules.preset.map(|p| p.preset.word().to_string()),
+    };
+    without_supplied(raw, rules)
+}
+
+/// `health_preset`: the settings the preset supplied are left for it to
+/// supply again; only the ones written beside it are emitted.
+fn without_supplied(mut raw: RawUpstream, rules: &HealthRules) -> RawUpstream {
+    let Some(p) = rules.preset else {
+        return raw;
+    };
+    let s = p.supplied;
+    if s.passive_count {
+        raw.passive_count = None;
     }
+    if s.passive_recovery {
+        raw.passive_recovery = None;
+    }
+    if s.passive_penalty {
+        raw.passive_penalty = None;
+    }
+    if s.max_ejected {
+        raw.max_ejected = None;
+    }
+    if s.eject_stuck {
+        raw.eject_stuck = None;
+    }
+    if s.eject_slow {
+        raw.eject_slow = None;
+    }
+    raw
 }
 
 fn passive_count(r: &HealthRules) -> Option<Vec<String>> {

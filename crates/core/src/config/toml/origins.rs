@@ -51,10 +51,32 @@ pub(super) fn fill(config: &mut Config, src: &str, file: &Path) {
             ("passive_count", &mut o.count),
             ("passive_recovery", &mut o.recovery),
             ("passive_penalty", &mut o.penalty),
+            ("retry_budget", &mut o.retry_budget),
+            ("hedge", &mut o.hedge),
             ("max_ejected", &mut o.max_ejected),
+            ("eject_stuck", &mut o.eject_stuck),
+            ("eject_slow", &mut o.eject_slow),
+            ("health_preset", &mut o.preset),
         ] {
             if let Some((key, _)) = entry(t, name) {
                 *slot = at(key.span());
+            }
+        }
+        // What the preset supplied is found at the preset's key.
+        if let (Some(p), Some((key, _))) = (up.rules.preset, entry(t, "health_preset")) {
+            let o = &mut up.rules.origins;
+            let s = p.supplied;
+            for (on, slot) in [
+                (s.passive_count, &mut o.count),
+                (s.passive_recovery, &mut o.recovery),
+                (s.passive_penalty, &mut o.penalty),
+                (s.max_ejected, &mut o.max_ejected),
+                (s.eject_stuck, &mut o.eject_stuck),
+                (s.eject_slow, &mut o.eject_slow),
+            ] {
+                if on {
+                    *slot = at(key.span());
+                }
             }
         }
     }

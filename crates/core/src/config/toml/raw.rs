@@ -92,9 +92,76 @@ pub(crate) struct RawUpstream {
     /// `passive_penalty`: `{ base = "10s", max = "5m", jitter = "10%" }` (vigil only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) passive_penalty: Option<RawPenalty>,
+    /// `retry_budget`: `{ ratio = "20%", min = "10/s" }` (vigil only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) retry_budget: Option<RawRetryBudget>,
+    /// `hedge`: `{ after = "50ms", max = 1 }` or `{ after = "p95" }` (vigil only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) hedge: Option<RawHedge>,
     /// `max_ejected`: `"50%"` (vigil only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) max_ejected: Option<String>,
+    /// `eject_stuck`: `{ factor = 3, min = "200ms" }` (vigil only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) eject_stuck: Option<RawEjectStuck>,
+    /// `eject_slow`: `{ factor = 3, window = "10s", min_requests = 20, min = "10ms" }` (vigil only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) eject_slow: Option<RawEjectSlow>,
+    /// `health_preset`: `"recommended"` (vigil only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) health_preset: Option<String>,
+}
+
+/// `eject_stuck = { factor, min }`: each key defaults to the preset's value.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawEjectStuck {
+    /// K, a number from 1 to 1000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) factor: Option<f64>,
+    /// T, a time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) min: Option<String>,
+}
+
+/// `eject_slow = { factor, window, min_requests, min }`: each key defaults
+/// to the preset's value.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawEjectSlow {
+    /// K, a number above 1, at most 1000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) factor: Option<f64>,
+    /// The window, a time of at least 100ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) window: Option<String>,
+    /// N, 1 to 1000000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) min_requests: Option<u32>,
+    /// The figure at or below which a peer is never slow, a time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) min: Option<String>,
+}
+
+/// `retry_budget = { ratio, min }`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRetryBudget {
+    /// `"R%"` of the requests.
+    pub(crate) ratio: String,
+    /// `"N/s"` whatever the ratio.
+    pub(crate) min: String,
+}
+
+/// `hedge = { after, max }`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHedge {
+    /// `"50ms"` or `"p95"`.
+    pub(crate) after: String,
+    /// Hedges per request, default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) max: Option<i64>,
 }
 
 /// `passive_penalty = { base, max, jitter }`.

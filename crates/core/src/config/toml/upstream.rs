@@ -8,8 +8,9 @@ use super::raw::{RawCheck, RawPeer, RawUpstream};
 use crate::config::addr::Use;
 use crate::config::validate::RuleProblem;
 use crate::config::{
-    validate, Balancer, CheckConfig, CheckKind, ConfigError, HealthRules, InitialState, Keepalive,
-    Penalty, Recovery, Resolver, ServerConfig, StatusClass, UpstreamConfig,
+    preset, validate, Balancer, CheckConfig, CheckKind, ConfigError, HealthRules, InitialState,
+    Keepalive, Penalty, PresetSettings, PresetUse, Recovery, Resolver, ServerConfig, StatusClass,
+    UpstreamConfig,
 };
 
 /// The balancer words of `balancer =`.
@@ -42,6 +43,11 @@ pub(super) fn upstream(
         up.check = Some(check(c, &at.key("check"))?);
     }
     up.rules = rules(raw, at)?;
+    ejection(raw, at, &mut up.rules)?;
+    traffic(raw, &mut up.rules, at)?;
+    if let Some(p) = up.rules.preset {
+        crate::config::preset::expand(&mut up, p.preset, |name| written(raw, name));
+    }
     validate::rules(&up).map_err(|p| match p {
         RuleProblem::ProbeWithoutCheck(m) => at.key("passive_recovery").err(m),
         RuleProblem::Penalty(m) => at.key("passive_penalty").err(m),
@@ -188,6 +194,89 @@ fn rules(raw: &RawUpstream, at: &At<'_>) -> Result<HealthRules, ConfigError> {
         r.max_ejected = Some(validate::percent(text).map_err(|m| at.key("max_ejected").err(m))?);
     }
     Ok(r)
+}
+
+/// `eject_stuck`, `eject_slow`, `health_preset` (expanded by the caller).
+fn ejection(raw: &RawUpstream, at: &At<'_>, r: &mut HealthRules) -> Result<(), ConfigError> {
+    if let Some(raw) = &raw.eject_stuck {
+        let at = at.key("eject_stuck");
+        let mut s = preset::STUCK;
+        if let Some(k) = raw.factor {
+            s.factor = validate::factor_value(k, false).map_err(|m| at.key("factor").err(m))?;
+        }
+        if let Some(t) = &raw.min {
+            s.min = at.key("min").time(t)?;
+        }
+        r.eject_stuck = Some(s);
+    }
+    if let Some(raw) = &raw.eject_slow {
+        let at = at.key("eject_slow");
+        let mut s = preset::SLOW;
+        if let Some(k) = raw.factor {
+            s.factor = validate::factor_value(k, true).map_err(|m| at.key("factor").err(m))?;
+        }
+        if let Some(t) = &raw.window {
+            let at = at.key("window");
+            s.window = at.time(t)?;
+            validate::slow_window(s.window).map_err(|m| at.err(m))?;
+        }
+        if let Some(n) = raw.min_requests {
+            s.min_requests = validate::min_requests(&n.to_string())
+                .map_err(|m| at.key("min_requests").err(m))?;
+        }
+        if let Some(t) = &raw.min {
+            s.min = at.key("min").time(t)?;
+        }
+        r.eject_slow = Some(s);
+    }
+    if let Some(word) = &raw.health_preset {
+        let preset = preset::parse(word).ok_or_else(|| {
+            at.key("health_preset").err(format!(
+                "invalid health_preset \"{word}\", expected recommended"
+            ))
+        })?;
+        r.preset = Some(PresetUse {
+            preset,
+            supplied: PresetSettings::default(),
+        });
+    }
+    Ok(())
+}
+
+/// `retry_budget` and `hedge` (vigil only).
+fn traffic(raw: &RawUpstream, r: &mut HealthRules, at: &At<'_>) -> Result<(), ConfigError> {
+    use crate::config::traffic as t;
+    if let Some(b) = &raw.retry_budget {
+        let at = at.key("retry_budget");
+        r.retry_budget = Some(crate::config::RetryBudget {
+            ratio_percent: validate::percent(&b.ratio).map_err(|m| at.key("ratio").err(m))?,
+            min_per_sec: t::per_second(&b.min).map_err(|m| at.key("min").err(m))?,
+        });
+    }
+    if let Some(h) = &raw.hedge {
+        let at = at.key("hedge");
+        r.hedge = Some(crate::config::Hedge {
+            after: t::hedge_after(&h.after).map_err(|m| at.key("after").err(m))?,
+            max: match h.max {
+                Some(n) => t::hedge_max(n).map_err(|m| at.key("max").err(m))?,
+                None => NonZeroU32::MIN,
+            },
+        });
+    }
+    Ok(())
+}
+
+/// Whether the rule key `name` is written in `raw`.
+fn written(raw: &RawUpstream, name: &str) -> bool {
+    match name {
+        "passive_count" => raw.passive_count.is_some(),
+        "passive_recovery" => raw.passive_recovery.is_some(),
+        "passive_penalty" => raw.passive_penalty.is_some(),
+        "max_ejected" => raw.max_ejected.is_some(),
+        "eject_stuck" => raw.eject_stuck.is_some(),
+        "eject_slow" => raw.eject_slow.is_some(),
+        _ => false,
+    }
 }
 
 fn keepalive(raw: &RawUpstream, at: &At<'_>) -> Result<Option<Keepalive>, ConfigError> {

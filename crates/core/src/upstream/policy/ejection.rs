@@ -1,7 +1,7 @@
 //! `max_ejected P%`: never more than P% of the primaries in service ejected
 //! at once by every health rule together (passive exclusion, a pending
-//! recovery probe, probes down; not `down`, not the admin states, not
-//! `max_conns`).
+//! recovery probe, probes down, `eject_slow`, `eject_stuck`; not `down`,
+//! not the admin states, not `max_conns`).
 //!
 //! In service: a primary that is neither `down` in the config nor set down
 //! or draining through the admin API. Of the n in service at most
@@ -19,7 +19,8 @@
 //!    them do not swap places at each probe, which in checker-only mode
 //!    would rewrite nginx's files and reload it every interval);
 //! 2. then the latest ejection (it was serving until more recently: the
-//!    last counted failure, or the probe state change);
+//!    last counted failure or slow ejection, the probe state change, or
+//!    the start of the stuck attempt);
 //! 3. then config order.
 //!
 //! A kept peer is charged as usual, so one that keeps failing moves down
@@ -33,6 +34,7 @@ use crate::clock::Timestamp;
 use crate::config::HealthRules;
 use crate::peer::{AdminState, Peer};
 
+use super::super::latency::Latency;
 use super::super::tier::Slot;
 use super::super::Tried;
 use super::passive_reason;
@@ -45,6 +47,7 @@ pub(crate) fn kept(
     slots: &[Slot],
     single: bool,
     now: Timestamp,
+    latency: Option<&Latency>,
 ) -> Option<Kept> {
     if !rules.limits_ejection() {
         return None;
@@ -70,6 +73,13 @@ pub(crate) fn kept(
         if passive_reason(rules, peer, s, single, now).is_some_and(|r| r.is_ejection()) {
             fails += u64::from(s.fails);
             since = since.max(s.accessed);
+            hit = true;
+        }
+        if let Some((oldest, _)) = latency
+            .filter(|_| !single)
+            .and_then(|l| l.stuck(peer.id().0 as usize, now))
+        {
+            since = since.max(Timestamp(oldest / 1000));
             hit = true;
         }
         if hit {

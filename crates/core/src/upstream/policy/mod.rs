@@ -17,13 +17,16 @@
 pub(crate) mod ejection;
 pub(crate) mod passive;
 pub(crate) mod ramp;
+pub(crate) mod slow;
 
 use std::ops::ControlFlow;
+use std::time::Duration;
 
 use crate::clock::{duration_ms, Timestamp};
 use crate::config::{HealthRules, Recovery};
 use crate::peer::{AdminState, Peer};
 
+use super::latency::Latency;
 use super::tier::Slot;
 use super::Tried;
 
@@ -79,6 +82,34 @@ pub enum Ineligible {
         /// Successes in a row needed.
         needed: u32,
     },
+    /// `eject_slow`: its median time-to-header over the window was above
+    /// K × the median of the other peers'; out as a passive exclusion
+    /// (`passive_penalty` length, or `fail_timeout`), back through
+    /// `passive_recovery` (after the window this becomes `AwaitingProbe`
+    /// or `Probation` as for a failure).
+    Slow {
+        /// Its figure when ejected.
+        figure: Duration,
+        /// The median of the other peers' figures then.
+        median: Duration,
+        /// When it was ejected (or its trial request picked).
+        since: Timestamp,
+        /// When the exclusion ends.
+        until: Timestamp,
+        /// `passive_penalty`: the nth exclusion in a row (0: no penalty set).
+        nth: u32,
+    },
+    /// `eject_stuck`: its oldest attempt still waiting for a connect or a
+    /// header has waited longer than the threshold; no new request until
+    /// that attempt ends.
+    Stuck {
+        /// When that attempt started.
+        since: Timestamp,
+        /// How long it has waited.
+        waited: Duration,
+        /// max(min, K × the upstream's recent p99 time-to-header).
+        threshold: Duration,
+    },
     /// `max_conns` reached.
     Full {
         /// In flight.
@@ -99,20 +130,25 @@ pub(crate) struct Gate<'a> {
     kept: Option<Box<Tried>>,
     /// Some server of the tier has `slow_start` (else weights are static).
     ramps: bool,
+    /// `eject_stuck` (not for a single server): the waiting attempts.
+    latency: Option<&'a Latency>,
 }
 
 // === impl Ineligible ===
 
 impl Ineligible {
     /// Whether this rule ejects the peer for its health (what `max_ejected`
-    /// limits): passive exclusion, a pending recovery probe, probes down.
-    /// `down`, admin states, `max_conns` and probation's one-at-a-time are not.
+    /// limits): passive exclusion, a pending recovery probe, probes down,
+    /// a slow or a stuck peer. `down`, admin states, `max_conns` and
+    /// probation's one-at-a-time are not.
     pub fn is_ejection(&self) -> bool {
         matches!(
             self,
             Ineligible::ProbeDown { .. }
                 | Ineligible::Excluded { .. }
                 | Ineligible::AwaitingProbe { .. }
+                | Ineligible::Slow { .. }
+                | Ineligible::Stuck { .. }
         )
     }
 
@@ -129,6 +165,8 @@ impl Ineligible {
             Ineligible::Excluded { .. } => "excluded",
             Ineligible::AwaitingProbe { .. } => "awaiting_probe",
             Ineligible::Probation { .. } => "probation",
+            Ineligible::Slow { .. } => "slow",
+            Ineligible::Stuck { .. } => "stuck",
             Ineligible::Full { .. } => "full",
         }
     }
@@ -153,7 +191,22 @@ impl<'a> Gate<'a> {
             now,
             kept,
             ramps,
+            latency: None,
         }
+    }
+
+    /// The same gate judging `eject_stuck` with `latency`'s waiting
+    /// attempts (None: the rule is off; never for a single server).
+    pub(crate) fn with_latency(mut self, latency: Option<&'a Latency>) -> Self {
+        self.latency = latency.filter(|l| l.stuck.is_some() && !self.single);
+        self
+    }
+
+    /// `eject_stuck`: the rule in force against `peer` now, if any.
+    #[inline]
+    fn stuck(&self, peer: &Peer) -> Option<Ineligible> {
+        let (oldest, threshold) = self.latency?.stuck(peer.id().0 as usize, self.now)?;
+        Some(stuck_reason(oldest, threshold, self.now))
     }
 
     /// The weight smooth round robin adds for `peer` now ([`ramp::weight`]).
@@ -243,6 +296,9 @@ impl<'a> Gate<'a> {
             if let Some(r) = passive_reason(self.rules, peer, s, self.single, self.now) {
                 each(r)?;
             }
+            if let Some(r) = self.stuck(peer) {
+                each(r)?;
+            }
             if peer.is_full() {
                 each(Ineligible::Full {
                     conns: peer.conns(),
@@ -268,7 +324,10 @@ impl<'a> Gate<'a> {
             && peer.admin() == AdminState::Up
             && peer.health().allows_traffic()
             && !over_max_fails(peer, s)
-            && !peer.is_full();
+            && !peer.is_full()
+            && self
+                .latency
+                .is_none_or(|l| l.stuck(peer.id().0 as usize, self.now).is_none());
         if clear {
             debug_assert!(self.walk(peer, i, s), "a rule in force the shortcut missed");
             return true;
@@ -307,13 +366,30 @@ impl<'a> Gate<'a> {
     }
 }
 
-/// nginx's passive threshold: `max_fails != 0 && fails >= max_fails`. Past
-/// the window such a peer is not excluded but owes a trial request (or,
-/// with `passive_recovery`, a probe or probation).
+/// nginx's passive threshold: `max_fails != 0 && fails >= max_fails`, or
+/// an `eject_slow` ejection (which is a passive exclusion of its own
+/// cause). Past the window such a peer is not excluded but owes a trial
+/// request (or, with `passive_recovery`, a probe or probation).
 #[inline]
 pub(crate) fn over_max_fails(peer: &Peer, s: &Slot) -> bool {
+    s.slow || failed_out(peer, s)
+}
+
+/// nginx's threshold alone: `max_fails != 0 && fails >= max_fails`.
+#[inline]
+pub(crate) fn failed_out(peer: &Peer, s: &Slot) -> bool {
     let max = peer.config().max_fails;
     max != 0 && s.fails >= max
+}
+
+/// The `Stuck` rule of an attempt waiting since `oldest_us` against
+/// `threshold_us`, at `now`.
+pub(crate) fn stuck_reason(oldest_us: u64, threshold_us: u64, now: Timestamp) -> Ineligible {
+    Ineligible::Stuck {
+        since: Timestamp(oldest_us / 1000),
+        waited: Duration::from_micros(now.0.saturating_mul(1000).saturating_sub(oldest_us)),
+        threshold: Duration::from_micros(threshold_us),
+    }
 }
 
 /// The length of the window after `checked`, in ms: nginx's
@@ -350,6 +426,15 @@ pub(crate) fn passive_reason(
     let window = window_ms(peer, s);
     let until = Timestamp(s.checked.0.saturating_add(window));
     if now.millis_since(s.checked) <= window {
+        if s.slow {
+            return Some(Ineligible::Slow {
+                figure: Duration::from_micros(u64::from(s.slow_figure_us)),
+                median: Duration::from_micros(u64::from(s.slow_median_us)),
+                since: s.checked,
+                until,
+                nth: u32::from(s.nth),
+            });
+        }
         return Some(Ineligible::Excluded {
             fails: s.fails,
             max_fails: peer.config().max_fails,
@@ -388,9 +473,11 @@ pub(crate) fn probation(
 }
 
 /// Whether a live (not `down`) peer is at rest: eligible at its full weight
-/// with no passive state pending and no slow-start ramp, so the round-robin
-/// fast path may follow its precomputed cycle. `max_conns` is not looked
-/// at: tiers with `max_conns` never plan.
+/// with no passive state pending (a slow ejection is one) and no
+/// slow-start ramp, so the round-robin fast path may follow its
+/// precomputed cycle. `max_conns` is not looked at: tiers with `max_conns`
+/// never plan, nor do tiers under `eject_stuck` (a peer becomes stuck by
+/// time passing, with no event to leave the cycle on).
 pub(crate) fn at_rest(peer: &Peer, s: &Slot) -> bool {
     peer.is_routable()
         && !over_max_fails(peer, s)

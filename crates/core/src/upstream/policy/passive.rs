@@ -92,6 +92,10 @@ impl Record<'_> {
         let continuing = was_over && !window_over(peer, self.s, now) && !self.s.trial;
         let s = &mut *self.s;
         s.fails = s.fails.saturating_add(1);
+        if super::failed_out(peer, s) {
+            // Failures now keep it out, whatever a slow ejection said.
+            s.slow = false;
+        }
         s.accessed = now;
         s.checked = now;
         let mut excluded = false;
@@ -155,6 +159,41 @@ impl Record<'_> {
         }
     }
 
+    /// `eject_slow`: the peer's figure (`figure_us`, over `requests`
+    /// headers) is above the rule's bar against the others' median
+    /// (`median_us`): a passive exclusion of its own cause, as long as
+    /// `passive_penalty` says (its nth in a row) or `fail_timeout`, then
+    /// back through `passive_recovery`. The caller forgets the figure.
+    pub(crate) fn slow(
+        &mut self,
+        figure_us: u64,
+        median_us: u64,
+        requests: u64,
+        now: Timestamp,
+        jitter: impl FnOnce() -> u64,
+    ) {
+        let was_over = over_max_fails(self.peer, self.s);
+        let s = &mut *self.s;
+        s.slow = true;
+        s.slow_figure_us = u32::try_from(figure_us).unwrap_or(u32::MAX);
+        s.slow_median_us = u32::try_from(median_us).unwrap_or(u32::MAX);
+        s.accessed = now;
+        s.checked = now;
+        s.trial = false;
+        s.probation_ok = 0;
+        if let Some(p) = &self.rules.penalty {
+            penalize(p, s, was_over, now, jitter());
+        }
+        let kind = EventKind::SlowEjected {
+            figure_us,
+            median_us,
+            requests,
+            until: Timestamp(now.0.saturating_add(window_ms(self.peer, self.s))),
+            nth: u32::from(self.s.nth),
+        };
+        self.event(kind);
+    }
+
     /// [`picked`] once the window has passed.
     #[cold]
     fn window_passed(&mut self, now: Timestamp) {
@@ -198,6 +237,7 @@ impl Record<'_> {
     /// `slow_start` ramp.
     pub(crate) fn readmit(&mut self, now: Timestamp, why: Readmission) {
         if why == Readmission::Passive {
+            self.s.slow = false;
             self.s.trial = false;
             self.s.probation_ok = 0;
             self.s.clean_since = now;

@@ -10,7 +10,7 @@ use crate::config::validate::{self, RuleProblem};
 use crate::config::{ConfigError, HealthRules, Penalty, Recovery, UpstreamConfig};
 
 /// The rule directives, as named in nginx.conf.
-pub(super) const DIRECTIVES: [&str; 4] = HealthRules::DIRECTIVES;
+pub(super) const DIRECTIVES: [&str; 7] = HealthRules::DIRECTIVES;
 
 /// Read one rule directive into `rules`; a directive given twice is an error.
 pub(super) fn directive(
@@ -26,6 +26,7 @@ pub(super) fn directive(
     }
     seen.push((d.name.clone(), d.span.to_string()));
     match d.name.as_str() {
+        "eject_stuck" | "eject_slow" | "health_preset" => super::ejection::directive(rules, d)?,
         "passive_count" => {
             for a in args(d, 1, 2)? {
                 let flag = match a.value.as_str() {

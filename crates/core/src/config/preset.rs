@@ -1,0 +1,173 @@
+//! `health_preset recommended;`: every health rule beyond nginx in one
+//! line, with the values below. A directive written beside the preset
+//! overrides that one setting; [`expand`] fills in only what was not
+//! written and records which settings it supplied
+//! ([`crate::config::PresetSettings`]), so `vigil explain` can tell the
+//! two apart and `vigil convert` writes the preset line plus the overrides.
+//!
+//! The values, from the failure they are for (a backend that hangs, one
+//! that stops answering SYNs, one that answers after 300 ms while its
+//! peers answer in ~1 ms; 1 s connect/read timeouts, a 500 ms check):
+//!
+//! - `passive_count after_header last_try`: a body cut short and a listed
+//!   5xx that could not be retried are the evidence of a peer going bad
+//!   that nginx ignores.
+//! - `passive_recovery probe` with a `check` (the check decides, no user
+//!   request is spent testing a peer), else `probation=3`: three
+//!   successes in a row, one request at a time, before full traffic.
+//! - `passive_penalty base=5s max=60s jitter=10%`: the first exclusion is
+//!   half of nginx's default `fail_timeout=10s` (with probe recovery the
+//!   peer is probed when it ends, so a blip costs 5 s), a peer that keeps
+//!   failing stays out 10, 20, 40, 60 s; jitter spreads the returns of
+//!   peers excluded by one shared cause.
+//! - `max_ejected 50%`: a fault that hits every peer (a bad deploy, a
+//!   shared dependency) never takes more than half the primaries out.
+//! - `eject_stuck factor=3 min=200ms`: 200 ms is far above a healthy
+//!   LAN backend's p99 (a few ms) and one fifth of a 1 s read timeout, so
+//!   a hung peer stops taking new requests 800 ms before the first caught
+//!   one times out; 3 × the recent p99 raises the bar for an upstream that
+//!   is slow by nature. A stuck ejection is self-ending (the peer is back
+//!   as soon as its old attempt ends), so a false alarm costs little.
+//! - `eject_slow factor=3 window=10s min_requests=20 min=10ms`: 3 × the
+//!   median of the others is a peer clearly apart from its fleet (the
+//!   300 ms peer is 300 ×); a median over 20 requests is not moved by a
+//!   few outliers (hangs are `eject_stuck`'s business); 10 s (figures over
+//!   the last 5 to 10 s) forgets a past slow phase quickly; `min=10ms`
+//!   keeps a 0.3 ms peer among 0.1 ms ones (noise a user never sees) in.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use super::{
+    EjectSlow, EjectStuck, Penalty, Preset, PresetSettings, PresetUse, Recovery, UpstreamConfig,
+};
+
+/// The `eject_stuck` of the preset, and of `eject_stuck;` without parameters.
+pub const STUCK: EjectStuck = EjectStuck {
+    factor: 3.0,
+    min: Duration::from_millis(200),
+};
+
+/// The `eject_slow` of the preset, and the values of parameters left out.
+pub const SLOW: EjectSlow = EjectSlow {
+    factor: 3.0,
+    window: Duration::from_secs(10),
+    min_requests: 20,
+    min: Duration::from_millis(10),
+};
+
+/// The `passive_penalty` of the preset.
+pub const PENALTY: Penalty = Penalty {
+    base: Duration::from_secs(5),
+    max: Duration::from_secs(60),
+    jitter_percent: 10,
+};
+
+/// `passive_recovery probation=N` of the preset for an upstream without a check.
+pub const PROBATION: NonZeroU32 = match NonZeroU32::new(3) {
+    Some(n) => n,
+    None => NonZeroU32::MIN,
+};
+
+/// The `max_ejected` of the preset.
+pub const MAX_EJECTED: u8 = 50;
+
+/// The preset named `word`, if any.
+pub fn parse(word: &str) -> Option<Preset> {
+    match word {
+        "recommended" => Some(Preset::Recommended),
+        _ => None,
+    }
+}
+
+/// Apply `preset` to `up`, whose rules hold what was written: every
+/// setting not `written` (by its directive name) takes the preset's value.
+/// Call after the `check` is known (recovery depends on it).
+pub(crate) fn expand(up: &mut UpstreamConfig, preset: Preset, written: impl Fn(&str) -> bool) {
+    let Preset::Recommended = preset;
+    let has_check = up.check.is_some();
+    let r = &mut up.rules;
+    let mut supplied = PresetSettings::default();
+    if !written("passive_count") {
+        r.count.after_header = true;
+        r.count.last_try = true;
+        supplied.passive_count = true;
+    }
+    if !written("passive_recovery") {
+        r.recovery = if has_check {
+            Recovery::Probe
+        } else {
+            Recovery::Probation(PROBATION)
+        };
+        supplied.passive_recovery = true;
+    }
+    if !written("passive_penalty") {
+        r.penalty = Some(PENALTY);
+        supplied.passive_penalty = true;
+    }
+    if !written("max_ejected") {
+        r.max_ejected = Some(MAX_EJECTED);
+        supplied.max_ejected = true;
+    }
+    if !written("eject_stuck") {
+        r.eject_stuck = Some(STUCK);
+        supplied.eject_stuck = true;
+    }
+    if !written("eject_slow") {
+        r.eject_slow = Some(SLOW);
+        supplied.eject_slow = true;
+    }
+    // retry_budget: the lead adds the preset's default here (and its flag
+    // in PresetSettings), after merging the retry-budget work.
+    // hedge: the lead adds the preset's default here (and its flag in
+    // PresetSettings), after merging the hedging work.
+    // Findings about a supplied setting point at the preset line.
+    let at = r.origins.preset.clone();
+    let o = &mut r.origins;
+    for (on, slot) in [
+        (supplied.passive_count, &mut o.count),
+        (supplied.passive_recovery, &mut o.recovery),
+        (supplied.passive_penalty, &mut o.penalty),
+        (supplied.max_ejected, &mut o.max_ejected),
+        (supplied.eject_stuck, &mut o.eject_stuck),
+        (supplied.eject_slow, &mut o.eject_slow),
+    ] {
+        if on {
+            *slot = at.clone();
+        }
+    }
+    r.preset = Some(PresetUse { preset, supplied });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::CheckConfig;
+
+    #[test]
+    fn the_preset_fills_what_was_not_written() {
+        let mut up = UpstreamConfig::new("u");
+        up.rules.max_ejected = Some(20);
+        expand(&mut up, Preset::Recommended, |n| n == "max_ejected");
+        let r = &up.rules;
+        assert_eq!(r.max_ejected, Some(20), "written wins");
+        assert_eq!(r.recovery, Recovery::Probation(PROBATION), "no check");
+        assert_eq!((r.eject_stuck, r.eject_slow), (Some(STUCK), Some(SLOW)));
+        assert!(r.count.after_header && r.count.last_try);
+        let p = r.preset.expect("recorded");
+        assert_eq!(
+            p.supplied.names(),
+            [
+                "passive_count",
+                "passive_recovery",
+                "passive_penalty",
+                "eject_stuck",
+                "eject_slow"
+            ]
+        );
+        let mut up = UpstreamConfig::new("u");
+        up.check = Some(CheckConfig::default());
+        expand(&mut up, Preset::Recommended, |_| false);
+        assert_eq!(up.rules.recovery, Recovery::Probe, "with a check");
+    }
+}
