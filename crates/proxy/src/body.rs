@@ -17,6 +17,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::io::AsyncWriteExt;
 use vigil_core::upstream::PeerGuard;
 
+use crate::metrics::UpstreamStats;
 use crate::pool::{Conn, Pool};
 
 /// Any error a body can carry.
@@ -279,6 +280,8 @@ pub(crate) struct Streamed {
     cx: crate::errlog::Context,
     /// Core's clock, for charging a failure after the header.
     clock: Arc<dyn vigil_core::Clock>,
+    /// The upstream's counters, where such a charge is counted.
+    stats: Option<Arc<UpstreamStats>>,
 }
 
 impl Streamed {
@@ -289,6 +292,7 @@ impl Streamed {
         conn: Option<(Arc<Pool>, Conn)>,
         cx: crate::errlog::Context,
         clock: Arc<dyn vigil_core::Clock>,
+        stats: Option<Arc<UpstreamStats>>,
     ) -> Self {
         Self {
             inner,
@@ -298,6 +302,7 @@ impl Streamed {
             conn,
             cx,
             clock,
+            stats,
         }
     }
 
@@ -305,7 +310,10 @@ impl Streamed {
     /// is charged (`passive_count after_header`; nginx never charges it).
     fn broke(&mut self, class: vigil_core::FailureClass) {
         if let Some(g) = self.guard.as_mut() {
-            let _ = g.fail_after_header(class, self.clock.now());
+            let charged = g.fail_after_header(class, self.clock.now());
+            if let Some(s) = &self.stats {
+                s.charged(g.peer().id(), charged);
+            }
         }
         self.finish(false);
     }

@@ -306,9 +306,7 @@ async fn proxy_request(
                 );
                 match sel.on_status(guard, status, clock.now()) {
                     StatusVerdict::Retry(accounting) => {
-                        if let Some(class) = accounting.charged {
-                            obs.counted(&peer, class);
-                        }
+                        obs.charged(&peer, accounting);
                         obs.retry();
                         continue;
                     }
@@ -320,9 +318,7 @@ async fn proxy_request(
                         // cancelled, their connections closed.
                         cancel(&mut flights, &mut attempts);
                         // `passive_count last_try` may have charged a passed-through status.
-                        if let Some(class) = guard.accounting().charged {
-                            obs.counted(&peer, class);
-                        }
+                        obs.charged(&peer, guard.accounting());
                         let (mut head, incoming) = answered.response.into_parts();
                         let cx = crate::errlog::Context::new(
                             upstream.name(),
@@ -387,6 +383,7 @@ async fn proxy_request(
                             pooled,
                             cx,
                             clock.clone(),
+                            obs.stats(),
                         );
                         let mut resp = Response::from_parts(head, BodyExt::boxed(streamed));
                         strip_hop_by_hop(resp.headers_mut(), false);
@@ -420,9 +417,7 @@ async fn proxy_request(
                 );
                 let verdict = sel.on_failure(guard, failed.failure, clock.now());
                 // What core charged (nothing for the single server of an upstream).
-                if let Some(class) = verdict.accounting().charged {
-                    obs.counted(&peer, class);
-                }
+                obs.charged(&peer, verdict.accounting());
                 match verdict {
                     FailureVerdict::Retry(_) => {
                         obs.retry();

@@ -39,7 +39,7 @@ use vigil_core::event::{Event, EventKind};
 use vigil_core::registry::Registry;
 use vigil_core::Clock;
 
-pub(crate) use render::{help, state_index, EJECTION_RULES, STATES as PEER_STATES};
+pub(crate) use render::{help, state_index, COUNT_RULES, EJECTION_RULES, STATES as PEER_STATES};
 pub(crate) use stats::{class_index, Outcome, PeerStats, UpstreamStats, BUCKETS, STATUS_CLASSES};
 
 /// The proxy's metrics over every configuration generation it served.

@@ -28,6 +28,10 @@ pub(crate) const STATES: [&str; 9] = [
 /// [`ejection_index`].
 pub(crate) const EJECTION_RULES: [&str; 4] = ["passive", "probe_down", "slow", "stuck"];
 
+/// The `rule` label of `vigil_rule_charges_total`, by
+/// [`super::stats::rule_index`].
+pub(crate) const COUNT_RULES: [&str; 2] = ["after_header", "last_try"];
+
 /// The `# HELP` texts, shared with the OpenTelemetry descriptions.
 pub(crate) mod help {
     pub(crate) const RELOADS: &str = "Configuration reloads put in force since start.";
@@ -39,6 +43,7 @@ pub(crate) mod help {
         "Attempts sent to a peer, by outcome (ok, or nginx's failure class).";
     pub(crate) const RETRIES: &str = "Attempts that moved a request to the next peer.";
     pub(crate) const COUNTED: &str = "Failures charged to a peer toward max_fails, by class.";
+    pub(crate) const RULE_CHARGES: &str = "Failures charged by a vigil-only passive_count rule where nginx charges none (part of vigil_failures_counted_total).";
     pub(crate) const NO_LIVE: &str =
         "Requests answered 502 because no peer of the upstream was eligible.";
     pub(crate) const EJECTIONS: &str =
@@ -144,6 +149,22 @@ fn counters(out: &mut String, g: &GenerationStats) {
                 "vigil_failures_counted_total{{{},class=\"{c}\"}} {}",
                 p.label,
                 load(&p.counted[class_index(c)])
+            );
+        }
+    }
+    header(
+        out,
+        "vigil_rule_charges_total",
+        "counter",
+        help::RULE_CHARGES,
+    );
+    for p in g.upstreams.iter().flat_map(|u| u.peers.iter()) {
+        for (rule, n) in COUNT_RULES.iter().zip(&p.by_rule) {
+            let _ = writeln!(
+                out,
+                "vigil_rule_charges_total{{{},rule=\"{rule}\"}} {}",
+                p.label,
+                load(n)
             );
         }
     }

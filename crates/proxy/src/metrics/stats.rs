@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use vigil_core::peer::PeerId;
+use vigil_core::upstream::{Accounting, CountRule};
 use vigil_core::{FailureClass, RetryDenied, Upstream};
 
 use super::render::escape;
@@ -68,6 +69,9 @@ pub(crate) struct PeerStats {
     pub(crate) attempts: [AtomicU64; 11],
     /// By [`FailureClass`] order.
     pub(crate) counted: [AtomicU64; 10],
+    /// Of those, charged by a vigil-only `passive_count` rule, by
+    /// [`rule_index`] ([`super::render::COUNT_RULES`] order).
+    pub(crate) by_rule: [AtomicU64; 2],
     pub(crate) exclusions: AtomicU64,
     /// By [`super::render::EJECTION_RULES`] order.
     pub(crate) ejections: [AtomicU64; 4],
@@ -185,10 +189,15 @@ impl UpstreamStats {
         }
     }
 
-    /// Core charged `peer` a failure of `class`.
-    pub(crate) fn counted(&self, peer: PeerId, class: FailureClass) {
-        if let Some(p) = self.peer(peer) {
-            p.counted[class_index(class)].fetch_add(1, Ordering::Relaxed);
+    /// What core charged `peer` for one attempt (nothing, or a failure of
+    /// a class, maybe by a vigil-only rule).
+    pub(crate) fn charged(&self, peer: PeerId, a: Accounting) {
+        let (Some(class), Some(p)) = (a.charged, self.peer(peer)) else {
+            return;
+        };
+        p.counted[class_index(class)].fetch_add(1, Ordering::Relaxed);
+        if let Some(rule) = a.rule {
+            p.by_rule[rule_index(rule)].fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -257,8 +266,17 @@ impl PeerStats {
             peer,
             attempts: Default::default(),
             counted: Default::default(),
+            by_rule: Default::default(),
             exclusions: AtomicU64::new(0),
             ejections: Default::default(),
         }
+    }
+}
+
+/// The position of a `passive_count` rule in [`super::render::COUNT_RULES`].
+pub(crate) fn rule_index(rule: CountRule) -> usize {
+    match rule {
+        CountRule::AfterHeader => 0,
+        CountRule::LastTry => 1,
     }
 }

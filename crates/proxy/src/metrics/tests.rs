@@ -5,6 +5,7 @@ use vigil_core::config::{literal_resolver, nginx};
 use vigil_core::event::{Event, EventBus, EventKind};
 use vigil_core::peer::{AdminState, PeerId};
 use vigil_core::registry::Registry;
+use vigil_core::upstream::Accounting;
 use vigil_core::{Clock, FailureClass, ManualClock, Timestamp};
 
 use super::render::escape;
@@ -103,7 +104,13 @@ fn counts_land_on_their_label_sets() {
     let g = m.attach(&registry(TWO, None), &clock());
     let api = g.upstream("api").expect("api");
     api.attempt(PeerId(0), Outcome::Failed(FailureClass::Http503));
-    api.counted(PeerId(0), FailureClass::Http503);
+    api.charged(
+        PeerId(0),
+        Accounting {
+            charged: Some(FailureClass::Http503),
+            ..Accounting::default()
+        },
+    );
     api.retry();
     api.attempt(PeerId(1), Outcome::Ok);
     api.request(200, Duration::from_millis(7));

@@ -17,7 +17,7 @@ use vigil_core::{FailureClass, RetryDenied};
 
 use crate::metrics::{
     class_index, help, state_index, GenerationStats, Outcome, PeerStats, ProxyMetrics, BUCKETS,
-    EJECTION_RULES, PEER_STATES, STATUS_CLASSES,
+    COUNT_RULES, EJECTION_RULES, PEER_STATES, STATUS_CLASSES,
 };
 
 /// Register every instrument on `meter`.
@@ -79,6 +79,19 @@ pub(crate) fn register(meter: &Meter, metrics: &Arc<ProxyMetrics>) {
                         load(&p.counted[class_index(c)]),
                         &[up(name), peer(p), KeyValue::new("class", c.as_str())],
                     );
+                }
+            }
+        },
+    );
+    counter(
+        meter,
+        metrics,
+        "vigil_rule_charges_total",
+        help::RULE_CHARGES,
+        |g, o| {
+            for (name, p) in peers(g) {
+                for (rule, n) in COUNT_RULES.iter().zip(&p.by_rule) {
+                    o.observe(load(n), &[up(name), peer(p), KeyValue::new("rule", *rule)]);
                 }
             }
         },

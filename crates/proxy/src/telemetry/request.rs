@@ -13,7 +13,8 @@ use http::Method;
 use opentelemetry::trace::{Span as _, SpanKind, Status, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 use vigil_core::peer::Peer;
-use vigil_core::{FailureClass, RetryDenied};
+use vigil_core::upstream::Accounting;
+use vigil_core::RetryDenied;
 
 use super::RequestTracer;
 use crate::metrics::{Outcome, UpstreamStats};
@@ -99,11 +100,17 @@ impl<'a> RequestObserver<'a> {
         }
     }
 
-    /// Core charged `peer` a failure of `class` toward `max_fails`.
-    pub(crate) fn counted(&self, peer: &Peer, class: FailureClass) {
+    /// What core charged `peer` toward `max_fails` for one attempt.
+    pub(crate) fn charged(&self, peer: &Peer, accounting: Accounting) {
         if let Some(s) = &self.stats {
-            s.counted(peer.id(), class);
+            s.charged(peer.id(), accounting);
         }
+    }
+
+    /// The upstream's counters, for a response body that may still be
+    /// charged after the header (`passive_count after_header`).
+    pub(crate) fn stats(&self) -> Option<Arc<UpstreamStats>> {
+        self.stats.clone()
     }
 
     /// The request moves to the next peer.

@@ -462,7 +462,7 @@ async fn the_access_log_records_every_attempt_as_json() {
 }
 
 /// A backend that sends `200` with a 10-byte length, three bytes, and closes.
-async fn cut_short_backend() -> std::net::SocketAddr {
+pub(crate) async fn cut_short_backend() -> std::net::SocketAddr {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");

@@ -492,3 +492,59 @@ async fn failures_counted_are_what_core_charged() {
     assert_eq!(counted("two").as_deref(), Some("1"), "{prom}");
     p.shutdown.cancel();
 }
+
+/// A charge made by a vigil-only rule is counted with the others and on
+/// its own by rule: `passive_count after_header` for a body cut short (the
+/// charge comes while the body streams), `last_try` for a listed status
+/// that could not be retried.
+#[tokio::test]
+async fn charges_of_the_passive_count_rules_are_counted_by_rule() {
+    let cut = crate::behaviour::cut_short_backend().await;
+    let unwell = Backend::start(|_| {
+        let mut r = Response::new(Full::new(Bytes::from("no")));
+        *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        r
+    })
+    .await;
+    let ok = Backend::named("ok").await;
+    let metrics = Arc::new(ProxyMetrics::new());
+    let conf = format!(
+        "http {{ upstream body {{ passive_count after_header; server {cut}; server {ok}; }}
+           upstream last {{ passive_count last_try; server {unwell}; server {ok}; }}
+           server {{ listen {{LISTEN}};
+             location /body {{ proxy_pass http://body; }}
+             location /last {{ proxy_pass http://last; proxy_next_upstream error http_503;
+                               proxy_next_upstream_tries 1; }} }} }}",
+        ok = ok.addr,
+        unwell = unwell.addr
+    );
+    let p = start_proxy(&conf, metrics.clone(), None).await;
+    // Round robin starts at the first server of each.
+    let got = get(p.addr, "/body").await;
+    assert!(got.body.is_err(), "cut short: {:?}", got.body);
+    assert_eq!(get(p.addr, "/last").await.status, 503);
+    let series = |up: &str, peer: SocketAddr, tail: &str| {
+        let mut prom = String::new();
+        metrics.write_prometheus(&mut prom);
+        let name = format!("{{upstream=\"{up}\",peer=\"{peer}\",{tail}}} ");
+        prom.lines()
+            .find_map(|l| l.split_once(name.as_str()).map(|(_, v)| v.to_string()))
+    };
+    eventually("the after_header charge counted", || {
+        series("body", cut, "rule=\"after_header\"").as_deref() == Some("1")
+    })
+    .await;
+    assert_eq!(
+        series("last", unwell.addr, "rule=\"last_try\"").as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        series("last", unwell.addr, "class=\"http_503\"").as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        series("body", cut, "rule=\"last_try\"").as_deref(),
+        Some("0")
+    );
+    p.shutdown.cancel();
+}
