@@ -61,6 +61,7 @@ fn every_metric_has_help_and_type_once_and_samples_are_well_formed() {
         ("vigil_retries_denied_total", "counter"),
         ("vigil_exclusions_total", "counter"),
         ("vigil_ejections_total", "counter"),
+        ("vigil_rule_charges_total", "counter"),
         ("vigil_peer_active_connections", "gauge"),
         ("vigil_peer_state", "gauge"),
         ("vigil_peer_fails", "gauge"),
