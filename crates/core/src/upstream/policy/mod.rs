@@ -319,6 +319,8 @@ impl<'a> Gate<'a> {
     ///
     /// [`admit`]: Gate::admit
     #[inline(always)]
+    ///
+    /// Under `eject_stuck` every peer is walked (the tier scans anyway).
     pub(crate) fn eligible(&self, peer: &Peer, i: usize, s: &Slot) -> bool {
         let clear = !peer.config().down
             && peer.admin() == AdminState::Up
