@@ -51,7 +51,8 @@ pub struct SyncOptions {
     pub min_reload_interval: Duration,
     /// Least time between a reload and the next one when the next takes a
     /// server out of nginx; such a render does not wait for the debounce
-    /// (default 1s).
+    /// (default 1s; at most `min_reload_interval`). Both intervals count
+    /// from the end of the previous reload (its verification).
     pub down_reload_interval: Duration,
     /// How often the loop re-renders to catch changes that raise no event,
     /// such as a first failed probe of a peer that starts down (default 1s).
@@ -515,7 +516,8 @@ impl Syncer {
         cancel: CancellationToken,
         mut reload_pending: bool,
     ) {
-        let o = self.options.clone();
+        let mut o = self.options.clone();
+        o.down_reload_interval = o.down_reload_interval.min(o.min_reload_interval);
         let mut backoff = o.retry_min;
         let mut retry_at: Option<Instant> = reload_pending.then(|| Instant::now() + backoff);
         let mut retrying = reload_pending;
@@ -581,7 +583,6 @@ impl Syncer {
                 retry_at.map_or(t, |r| r.max(t))
             });
             if reload_at.is_some_and(|t| t <= now) {
-                last_reload = Some(now);
                 let timing = if retrying {
                     Timing::Retry
                 } else if owed_out {
@@ -589,7 +590,11 @@ impl Syncer {
                 } else {
                     Timing::Debounced
                 };
-                match self.reload_as(timing, backoff.max(gap)).await {
+                let result = self.reload_as(timing, backoff.max(gap)).await;
+                // Counted from the end of a reload (nginx's new workers
+                // seen), so a slow reload spaces the next one further.
+                last_reload = Some(Instant::now());
+                match result {
                     Ok(()) => {
                         reload_pending = false;
                         owed_out = false;
