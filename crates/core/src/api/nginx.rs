@@ -101,6 +101,9 @@ pub(super) fn amend(name: &str, peer: &PeerView, out: &mut Vec<String>) {
             let why = match why.as_str() {
                 "reload_failed" => "the reload failed and is retried with backoff (vigil's log has the error)",
                 "render_rejected" => "nginx -t rejected the new files, which were rolled back (vigil's log has nginx's message)",
+                _ if n.decided == NginxGiven::Down => {
+                    "waiting for the reload, which goes at once for a server leaving nginx (--down-reload-min-interval)"
+                }
                 _ => "waiting for the reload (--debounce, --reload-min-interval)",
             };
             format!("In nginx: vigil decided {decided} in {file}, but {now}; {why}.")
@@ -164,7 +167,7 @@ mod tests {
         });
         assert_eq!(
             waiting[0],
-            "In nginx: vigil decided to mark it `down` (down by active check) in app.conf, but nginx still has it up: it gets traffic; waiting for the reload (--debounce, --reload-min-interval)."
+            "In nginx: vigil decided to mark it `down` (down by active check) in app.conf, but nginx still has it up: it gets traffic; waiting for the reload, which goes at once for a server leaving nginx (--down-reload-min-interval)."
         );
         assert_eq!(
             waiting[1],
