@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 use vigil_core::config::Config;
-use vigil_core::event::EventBus;
+use vigil_core::event::{Event, EventBus};
 use vigil_core::{Clock, SystemClock};
 use vigil_proxy::{Generation, Proxy, ProxyMetrics, Telemetry};
 
@@ -40,11 +40,21 @@ pub(crate) struct Stack {
     telemetry: Option<Telemetry>,
 }
 
+/// Log a transition: trouble (an exclusion, a probe down) at WARN, good
+/// news (a probe up, a readmission) and routine steps at INFO.
+fn log_event(e: &Event) {
+    if e.kind.is_warning() {
+        tracing::warn!(upstream = %e.upstream, peer = %e.peer, event = e.kind.name(), "{}", e.kind);
+    } else {
+        tracing::info!(upstream = %e.upstream, peer = %e.peer, event = e.kind.name(), "{}", e.kind);
+    }
+}
+
 /// Start everything on the current (control) runtime.
 pub(crate) async fn start(config: Config, opts: Options) -> anyhow::Result<Stack> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let events = Arc::new(EventBus::default());
-    events.subscribe(|e| tracing::warn!(upstream = %e.upstream, peer = %e.peer, event = e.kind.name(), "{}", e.kind));
+    events.subscribe(log_event);
     let listens = vigil_proxy::worker::listens(&config);
     if listens.is_empty() {
         anyhow::bail!("no server block with a listen address");
@@ -165,5 +175,71 @@ impl Stack {
                 tracing::warn!(error = %e, "OpenTelemetry export did not flush");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use vigil_core::clock::Timestamp;
+    use vigil_core::event::{Event, EventKind};
+
+    #[derive(Clone)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("lock").extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn good_news_is_logged_at_info_trouble_at_warn() {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let sink = Sink(buf.clone());
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || sink.clone())
+            .finish();
+        let ev = |kind| Event {
+            seq: 1,
+            at: Timestamp(1),
+            unix_ms: 1,
+            upstream: "app".into(),
+            peer: "10.0.0.1:80".into(),
+            kind,
+        };
+        tracing::subscriber::with_default(subscriber, || {
+            super::log_event(&ev(EventKind::ProbeUp {
+                streak: 2,
+                detail: "HTTP 200".into(),
+            }));
+            super::log_event(&ev(EventKind::Readmitted { fails: 1 }));
+            super::log_event(&ev(EventKind::ProbeDown {
+                streak: 3,
+                detail: "refused".into(),
+            }));
+        });
+        let text = String::from_utf8_lossy(&buf.lock().expect("lock")).into_owned();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(
+            lines[0].contains(" INFO ") && lines[0].contains("probe_up"),
+            "{text}"
+        );
+        assert!(
+            lines[1].contains(" INFO ") && lines[1].contains("readmitted"),
+            "{text}"
+        );
+        assert!(
+            lines[2].contains(" WARN ") && lines[2].contains("probe_down"),
+            "{text}"
+        );
     }
 }

@@ -149,6 +149,64 @@ pub enum EventKind {
         /// New state.
         to: crate::peer::AdminState,
     },
+    /// `vigil check`: a rendered file changed and passed the test command
+    /// (`nginx -t`). `peer` is the server whose line changed; empty, the
+    /// file as a whole changed (created, removed, the source's directives).
+    Render {
+        /// The file (`NAME.conf` in the render directory).
+        file: String,
+        /// How the server is written now (None: the whole file).
+        given: Option<crate::api::NginxGiven>,
+        /// Why: the comment vigil wrote on the line (the cause), or what
+        /// happened to the file.
+        note: String,
+        /// When nginx gets it.
+        timing: Timing,
+    },
+    /// `vigil check`: nginx reloaded and its new workers run the rendered
+    /// files (`upstream` and `peer` empty: nginx as a whole).
+    Reload {
+        /// The files changed since the previous reload.
+        files: Vec<String>,
+        /// From the reload command to nginx's new workers seen (and the
+        /// old ones no longer accepting).
+        took_ms: u64,
+        /// Why it ran when it did.
+        timing: Timing,
+    },
+    /// `vigil check`: the reload failed or was not seen to take effect;
+    /// nginx runs the files of the reload before. Retried.
+    ReloadFailed {
+        /// The files nginx does not run yet.
+        files: Vec<String>,
+        /// What went wrong.
+        error: String,
+        /// The next try, in milliseconds.
+        retry_ms: u64,
+    },
+    /// `vigil check`: the test command rejected a render; the previous
+    /// files were put back and nginx was not reloaded.
+    Rollback {
+        /// The files restored.
+        files: Vec<String>,
+        /// The test command's message.
+        error: String,
+    },
+}
+
+/// `vigil check`: when a render reaches nginx.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Timing {
+    /// At startup.
+    Startup,
+    /// At once: a server leaves nginx (only a short least time between
+    /// reloads applies).
+    AtOnce,
+    /// After the debounce and the least time between reloads (servers
+    /// coming back, bursts, other changes).
+    Debounced,
+    /// A retry of a failed reload.
+    Retry,
 }
 
 type Listener = Box<dyn Fn(&Event) + Send + Sync>;
@@ -192,7 +250,39 @@ impl EventKind {
             EventKind::ProbeUp { .. } => "probe_up",
             EventKind::ProbeDown { .. } => "probe_down",
             EventKind::Admin { .. } => "admin",
+            EventKind::Render { .. } => "render",
+            EventKind::Reload { .. } => "reload",
+            EventKind::ReloadFailed { .. } => "reload_failed",
+            EventKind::Rollback { .. } => "rollback",
         }
+    }
+
+    /// Whether the event reports trouble (logged at WARN): an exclusion, a
+    /// probe down, `max_ejected` keeping a failing peer, a failed reload, a
+    /// rejected render. Good news (a peer back up, readmitted) and routine
+    /// steps are INFO.
+    pub fn is_warning(&self) -> bool {
+        matches!(
+            self,
+            EventKind::Excluded { .. }
+                | EventKind::ProbeDown { .. }
+                | EventKind::MaxEjected { kept: true, .. }
+                | EventKind::ReloadFailed { .. }
+                | EventKind::Rollback { .. }
+        )
+    }
+}
+
+// === impl Timing ===
+
+impl fmt::Display for Timing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Timing::Startup => "at startup",
+            Timing::AtOnce => "at once (a server leaves nginx)",
+            Timing::Debounced => "after the debounce",
+            Timing::Retry => "retried",
+        })
     }
 }
 
@@ -289,6 +379,56 @@ impl fmt::Display for EventKind {
                 write!(f, "probe down after {streak} failure(s): {detail}")
             }
             EventKind::Admin { from, to } => write!(f, "admin state {from} -> {to}"),
+            EventKind::Render {
+                file,
+                given,
+                note,
+                timing,
+            } => {
+                use crate::api::NginxGiven;
+                let what = match given {
+                    Some(NginxGiven::Down) => format!("marked `down` ({note})"),
+                    Some(NginxGiven::Kept) => format!("left up although failing ({note})"),
+                    Some(NginxGiven::AsWritten) if note.is_empty() => "as written".to_string(),
+                    Some(NginxGiven::AsWritten) => format!("as written ({note})"),
+                    None => note.clone(),
+                };
+                write!(f, "{file}: {what}; nginx reloads {timing}")
+            }
+            EventKind::Reload {
+                files,
+                took_ms,
+                timing,
+            } => {
+                write!(
+                    f,
+                    "nginx reloaded {timing}: new workers in {took_ms} ms"
+                )?;
+                if !files.is_empty() {
+                    write!(f, ", running {}", files.join(", "))?;
+                }
+                Ok(())
+            }
+            EventKind::ReloadFailed {
+                files,
+                error,
+                retry_ms,
+            } => {
+                f.write_str("nginx reload failed")?;
+                if !files.is_empty() {
+                    write!(f, " (nginx does not run {} yet)", files.join(", "))?;
+                }
+                write!(f, ": {error}; retry in {retry_ms} ms")
+            }
+            EventKind::Rollback { files, error } => write!(
+                f,
+                "nginx -t rejected {}; previous files restored, no reload: {error}",
+                if files.is_empty() {
+                    "the render".to_string()
+                } else {
+                    files.join(", ")
+                }
+            ),
         }
     }
 }
@@ -424,6 +564,53 @@ mod tests {
         assert_eq!(s.events.len(), 1);
         assert_eq!(s.missed, 0);
         assert!(bus.since(5, 100).events.is_empty());
+    }
+
+    #[test]
+    fn good_news_is_no_warning() {
+        let up = EventKind::ProbeUp {
+            streak: 2,
+            detail: "200".into(),
+        };
+        let down = EventKind::ProbeDown {
+            streak: 2,
+            detail: "refused".into(),
+        };
+        assert!(!up.is_warning());
+        assert!(!EventKind::Readmitted { fails: 1 }.is_warning());
+        assert!(!EventKind::ProbeReadmitted { fails: 1 }.is_warning());
+        assert!(down.is_warning());
+        let failed = EventKind::ReloadFailed {
+            files: vec!["app.conf".into()],
+            error: "no new worker".into(),
+            retry_ms: 2000,
+        };
+        assert!(failed.is_warning());
+        assert_eq!(failed.name(), "reload_failed");
+        assert_eq!(
+            failed.to_string(),
+            "nginx reload failed (nginx does not run app.conf yet): no new worker; retry in 2000 ms"
+        );
+        let render = EventKind::Render {
+            file: "app.conf".into(),
+            given: Some(crate::api::NginxGiven::Down),
+            note: "down by active check".into(),
+            timing: Timing::AtOnce,
+        };
+        assert!(!render.is_warning());
+        assert_eq!(
+            render.to_string(),
+            "app.conf: marked `down` (down by active check); nginx reloads at once (a server leaves nginx)"
+        );
+        let reload = EventKind::Reload {
+            files: vec!["app.conf".into()],
+            took_ms: 80,
+            timing: Timing::Debounced,
+        };
+        assert_eq!(
+            reload.to_string(),
+            "nginx reloaded after the debounce: new workers in 80 ms, running app.conf"
+        );
     }
 
     #[test]

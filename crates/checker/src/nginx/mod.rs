@@ -9,8 +9,8 @@
 //! - [`source`]: the source file → model + renderable lines;
 //! - [`Guard`]: `--min-healthy` / `--fail-closed` as core's `max_ejected`;
 //! - [`render`]: core's answer → one block's file text (deterministic);
-//! - [`sync`]: write atomically, test, roll back, reload (debounced,
-//!   rate-limited, verified, retried);
+//! - [`sync`]: write atomically, test, roll back, reload (at once when a
+//!   server leaves nginx, else debounced; rate-limited, verified, retried);
 //! - [`control`]: the nginx commands and the reload proof.
 
 pub mod control;
@@ -132,6 +132,11 @@ impl Annotator {
         Self { snapshot, status }
     }
 
+    /// The render and reload loop's state (`nginx` of `/api/status`).
+    pub fn sync_view(&self) -> vigil_core::api::NginxSyncView {
+        self.status.lock().map(|s| s.view()).unwrap_or_default()
+    }
+
     /// Set `nginx` on every peer of `view` that the source renders.
     pub fn annotate(&self, view: &mut UpstreamView) {
         let snap = self.snapshot.load_full();
@@ -209,7 +214,8 @@ impl CheckOnly {
             Arc::new(options.control.clone()),
             snapshot.clone(),
             status.clone(),
-        )?;
+        )?
+        .with_events(events.clone());
         syncer.converge(true).await?;
         let reload_pending = syncer.reload().await.is_err();
 
@@ -221,9 +227,16 @@ impl CheckOnly {
         let wake = Arc::new(Notify::new());
         let w = wake.clone();
         events.subscribe(move |e| {
+            // Transitions that can change what is rendered (the sync
+            // loop's own events cannot).
             if matches!(
                 e.kind,
-                EventKind::ProbeUp { .. } | EventKind::ProbeDown { .. }
+                EventKind::ProbeUp { .. }
+                    | EventKind::ProbeDown { .. }
+                    | EventKind::Admin { .. }
+                    | EventKind::MaxEjected { .. }
+                    | EventKind::Excluded { .. }
+                    | EventKind::ProbeReadmitted { .. }
             ) {
                 w.notify_one();
             }

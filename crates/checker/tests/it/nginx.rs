@@ -3,12 +3,14 @@
 //! again; stop all → the upstream is not emptied (core's max_ejected, the
 //! minimum-healthy guard, keeps the least bad); two of two failing their
 //! probes → nginx sends everything to the kept one, and status and explain
-//! say so; a render nginx rejects → rolled back, nginx still serving. The
+//! say so; a render nginx rejects → rolled back, nginx still serving; a
+//! server going down reaches nginx's new workers at once (timed). The
 //! checker runs in-process through the library; rendering, `nginx -t` and
 //! the verified reload are real.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -18,6 +20,7 @@ use vigil_checker::nginx::{
 };
 use vigil_checker::CheckerOptions;
 use vigil_core::api::{self, NginxGiven, UpstreamView};
+use vigil_core::event::{EventKind, Timing};
 use vigil_core::health::HealthState;
 
 use crate::stock::{free_port, get, nginx_bin, Nginx};
@@ -54,6 +57,16 @@ async fn setup(server_params: &str) -> Setup {
 
 /// `n` servers with `server_params`, and `inner` directives in the block.
 async fn setup_with(n: usize, server_params: &str, inner: &str) -> Setup {
+    setup_opts(n, server_params, inner, |_| {}).await
+}
+
+/// As [`setup_with`], with the sync loop's options changed by `f`.
+async fn setup_opts(
+    n: usize,
+    server_params: &str,
+    inner: &str,
+    f: impl FnOnce(&mut SyncOptions),
+) -> Setup {
     let bin = nginx_bin();
     let tmp = tempfile::tempdir().expect("test step");
     let dir = tmp.path().to_path_buf();
@@ -90,6 +103,7 @@ async fn setup_with(n: usize, server_params: &str, inner: &str) -> Setup {
     sync.min_reload_interval = Duration::from_millis(200);
     sync.poll = Duration::from_millis(100);
     sync.retry_min = Duration::from_millis(200);
+    f(&mut sync);
     let options = CheckOnlyOptions {
         source: src.clone(),
         default_check: None,
@@ -485,6 +499,137 @@ async fn a_render_nginx_rejects_is_rolled_back_while_nginx_keeps_serving() {
     assert!(
         buf.contains("vigil_nginx_renders_total{result=\"rejected\"} 1"),
         "{buf}"
+    );
+    drop(backends);
+    s.vigil.shutdown().await;
+}
+
+/// One event as the test saw it arrive.
+#[derive(Clone, Debug)]
+struct Seen {
+    at: tokio::time::Instant,
+    peer: String,
+    kind: EventKind,
+}
+
+/// Record every event of `v`'s bus with the moment it was published.
+fn record(v: &CheckOnly) -> Arc<Mutex<Vec<Seen>>> {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    v.events().subscribe(move |e| {
+        let at = tokio::time::Instant::now();
+        s2.lock().expect("test step").push(Seen {
+            at,
+            peer: e.peer.to_string(),
+            kind: e.kind.clone(),
+        });
+    });
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn down_to_nginx_a_failing_server_reaches_new_workers_at_once() {
+    // The debounce and the least time between other reloads are a minute:
+    // a down that reaches nginx before then did not wait for them. Only the
+    // least time between a reload and a down reload applies (its default).
+    let down_interval = SyncOptions::new(PathBuf::new()).down_reload_interval;
+    let s = setup_opts(5, "max_fails=0", "", |o| {
+        o.debounce = Duration::from_secs(60);
+        o.max_delay = Duration::from_secs(60);
+        o.min_reload_interval = Duration::from_secs(60);
+        o.down_reload_interval = down_interval;
+    })
+    .await;
+    let names = ["b1", "b2", "b3", "b4", "b5"];
+    let mut backends = Vec::new();
+    for (p, n) in s.ports.iter().zip(names) {
+        backends.push(Some(backend(*p, n).await));
+    }
+    eventually("all five up by probes", Duration::from_secs(5), || {
+        (0..5).all(|i| peer_state(&s.vigil, i) == Some(HealthState::Up))
+    })
+    .await;
+    let seen = record(&s.vigil);
+    let mut last_reload = tokio::time::Instant::now();
+    let mut figures = Vec::new();
+    // Four of five go down one after the other (--min-healthy 1 keeps one).
+    for i in 0..4 {
+        // Measure the path, not the rate limit: the last reload is older
+        // than the least time between reloads.
+        eventually("the down interval to pass", down_interval * 2, || {
+            last_reload.elapsed() > down_interval
+        })
+        .await;
+        let addr = format!("127.0.0.1:{}", s.ports[i]);
+        let from = seen.lock().expect("test step").len();
+        if let Some(b) = backends[i].take() {
+            b.stop();
+        }
+        eventually("the down to be reloaded", Duration::from_secs(10), || {
+            seen.lock().expect("test step")[from..]
+                .iter()
+                .any(|e| matches!(e.kind, EventKind::Reload { .. }))
+        })
+        .await;
+        let ev = seen.lock().expect("test step")[from..].to_vec();
+        let probe = ev
+            .iter()
+            .position(|e| e.peer == addr && matches!(e.kind, EventKind::ProbeDown { .. }))
+            .expect("the deciding probe");
+        let render = ev
+            .iter()
+            .position(|e| matches!(e.kind, EventKind::Render { .. }))
+            .expect("a render");
+        let reload = ev
+            .iter()
+            .position(|e| matches!(e.kind, EventKind::Reload { .. }))
+            .expect("a reload");
+        // The order: the deciding probe, the render, the reload, at once.
+        assert!(probe < render && render < reload, "{ev:?}");
+        assert_eq!(ev[render].peer, addr, "{ev:?}");
+        assert!(
+            matches!(
+                &ev[render].kind,
+                EventKind::Render {
+                    given: Some(NginxGiven::Down),
+                    timing: Timing::AtOnce,
+                    ..
+                }
+            ),
+            "{ev:?}"
+        );
+        let EventKind::Reload {
+            timing, took_ms, ..
+        } = &ev[reload].kind
+        else {
+            unreachable!("found as a reload");
+        };
+        assert_eq!(*timing, Timing::AtOnce, "{ev:?}");
+        // nginx's new workers serve without it (and the ones down before).
+        for (status, upstream, body) in spray(s.nginx.addr(), 15).await {
+            assert_eq!(status, 200);
+            for gone in &s.ports[..=i] {
+                let gone = format!("127.0.0.1:{gone}");
+                assert!(!upstream.contains(&gone), "nginx tried {gone}: {upstream}");
+            }
+            assert!(!names[..=i].contains(&body.as_str()), "{body}");
+        }
+        let total = ev[reload].at - ev[probe].at;
+        let rendered = ev[render].at - ev[probe].at;
+        println!(
+            "down-to-nginx {}: deciding probe -> new workers serving without {addr}: {} ms (render + nginx -t {} ms, reload + verify {took_ms} ms)",
+            i + 1,
+            total.as_millis(),
+            rendered.as_millis()
+        );
+        figures.push(total);
+        last_reload = ev[reload].at;
+    }
+    figures.sort();
+    println!(
+        "down-to-nginx median of {}: {} ms",
+        figures.len(),
+        figures[figures.len() / 2].as_millis()
     );
     drop(backends);
     s.vigil.shutdown().await;

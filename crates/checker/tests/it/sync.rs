@@ -1,5 +1,7 @@
-//! The sync loop in paused time with a fake nginx: debounce, rate limit,
-//! rollback on a failed test, retried reloads, no surprise `down`.
+//! The sync loop in paused time with a fake nginx: a server leaving nginx
+//! reloaded at once, one coming back after the debounce, bursts batched,
+//! no reload storm from a flapping server, rate limits, rollback on a
+//! failed test, retried reloads, no surprise `down`, and the events of it.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -17,7 +19,7 @@ use vigil_checker::nginx::{
 use vigil_core::api::{self, NginxGiven, NginxView};
 use vigil_core::clock::Timestamp;
 use vigil_core::config::literal_resolver;
-use vigil_core::event::EventBus;
+use vigil_core::event::{EventBus, EventKind, Timing};
 use vigil_core::health::ProbeReport;
 use vigil_core::peer::PeerId;
 use vigil_core::registry::Registry;
@@ -67,9 +69,14 @@ struct Rig {
     annotator: Annotator,
     nginx: Arc<FakeNginx>,
     status: Arc<Mutex<SyncStatus>>,
+    events: Arc<EventBus>,
     wake: Arc<Notify>,
     cancel: CancellationToken,
 }
+
+const DEBOUNCE: Duration = Duration::from_millis(500);
+const MIN_RELOAD: Duration = Duration::from_secs(5);
+const DOWN_RELOAD: Duration = Duration::from_secs(1);
 
 const SRC: &str = "upstream app {\n    server 127.0.0.1:9001;\n    server 127.0.0.1:9002;\n    server 127.0.0.1:9003;\n    check interval=1000 rise=2 fall=2 timeout=500;\n}\n";
 
@@ -83,10 +90,11 @@ async fn rig(nginx: FakeNginx) -> Rig {
     let mut s = source::load(&src, None, &literal_resolver).expect("test step");
     Guard::default().apply(&mut s.config);
     let clock: Arc<dyn Clock> = Arc::new(ManualClock::at(1_000));
+    let events = Arc::new(EventBus::default());
     let registry = Arc::new(Registry::build(
         &s.config,
         None,
-        Arc::new(EventBus::default()),
+        events.clone(),
         clock.clone(),
     ));
     let snapshot = Arc::new(ArcSwap::from_pointee(Snapshot {
@@ -95,14 +103,17 @@ async fn rig(nginx: FakeNginx) -> Rig {
         clock: clock.clone(),
     }));
     let mut o = SyncOptions::new(out);
-    o.debounce = Duration::from_millis(500);
+    o.debounce = DEBOUNCE;
     o.max_delay = Duration::from_secs(3);
-    o.min_reload_interval = Duration::from_secs(5);
+    o.min_reload_interval = MIN_RELOAD;
+    o.down_reload_interval = DOWN_RELOAD;
     o.poll = Duration::from_millis(200);
     let nginx = Arc::new(nginx);
     let status = Arc::new(Mutex::new(SyncStatus::default()));
     let annotator = Annotator::new(snapshot.clone(), status.clone());
-    let mut syncer = Syncer::new(o, nginx.clone(), snapshot, status.clone()).expect("test step");
+    let mut syncer = Syncer::new(o, nginx.clone(), snapshot, status.clone())
+        .expect("test step")
+        .with_events(events.clone());
     syncer.converge(true).await.expect("test step");
     syncer.reload().await.expect("test step");
     let wake = Arc::new(Notify::new());
@@ -115,6 +126,7 @@ async fn rig(nginx: FakeNginx) -> Rig {
         annotator,
         nginx,
         status,
+        events,
         wake,
         cancel,
     }
@@ -152,6 +164,36 @@ impl Rig {
 
     fn reloads(&self) -> Vec<Instant> {
         self.nginx.reloads.lock().expect("test step").clone()
+    }
+
+    /// Every event on the bus: (peer, kind).
+    fn events(&self) -> Vec<(String, EventKind)> {
+        self.events
+            .since(0, usize::MAX)
+            .events
+            .into_iter()
+            .map(|e| (e.peer.to_string(), e.kind))
+            .collect()
+    }
+
+    /// The timing of every verified reload, oldest first.
+    fn reload_timings(&self) -> Vec<Timing> {
+        self.events()
+            .into_iter()
+            .filter_map(|(_, k)| match k {
+                EventKind::Reload { timing, .. } => Some(timing),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Every server proven up (rise=2), and the loop idle again.
+    async fn all_up(&self) {
+        for p in 0..3 {
+            self.probe(p, true);
+            self.probe(p, true);
+        }
+        settle(Duration::from_secs(6)).await;
     }
 }
 
@@ -207,38 +249,169 @@ async fn startup_renders_the_source_and_first_passes_mark_nothing() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_burst_of_transitions_gives_one_reload_after_the_debounce() {
+async fn a_server_leaving_nginx_is_reloaded_at_once_and_coming_back_after_the_debounce() {
     let r = rig(FakeNginx::default()).await;
-    for p in 0..3 {
-        r.probe(p, true);
-        r.probe(p, true);
-    }
-    settle(Duration::from_secs(6)).await;
+    r.all_up().await;
     let base = r.reloads().len();
+    let seen = r.events().len();
+    r.probe(1, false);
+    settle(Duration::from_millis(200)).await;
+    assert_eq!(
+        r.reloads().len(),
+        base,
+        "one failure of fall=2 changes nothing"
+    );
+    // The deciding probe: rendered, tested and reloaded without waiting for
+    // the debounce (nor the 5 s interval: the last reload is older).
     let t0 = Instant::now();
+    r.probe(1, false);
+    until(|| r.reloads().len() == base + 1).await;
+    let at = r.reloads()[base];
+    assert!(
+        at - t0 < DEBOUNCE,
+        "the down reload waited {:?}, the debounce is {DEBOUNCE:?}",
+        at - t0
+    );
+    assert!(r
+        .file()
+        .contains("server 127.0.0.1:9002 down; # vigil: down by active check"));
+    // The events say what was rendered, why, and that it went at once.
+    let new: Vec<(String, EventKind)> = r.events().split_off(seen);
+    let kinds: Vec<&str> = new.iter().map(|(_, k)| k.name()).collect();
+    assert_eq!(kinds, ["probe_down", "render", "reload"], "{new:?}");
+    assert_eq!(new[1].0, "127.0.0.1:9002");
+    assert_eq!(
+        new[1].1,
+        EventKind::Render {
+            file: "app.conf".into(),
+            given: Some(NginxGiven::Down),
+            note: "down by active check".into(),
+            timing: Timing::AtOnce,
+        }
+    );
+    assert!(
+        matches!(&new[2].1, EventKind::Reload { files, timing: Timing::AtOnce, .. } if files == &["app.conf".to_string()]),
+        "{new:?}"
+    );
+    // Coming back waits for the debounce after the last transition, also
+    // when the least time between reloads has long passed.
+    settle(MIN_RELOAD).await;
+    let seen = r.events().len();
+    r.probe(1, true);
+    let t1 = Instant::now();
+    r.probe(1, true);
+    until(|| r.reloads().len() == base + 2).await;
+    let at = r.reloads()[base + 1];
+    assert!(
+        at - t1 >= DEBOUNCE,
+        "the up reload came {:?} after the transition",
+        at - t1
+    );
+    assert_eq!(marked(&r.file()), 0);
+    let new = r.events().split_off(seen);
+    assert!(
+        new.iter().any(|(p, k)| p == "127.0.0.1:9002"
+            && *k
+                == EventKind::Render {
+                    file: "app.conf".into(),
+                    given: Some(NginxGiven::AsWritten),
+                    note: "no longer marked `down`".into(),
+                    timing: Timing::Debounced,
+                }),
+        "{new:?}"
+    );
+    assert_eq!(
+        r.reload_timings(),
+        [Timing::Startup, Timing::AtOnce, Timing::Debounced]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_of_downs_is_batched_and_ups_wait_for_the_reload_interval() {
+    let r = rig(FakeNginx::default()).await;
+    r.all_up().await;
+    let base = r.reloads().len();
+    // Two servers go down 100 ms apart: the first at once, the second
+    // batched into one reload the least time between reloads later.
     for p in 0..2 {
         r.probe(p, false);
-        settle(Duration::from_millis(100)).await;
         r.probe(p, false);
         settle(Duration::from_millis(100)).await;
     }
-    settle(Duration::from_secs(3)).await;
+    until(|| r.reloads().len() == base + 2).await;
+    settle(Duration::from_secs(2)).await;
     let reloads = r.reloads();
-    assert_eq!(reloads.len(), base + 1, "one reload for the burst");
-    assert!(
-        reloads[base] - t0 >= Duration::from_millis(500),
-        "after the quiet period"
+    assert_eq!(
+        reloads.len(),
+        base + 2,
+        "one reload per server, not per probe"
     );
+    assert!(reloads[base + 1] - reloads[base] >= DOWN_RELOAD);
     assert_eq!(marked(&r.file()), 2);
     assert_eq!(r.status.lock().expect("test step").marked.len(), 2);
-    // Another change right away waits for the rate limit.
+    assert_eq!(
+        r.reload_timings()[base..],
+        [Timing::AtOnce, Timing::AtOnce],
+        "both downs went at once"
+    );
+    // Both come back right after, 200 ms apart: one reload, after the
+    // debounce from the last transition and --reload-min-interval since
+    // the last reload.
     r.probe(0, true);
     r.probe(0, true);
+    settle(Duration::from_millis(200)).await;
+    let last = Instant::now();
+    r.probe(1, true);
+    r.probe(1, true);
+    until(|| r.reloads().len() == base + 3).await;
     settle(Duration::from_secs(10)).await;
     let again = r.reloads();
-    assert_eq!(again.len(), base + 2);
-    assert!(again[base + 1] - reloads[base] >= Duration::from_secs(5));
-    assert_eq!(marked(&r.file()), 1);
+    assert_eq!(again.len(), base + 3, "one reload for the burst of ups");
+    assert!(again[base + 2] - again[base + 1] >= MIN_RELOAD);
+    assert!(again[base + 2] - last >= DEBOUNCE);
+    assert_eq!(marked(&r.file()), 0);
+    assert_eq!(r.reload_timings()[base + 2..], [Timing::Debounced]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_flapping_server_cannot_make_nginx_reload_over_and_over() {
+    let r = rig(FakeNginx::default()).await;
+    r.all_up().await;
+    let base = r.reloads().len();
+    // :9001 flaps for 60 s: down (two failures), up (two passes), every
+    // 400 ms: 150 transitions.
+    let t0 = Instant::now();
+    while Instant::now() - t0 < Duration::from_secs(60) {
+        for ok in [false, false, true, true] {
+            r.probe(0, ok);
+            settle(Duration::from_millis(100)).await;
+        }
+    }
+    settle(Duration::from_secs(10)).await;
+    let reloads = r.reloads()[base..].to_vec();
+    // Taking it out needs it back in nginx first, and it comes back at
+    // most once per --reload-min-interval: two reloads per 5 s at most.
+    let bound = 2 * (70 / MIN_RELOAD.as_secs() as usize) + 2;
+    assert!(
+        reloads.len() <= bound,
+        "{} reloads for 150 transitions (bound {bound})",
+        reloads.len()
+    );
+    assert!(
+        reloads.len() >= 2,
+        "the flapping server was taken out at least once"
+    );
+    let timings = r.reload_timings()[base..].to_vec();
+    for (i, w) in reloads.windows(2).enumerate() {
+        let gap = w[1] - w[0];
+        assert!(gap >= DOWN_RELOAD, "reloads {gap:?} apart");
+        if timings[i + 1] == Timing::Debounced {
+            assert!(
+                gap >= MIN_RELOAD,
+                "a debounced reload {gap:?} after the last"
+            );
+        }
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -321,6 +494,7 @@ async fn a_rejected_render_is_rolled_back_and_not_reloaded() {
     let r = rig(FakeNginx::default()).await;
     let before = r.file();
     let reloads = r.reloads().len();
+    let seen = r.events().len();
     r.nginx.test_fails.store(true, Ordering::SeqCst);
     r.probe(0, false);
     settle(Duration::from_secs(3)).await;
@@ -332,6 +506,8 @@ async fn a_rejected_render_is_rolled_back_and_not_reloaded() {
     assert!(st.last_error.expect("test step").contains("rolled back"));
     assert_eq!(r.reloads().len(), reloads);
     assert!(!Path::new(&r.dir.path().join("out/.app.conf.tmp")).exists());
+    let kinds: Vec<&'static str> = r.events()[seen..].iter().map(|(_, k)| k.name()).collect();
+    assert_eq!(kinds, ["probe_down", "rollback"], "no render reached nginx");
 }
 
 #[tokio::test(start_paused = true)]
@@ -344,14 +520,34 @@ async fn a_failed_reload_is_retried_with_backoff() {
     let reloads = r.reloads();
     assert_eq!(reloads.len(), base + 3, "two failures, then success");
     let gaps: Vec<Duration> = reloads[base..].windows(2).map(|w| w[1] - w[0]).collect();
-    assert!(
-        gaps[0] >= Duration::from_secs(5),
-        "rate limit also spaces retries"
-    );
-    assert!(gaps[1] >= gaps[0]);
+    // The reload takes a server out: retried after the backoff (1 s, 2 s),
+    // and the least time between such reloads.
+    assert!(gaps[0] >= DOWN_RELOAD, "{gaps:?}");
+    assert!(gaps[1] >= 2 * gaps[0], "{gaps:?}");
     let st = r.status.lock().expect("test step").clone();
     assert_eq!(st.reload_failures, 2);
     assert!(!st.reload_pending);
+    assert!(st.view().last_failure_unix_ms.is_some());
+    let failed: Vec<EventKind> = r
+        .events()
+        .into_iter()
+        .map(|(_, k)| k)
+        .filter(|k| k.name() == "reload_failed")
+        .collect();
+    assert_eq!(failed.len(), 2);
+    assert_eq!(
+        failed[0],
+        EventKind::ReloadFailed {
+            files: vec!["app.conf".into()],
+            error: "reload not verified: no new worker".into(),
+            retry_ms: 1000,
+        }
+    );
+    assert_eq!(
+        r.reload_timings()[1..],
+        [Timing::Retry],
+        "the success after the failures"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -48,6 +48,7 @@ pub const DEFAULT_LISTEN: SocketAddr =
 type RegistryFn = Arc<dyn Fn() -> Arc<Registry> + Send + Sync>;
 type ReloadFn = Arc<dyn Fn() -> Result<u64, String> + Send + Sync>;
 type AnnotateFn = Arc<dyn Fn(&mut api::UpstreamView) + Send + Sync>;
+type NginxStatusFn = Arc<dyn Fn() -> api::NginxSyncView + Send + Sync>;
 
 /// Everything the admin API reads and acts on.
 #[derive(Clone)]
@@ -63,6 +64,8 @@ pub struct Admin {
     refused: Arc<listener::Refused>,
     /// `vigil check`: adds what nginx was given to every upstream view.
     annotate: Option<AnnotateFn>,
+    /// `vigil check`: the render and reload loop, for `/api/status`.
+    nginx_status: Option<NginxStatusFn>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -192,7 +195,18 @@ impl Admin {
             limits: Limits::default(),
             refused: Arc::default(),
             annotate: None,
+            nginx_status: None,
         }
+    }
+
+    /// `vigil check`: add the render and reload loop's state (`nginx`) to
+    /// `/api/status`.
+    pub fn with_nginx_status(
+        mut self,
+        f: impl Fn() -> api::NginxSyncView + Send + Sync + 'static,
+    ) -> Self {
+        self.nginx_status = Some(Arc::new(f));
+        self
     }
 
     /// Pass every upstream view (status, upstream, explain) through `f`
@@ -281,6 +295,7 @@ impl Admin {
                 if let Some(f) = &self.annotate {
                     doc.upstreams.iter_mut().for_each(|u| f(u));
                 }
+                doc.nginx = self.nginx_status.as_ref().map(|f| f());
                 json(StatusCode::OK, &doc)
             }
             Route::Upstream { name } => {
@@ -428,7 +443,9 @@ impl Admin {
         let events = got
             .events
             .iter()
-            .filter(|e| upstream.is_none_or(|u| &*e.upstream == u))
+            // Events of nginx as a whole (`vigil check`'s reloads) have no
+            // upstream: they concern every one.
+            .filter(|e| upstream.is_none_or(|u| &*e.upstream == u || e.upstream.is_empty()))
             .map(api::event_view)
             .collect();
         json(

@@ -547,3 +547,40 @@ async fn a_taken_port_is_reported_as_in_use() {
         )
     );
 }
+
+#[tokio::test]
+async fn check_mode_status_says_what_the_reload_loop_did_and_reloads_show_for_every_upstream() {
+    let (admin, _) = setup(None);
+    let (_, v) = call(&admin, Method::GET, "/api/status", None).await;
+    assert!(v.get("nginx").is_none(), "vigil serve: no nginx loop: {v}");
+    let admin = admin.with_nginx_status(|| vigil_core::api::NginxSyncView {
+        reloads: 1,
+        reload_failures: 1,
+        reload_pending: true,
+        reload_failed: true,
+        last_error: Some("no new worker".into()),
+        ..Default::default()
+    });
+    let (_, v) = call(&admin, Method::GET, "/api/status", None).await;
+    assert_eq!(v["nginx"]["reload_failed"], true, "{v}");
+    assert_eq!(v["nginx"]["last_error"], "no new worker", "{v}");
+    // A reload concerns nginx as a whole (no upstream): listed for any.
+    admin.events.publish(vigil_core::event::Event {
+        seq: 0,
+        at: vigil_core::clock::Timestamp(1),
+        unix_ms: 1,
+        upstream: "".into(),
+        peer: "".into(),
+        kind: vigil_core::event::EventKind::Reload {
+            files: vec!["api.conf".into()],
+            took_ms: 40,
+            timing: vigil_core::event::Timing::AtOnce,
+        },
+    });
+    let (_, v) = call(&admin, Method::GET, "/api/events?upstream=api", None).await;
+    assert_eq!(v["events"][0]["kind"], "reload", "{v}");
+    assert_eq!(
+        v["events"][0]["text"],
+        "nginx reloaded at once (a server leaves nginx): new workers in 40 ms, running api.conf"
+    );
+}

@@ -86,15 +86,20 @@ pub(crate) struct Args {
     /// own `max_ejected` still applies).
     #[arg(long)]
     fail_closed: bool,
-    /// Quiet time after the last transition before rendering.
+    /// Quiet time after the last transition before rendering a change that takes no
+    /// server out (servers coming back, bursts); a server leaving nginx does not wait.
     #[arg(long, default_value = "1s", value_parser = crate::cmd::parse_duration, value_name = "TIME")]
     debounce: Duration,
-    /// Longest a burst of transitions may delay a render.
+    /// Longest a burst of transitions may delay such a render.
     #[arg(long, default_value = "5s", value_parser = crate::cmd::parse_duration, value_name = "TIME")]
     max_delay: Duration,
-    /// Least time between two reloads.
+    /// Least time between two reloads, unless the second takes a server out of nginx.
     #[arg(long, default_value = "5s", value_parser = crate::cmd::parse_duration, value_name = "TIME")]
     reload_min_interval: Duration,
+    /// Least time between a reload and one that takes a server out of nginx (rendered
+    /// `down`), which is rendered, tested and reloaded at once otherwise.
+    #[arg(long, default_value = "1s", value_parser = crate::cmd::parse_duration, value_name = "TIME")]
+    down_reload_min_interval: Duration,
     /// How long a reload may take to show new nginx workers.
     #[arg(long, default_value = "10s", value_parser = crate::cmd::parse_duration, value_name = "TIME")]
     reload_verify_timeout: Duration,
@@ -145,6 +150,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             let c2 = checker.clone();
             let status = vigil_checker::status::StatusPage::for_checker(checker);
             let annotator = running.annotator();
+            let sync = running.annotator();
             let admin = crate::admin::Admin::new(
                 move || c2.registry(),
                 running.clock().clone(),
@@ -152,7 +158,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 args.admin_token.clone(),
                 status,
             )
-            .with_annotate(move |view| annotator.annotate(view));
+            .with_annotate(move |view| annotator.annotate(view))
+            .with_nginx_status(move || sync.sync_view());
             let explicit = args.admin_listen.is_some();
             let addr = args.admin_listen.unwrap_or(crate::admin::DEFAULT_LISTEN);
             match admin.listen(addr, stop_admin.clone()).await {
@@ -211,6 +218,7 @@ fn options(args: &Args) -> anyhow::Result<CheckOnlyOptions> {
     sync.debounce = args.debounce;
     sync.max_delay = args.max_delay;
     sync.min_reload_interval = args.reload_min_interval;
+    sync.down_reload_interval = args.down_reload_min_interval;
     let tls = TlsOptions {
         verify: !args.probe_no_verify,
         ca_file: args.probe_ca.clone(),

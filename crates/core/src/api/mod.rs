@@ -16,7 +16,7 @@ use crate::registry::Registry;
 use crate::upstream::{Ineligible, PeerStatus, Upstream};
 
 pub use explain::{explain, explain_rules};
-pub use nginx::{NginxGiven, NginxView};
+pub use nginx::{NginxGiven, NginxSyncView, NginxView};
 
 /// `GET /api/status`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -27,6 +27,9 @@ pub struct StatusDoc {
     pub now_unix_ms: u64,
     /// Every upstream in config order.
     pub upstreams: Vec<UpstreamView>,
+    /// `vigil check` only: the render and reload loop (what nginx runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nginx: Option<NginxSyncView>,
 }
 
 /// One upstream.
@@ -339,7 +342,8 @@ pub struct EventView {
     pub peer: String,
     /// `excluded`, `trial_request`, `readmitted`, `probation_started`,
     /// `probation_passed`, `probe_readmitted`, `slow_start`, `max_ejected`,
-    /// `probe_up`, `probe_down`, `admin`.
+    /// `probe_up`, `probe_down`, `admin`; `vigil check`: `render`,
+    /// `reload`, `reload_failed`, `rollback`.
     pub kind: String,
     /// The sentence.
     pub text: String,
@@ -356,6 +360,7 @@ pub fn status(registry: &Registry, clock: &dyn Clock) -> StatusDoc {
             .iter()
             .map(|u| upstream_view(u, clock, now))
             .collect(),
+        nginx: None,
     }
 }
 

@@ -39,6 +39,29 @@ pub struct NginxView {
     pub pending: Option<String>,
 }
 
+/// `vigil check`: the render and reload loop, for `vigil status`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NginxSyncView {
+    /// Verified reloads since vigil started (the startup one included).
+    pub reloads: u64,
+    /// Failed or unverified reloads.
+    pub reload_failures: u64,
+    /// Renders the test command rejected (and that were rolled back).
+    pub renders_rejected: u64,
+    /// Rendered files nginx does not run yet: a reload is owed.
+    pub reload_pending: bool,
+    /// The last reload failed or was unverified: nginx runs older files.
+    pub reload_failed: bool,
+    /// The last render was rejected by the test command.
+    pub render_rejected: bool,
+    /// The last error (nginx's message), while the last attempt failed.
+    pub last_error: Option<String>,
+    /// When nginx last reloaded (verified), ms since the epoch.
+    pub last_reload_unix_ms: Option<u64>,
+    /// When the last reload failed, ms since the epoch.
+    pub last_failure_unix_ms: Option<u64>,
+}
+
 /// Lead `out` (core's sentences about `peer` of upstream `name`) with what
 /// nginx was given, and reword core's "gets no traffic" and "is eligible"
 /// where nginx does otherwise.
@@ -78,6 +101,9 @@ pub(super) fn amend(name: &str, peer: &PeerView, out: &mut Vec<String>) {
             let why = match why.as_str() {
                 "reload_failed" => "the reload failed and is retried with backoff (vigil's log has the error)",
                 "render_rejected" => "nginx -t rejected the new files, which were rolled back (vigil's log has nginx's message)",
+                _ if n.decided == NginxGiven::Down => {
+                    "waiting for the reload, which goes at once for a server leaving nginx (--down-reload-min-interval)"
+                }
                 _ => "waiting for the reload (--debounce, --reload-min-interval)",
             };
             format!("In nginx: vigil decided {decided} in {file}, but {now}; {why}.")
@@ -141,7 +167,7 @@ mod tests {
         });
         assert_eq!(
             waiting[0],
-            "In nginx: vigil decided to mark it `down` (down by active check) in app.conf, but nginx still has it up: it gets traffic; waiting for the reload (--debounce, --reload-min-interval)."
+            "In nginx: vigil decided to mark it `down` (down by active check) in app.conf, but nginx still has it up: it gets traffic; waiting for the reload, which goes at once for a server leaving nginx (--down-reload-min-interval)."
         );
         assert_eq!(
             waiting[1],
