@@ -364,6 +364,19 @@ fn setting_text(up: &UpstreamView, name: &str) -> String {
                 )
             },
         ),
+        "retry_budget" => r.retry_budget.as_ref().map_or_else(
+            || "retry_budget".into(),
+            |b| {
+                format!(
+                    "retry_budget ratio={}% min={}/s",
+                    b.ratio_percent, b.min_per_sec
+                )
+            },
+        ),
+        "hedge" => r.hedge.as_ref().map_or_else(
+            || "hedge".into(),
+            |h| format!("hedge after={} max={}", h.after, h.max),
+        ),
         other => other.to_string(),
     }
 }

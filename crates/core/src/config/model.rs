@@ -266,8 +266,10 @@ pub struct PresetSettings {
     pub eject_stuck: bool,
     /// `eject_slow`.
     pub eject_slow: bool,
-    // retry_budget: the lead adds its flag here.
-    // hedge: the lead adds its flag here.
+    /// `retry_budget`.
+    pub retry_budget: bool,
+    /// `hedge`.
+    pub hedge: bool,
 }
 
 /// Where the rule directives are (all compare equal, as [`Origin`] does).
@@ -684,6 +686,8 @@ impl PresetSettings {
             (self.max_ejected, "max_ejected"),
             (self.eject_stuck, "eject_stuck"),
             (self.eject_slow, "eject_slow"),
+            (self.retry_budget, "retry_budget"),
+            (self.hedge, "hedge"),
         ]
         .into_iter()
         .filter(|(on, _)| *on)

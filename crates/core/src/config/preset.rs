@@ -34,12 +34,24 @@
 //!   few outliers (hangs are `eject_stuck`'s business); 10 s (figures over
 //!   the last 5 to 10 s) forgets a past slow phase quickly; `min=10ms`
 //!   keeps a 0.3 ms peer among 0.1 ms ones (noise a user never sees) in.
+//! - `retry_budget ratio=20% min=3/s`: Envoy's and Finagle's 20% (a
+//!   retry storm can add at most a fifth to the load); the 3/s reserve
+//!   lets a quiet upstream still retry (it is per upstream, shared by every
+//!   client, where Finagle's 10/s is per client).
+//! - `hedge after=p99 max=1`: a hung or blackholed attempt never gives a
+//!   header, so the upstream's p99 keeps following its healthy peers and a
+//!   request caught by a hang is sent to another peer after about the
+//!   time 99% of requests take, not after the 1 s timeout; in steady state
+//!   about 1% of requests are hedged (well inside the budget), and
+//!   `max=1` bounds the worst case at twice the load. Only idempotent
+//!   requests with a buffered or empty body are hedged.
 
 use std::num::NonZeroU32;
 use std::time::Duration;
 
 use super::{
-    EjectSlow, EjectStuck, Penalty, Preset, PresetSettings, PresetUse, Recovery, UpstreamConfig,
+    EjectSlow, EjectStuck, Hedge, HedgeAfter, Penalty, Preset, PresetSettings, PresetUse, Recovery,
+    RetryBudget, UpstreamConfig,
 };
 
 /// The `eject_stuck` of the preset, and of `eject_stuck;` without parameters.
@@ -71,6 +83,18 @@ pub const PROBATION: NonZeroU32 = match NonZeroU32::new(3) {
 
 /// The `max_ejected` of the preset.
 pub const MAX_EJECTED: u8 = 50;
+
+/// The `retry_budget` of the preset.
+pub const RETRY_BUDGET: RetryBudget = RetryBudget {
+    ratio_percent: 20,
+    min_per_sec: 3,
+};
+
+/// The `hedge` of the preset.
+pub const HEDGE: Hedge = Hedge {
+    after: HedgeAfter::Percentile(99),
+    max: NonZeroU32::MIN,
+};
 
 /// The preset named `word`, if any.
 pub fn parse(word: &str) -> Option<Preset> {
@@ -117,10 +141,14 @@ pub(crate) fn expand(up: &mut UpstreamConfig, preset: Preset, written: impl Fn(&
         r.eject_slow = Some(SLOW);
         supplied.eject_slow = true;
     }
-    // retry_budget: the lead adds the preset's default here (and its flag
-    // in PresetSettings), after merging the retry-budget work.
-    // hedge: the lead adds the preset's default here (and its flag in
-    // PresetSettings), after merging the hedging work.
+    if !written("retry_budget") {
+        r.retry_budget = Some(RETRY_BUDGET);
+        supplied.retry_budget = true;
+    }
+    if !written("hedge") {
+        r.hedge = Some(HEDGE);
+        supplied.hedge = true;
+    }
     // Findings about a supplied setting point at the preset line.
     let at = r.origins.preset.clone();
     let o = &mut r.origins;
@@ -131,6 +159,8 @@ pub(crate) fn expand(up: &mut UpstreamConfig, preset: Preset, written: impl Fn(&
         (supplied.max_ejected, &mut o.max_ejected),
         (supplied.eject_stuck, &mut o.eject_stuck),
         (supplied.eject_slow, &mut o.eject_slow),
+        (supplied.retry_budget, &mut o.retry_budget),
+        (supplied.hedge, &mut o.hedge),
     ] {
         if on {
             *slot = at.clone();
@@ -162,9 +192,16 @@ mod tests {
                 "passive_recovery",
                 "passive_penalty",
                 "eject_stuck",
-                "eject_slow"
+                "eject_slow",
+                "retry_budget",
+                "hedge"
             ]
         );
+        assert_eq!((r.retry_budget, r.hedge), (Some(RETRY_BUDGET), Some(HEDGE)));
+        let mut up = UpstreamConfig::new("u");
+        up.rules.hedge = None;
+        expand(&mut up, Preset::Recommended, |n| n == "hedge");
+        assert_eq!(up.rules.hedge, None, "a written hedge (here none) wins");
         let mut up = UpstreamConfig::new("u");
         up.check = Some(CheckConfig::default());
         expand(&mut up, Preset::Recommended, |_| false);

@@ -135,7 +135,10 @@ pub(super) fn upstream_block(
     up.check = check;
     if let Some(p) = up.rules.preset {
         crate::config::preset::expand(&mut up, p.preset, |name| {
-            rules_seen.iter().any(|(n, _)| n == name)
+            rules_seen
+                .iter()
+                .chain(&traffic_seen)
+                .any(|(n, _)| n == name)
         });
     }
     rules::check(&up)?;

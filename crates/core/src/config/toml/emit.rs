@@ -175,6 +175,12 @@ fn without_supplied(mut raw: RawUpstream, rules: &HealthRules) -> RawUpstream {
     if s.eject_slow {
         raw.eject_slow = None;
     }
+    if s.retry_budget {
+        raw.retry_budget = None;
+    }
+    if s.hedge {
+        raw.hedge = None;
+    }
     raw
 }
 

@@ -275,6 +275,8 @@ fn written(raw: &RawUpstream, name: &str) -> bool {
         "max_ejected" => raw.max_ejected.is_some(),
         "eject_stuck" => raw.eject_stuck.is_some(),
         "eject_slow" => raw.eject_slow.is_some(),
+        "retry_budget" => raw.retry_budget.is_some(),
+        "hedge" => raw.hedge.is_some(),
         _ => false,
     }
 }
