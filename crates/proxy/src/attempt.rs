@@ -35,13 +35,31 @@ pub(crate) struct Failed {
     pub(crate) connect_time: Option<f64>,
 }
 
+/// What the request's handler sees of one attempt while it runs.
+#[derive(Debug, Default)]
+pub(crate) struct Race {
+    /// The connection is ready (from then on the request may be sent).
+    pub(crate) connected: AtomicBool,
+    /// Another attempt of a request that cannot be sent twice connected
+    /// first: this one ended without sending anything.
+    pub(crate) lost: AtomicBool,
+    /// This attempt took such a request's one send.
+    pub(crate) claimed: AtomicBool,
+}
+
 /// Run one attempt. `make_request` is called only once a connection is
-/// ready, so a refused connect leaves a streamed body unread for the next peer.
+/// ready, so a refused connect leaves a streamed body unread for the next
+/// peer. `once`, for a request that cannot be sent twice (shared by its
+/// attempts): the first attempt whose connection is ready takes it and
+/// sends; a later one puts its fresh connection in the pool and ends with
+/// `race.lost` set.
 pub(crate) async fn run(
     route: &Route,
     peer: &Peer,
     tls: Option<&TlsSettings>,
     replayable: bool,
+    race: &Race,
+    once: Option<&AtomicBool>,
     make_request: impl FnOnce() -> Result<Request<UpBody>, String>,
 ) -> Result<Answered, Failed> {
     let start = Instant::now();
@@ -75,6 +93,28 @@ pub(crate) async fn run(
                 cached_connection: cached,
             },
             detail: format!("connection to {} closed: {e}", peer.name()),
+            connect_time: Some(connect_time),
+        });
+    }
+    race.connected.store(true, Ordering::Release);
+    if let Some(o) = once {
+        if !o.swap(true, Ordering::AcqRel) {
+            race.claimed.store(true, Ordering::Release);
+        }
+    }
+    if once.is_some() && !race.claimed.load(Ordering::Acquire) {
+        race.lost.store(true, Ordering::Release);
+        route.pool.checkin(conn);
+        return Err(Failed {
+            failure: TransportFailure {
+                class: FailureClass::Error,
+                request_sent: false,
+                cached_connection: cached,
+            },
+            detail: format!(
+                "connected to {} after another attempt had the request",
+                peer.name()
+            ),
             connect_time: Some(connect_time),
         });
     }

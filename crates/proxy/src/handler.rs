@@ -214,6 +214,8 @@ async fn proxy_request(
         local,
         upgrade,
         replayable: facts.body_replayable,
+        once: (facts.non_idempotent || !facts.body_replayable)
+            .then(|| Arc::new(std::sync::atomic::AtomicBool::new(false))),
     };
     // The attempts in flight: one, or more while hedges race.
     let mut flights: Vec<Flight<'_>> = Vec::new();
@@ -247,20 +249,27 @@ async fn proxy_request(
                 Err(page) => return page,
             }
         }
-        // The next hedge is due after the latest attempt's start.
+        // The next hedge is due after the latest attempt's start. While
+        // every attempt is still connecting, even a request that cannot be
+        // sent twice may race a connect (it is sent once, by the first).
+        let connecting = |flights: &[Flight<'_>]| {
+            flights
+                .iter()
+                .all(|f| !f.race.connected.load(std::sync::atomic::Ordering::Acquire))
+        };
         let hedge_at = if hedging {
             flights
                 .iter()
                 .map(|f| f.t0)
                 .max()
-                .zip(upstream.hedge_after(&sel, clock.now()))
+                .zip(upstream.hedge_after(&sel, clock.now(), connecting(&flights)))
                 .map(|(t0, after)| t0 + after)
         } else {
             None
         };
         let (flight, result) = match race(&mut flights, hedge_at).await {
             Raced::Hedge => {
-                match upstream.hedge(&mut sel, clock.now()) {
+                match upstream.hedge(&mut sel, clock.now(), connecting(&flights)) {
                     Ok(guard) => {
                         obs.hedge();
                         tracing::debug!(upstream = %upstream.name(), peer = %guard.peer().name(), "hedge");
@@ -277,6 +286,21 @@ async fn proxy_request(
                 }
                 continue;
             }
+            Raced::Done(i, _)
+                if flights[i]
+                    .race
+                    .lost
+                    .load(std::sync::atomic::Ordering::Acquire) =>
+            {
+                // Lost a connect race: the request goes out on the other
+                // connection; this one sent nothing and is not charged.
+                let f = flights.swap_remove(i);
+                if let Some(r) = attempts.get_mut(f.record) {
+                    r.response_time = attempt::secs(f.t0.elapsed());
+                }
+                f.guard.withdraw(&mut sel);
+                continue;
+            }
             Raced::Done(i, result) => (flights.swap_remove(i), result),
         };
         let Flight {
@@ -284,8 +308,18 @@ async fn proxy_request(
             peer,
             t0,
             record,
+            race: ran,
             ..
         } = flight;
+        // Core let the request move on after the attempt that had its one
+        // send: the next attempt may send it (nginx's `non_idempotent`).
+        let release_send = || {
+            if let Some(o) = &job.once {
+                if ran.claimed.load(std::sync::atomic::Ordering::Acquire) {
+                    o.store(false, std::sync::atomic::Ordering::Release);
+                }
+            }
+        };
         match result {
             Ok(answered) => {
                 let status = answered.response.status().as_u16();
@@ -308,6 +342,7 @@ async fn proxy_request(
                     StatusVerdict::Retry(accounting) => {
                         obs.charged(&peer, accounting);
                         obs.retry();
+                        release_send();
                         continue;
                     }
                     StatusVerdict::PassThrough(guard, denied) => {
@@ -421,6 +456,7 @@ async fn proxy_request(
                 match verdict {
                     FailureVerdict::Retry(_) => {
                         obs.retry();
+                        release_send();
                         continue;
                     }
                     FailureVerdict::Fail { status, denied, .. } => {
@@ -454,6 +490,9 @@ struct Job<'a> {
     local: SocketAddr,
     upgrade: bool,
     replayable: bool,
+    /// For a request that cannot be sent twice (POST, LOCK, PATCH, or a
+    /// streamed body): taken by the first of its attempts to connect.
+    once: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// One attempt in flight: its peer, when it started, its place in the
@@ -463,6 +502,7 @@ struct Flight<'a> {
     peer: Arc<Peer>,
     t0: Instant,
     record: usize,
+    race: Arc<attempt::Race>,
     run: Pin<Box<dyn Future<Output = Result<Answered, Failed>> + Send + 'a>>,
 }
 
@@ -506,21 +546,31 @@ impl<'a> Job<'a> {
         let (client, local, upgrade, replayable) =
             (self.client, self.local, self.upgrade, self.replayable);
         let p = peer.clone();
+        let race = Arc::new(attempt::Race::default());
+        let (r, once) = (race.clone(), self.once.clone());
         let run = Box::pin(async move {
-            attempt::run(route, &p, route.tls.as_ref(), replayable, move || {
-                let b = match replay {
-                    Some(b) => b,
-                    None => match body {
-                        ReqBody::Stream(s) => s
-                            .lock()
-                            .ok()
-                            .and_then(|mut s| s.take())
-                            .map_or_else(body::empty, |i| i.boxed()),
-                        ReqBody::Buffered(_) => body::empty(),
-                    },
-                };
-                build_request(route, parts, uri, b, client, local, &len, upgrade)
-            })
+            attempt::run(
+                route,
+                &p,
+                route.tls.as_ref(),
+                replayable,
+                &r,
+                once.as_deref(),
+                move || {
+                    let b = match replay {
+                        Some(b) => b,
+                        None => match body {
+                            ReqBody::Stream(s) => s
+                                .lock()
+                                .ok()
+                                .and_then(|mut s| s.take())
+                                .map_or_else(body::empty, |i| i.boxed()),
+                            ReqBody::Buffered(_) => body::empty(),
+                        },
+                    };
+                    build_request(route, parts, uri, b, client, local, &len, upgrade)
+                },
+            )
             .await
         });
         Ok(Flight {
@@ -528,6 +578,7 @@ impl<'a> Job<'a> {
             peer,
             t0: Instant::now(),
             record: attempts.len() - 1,
+            race,
             run,
         })
     }

@@ -8,6 +8,11 @@
 //! POST, LOCK or PATCH — even with `non_idempotent` —, the body can be sent
 //! again, `proxy_next_upstream_timeout` has not passed).
 //!
+//! A request that cannot be sent twice (POST, LOCK, PATCH, or a streamed
+//! body) is still hedged while every attempt of it is connecting: a
+//! connect race. The request then goes out once, on the first connection
+//! that is ready; the proxy cancels the others before they send anything.
+//!
 //! While two attempts race, a failure of one (a transport failure, or a
 //! status `proxy_next_upstream` lists) is charged as usual and the request
 //! waits for the other: the verdict is a retry that needs no new peer.
@@ -30,10 +35,20 @@ impl Upstream {
     /// `hedge`, a single server, a method or body that cannot be sent
     /// twice, `timeout` not in `proxy_next_upstream`, `max=` hedges sent,
     /// or, for `after=pNN`, too few time-to-header samples in the
-    /// upstream's window yet: [`super::MIN_SAMPLES`]).
-    pub fn hedge_after(&self, sel: &Selection, now: Timestamp) -> Option<Duration> {
+    /// upstream's window yet: [`super::MIN_SAMPLES`]). `connecting`: every
+    /// attempt in flight is still connecting (nothing was sent), so even a
+    /// request that cannot be sent twice may race a connect.
+    pub fn hedge_after(
+        &self,
+        sel: &Selection,
+        now: Timestamp,
+        connecting: bool,
+    ) -> Option<Duration> {
         let h = self.config.rules.hedge?;
-        if sel.hedges >= h.max.get() || self.is_single() || sel.static_hedge_denial().is_some() {
+        if sel.hedges >= h.max.get()
+            || self.is_single()
+            || sel.static_hedge_denial(connecting).is_some()
+        {
             return None;
         }
         self.hedge_delay_now(now)
@@ -53,11 +68,13 @@ impl Upstream {
     /// [`Upstream::hedge_after`], by the tries left (a hedge is a try), by
     /// `proxy_next_upstream_timeout`, by `retry_budget`
     /// ([`RetryDenied::Budget`]), or when no other peer is eligible
-    /// ([`RetryDenied::NoPeer`]).
+    /// ([`RetryDenied::NoPeer`]). `connecting` as for
+    /// [`Upstream::hedge_after`].
     pub fn hedge(
         self: &Arc<Self>,
         sel: &mut Selection,
         now: Timestamp,
+        connecting: bool,
     ) -> Result<PeerGuard, RetryDenied> {
         let Some(h) = self.config.rules.hedge else {
             return Err(RetryDenied::NotListed);
@@ -68,7 +85,7 @@ impl Upstream {
         if sel.hedges >= h.max.get() || sel.tries <= sel.in_flight {
             return Err(RetryDenied::Tries);
         }
-        if let Some(d) = sel.static_hedge_denial() {
+        if let Some(d) = sel.static_hedge_denial(connecting) {
             return Err(d);
         }
         if sel.timed_out(now) {
@@ -120,12 +137,15 @@ impl Selection {
         self.in_flight
     }
 
-    /// What about this request forbids a hedge whatever the time.
-    fn static_hedge_denial(&self) -> Option<RetryDenied> {
-        if self.facts.non_idempotent {
+    /// What about this request forbids a hedge whatever the time; while
+    /// its attempts are `connecting`, only a `proxy_next_upstream` without
+    /// `timeout` does (the request will be sent once, on the first
+    /// connection ready).
+    fn static_hedge_denial(&self, connecting: bool) -> Option<RetryDenied> {
+        if !connecting && self.facts.non_idempotent {
             return Some(RetryDenied::NonIdempotent);
         }
-        if !self.facts.body_replayable {
+        if !connecting && !self.facts.body_replayable {
             return Some(RetryDenied::BodyNotReplayable);
         }
         if !self.policy.next_upstream.contains(FailureClass::Timeout) {
@@ -145,5 +165,14 @@ impl PeerGuard {
     pub fn cancel(mut self) {
         self.done = true;
         self.upstream.peers[self.index as usize].release();
+    }
+
+    /// The attempt lost a connect race before it sent anything (another
+    /// attempt of `sel`'s request connected first and sends it): released
+    /// uncharged, as [`PeerGuard::cancel`], and no longer in flight for
+    /// `sel`, whose request goes on.
+    pub fn withdraw(self, sel: &mut Selection) {
+        sel.in_flight = sel.in_flight.saturating_sub(1);
+        self.cancel();
     }
 }

@@ -79,6 +79,20 @@ impl Selection {
         None
     }
 
+    /// While another attempt races (a hedge), what still forbids it from
+    /// taking over once this one sent the request: a request that cannot
+    /// be sent twice (a connect race sends it once; after that, nginx's
+    /// `non_idempotent` rule and an unreplayable body decide).
+    fn racing_denial(&self, class: FailureClass, request_sent: bool) -> Option<RetryDenied> {
+        if !request_sent {
+            return None;
+        }
+        if !self.policy.next_upstream.allows(class, self.facts, true) {
+            return Some(RetryDenied::NonIdempotent);
+        }
+        (!self.facts.body_replayable).then_some(RetryDenied::BodyNotReplayable)
+    }
+
     /// A response header arrived (nothing sent to the client yet):
     /// `ngx_http_upstream_test_next`. A listed status retries only while
     /// another try remains; otherwise it is passed through and, when the
@@ -106,7 +120,7 @@ impl Selection {
         let racing = self.in_flight > 0 && self.policy.next_upstream.contains(class);
         // A header came, so the request was sent.
         let denied = if racing {
-            None
+            self.racing_denial(class, true)
         } else {
             self.denial(class, self.tries > 1, true, single, now)
                 .or_else(|| guard.upstream.pay_retry(now))
@@ -164,7 +178,14 @@ impl Selection {
             self.tries += 1;
         }
         if self.in_flight > 0 {
-            return FailureVerdict::Retry(accounting);
+            return match self.racing_denial(class, failure.request_sent) {
+                Some(denied) => FailureVerdict::Fail {
+                    status: class.final_status(),
+                    accounting,
+                    denied,
+                },
+                None => FailureVerdict::Retry(accounting),
+            };
         }
         let denied = self
             .denial(class, self.tries != 0, failure.request_sent, single, now)

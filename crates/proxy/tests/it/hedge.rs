@@ -363,3 +363,75 @@ async fn a_post_sent_whole_times_out_at_proxy_read_timeout_as_in_nginx() {
         assert_eq!(vigil.1, vec!["POST /h".to_string()]);
     }
 }
+
+/// A port whose SYNs go unanswered: a listener with a backlog of 0 that
+/// never accepts, its accept queue filled first. Kept open while alive.
+struct Blackhole {
+    addr: SocketAddr,
+    _listener: socket2::Socket,
+    _fillers: Vec<std::net::TcpStream>,
+}
+
+impl Blackhole {
+    fn start() -> Self {
+        use socket2::{Domain, Socket, Type};
+        let s = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+        s.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .expect("bind");
+        s.listen(0).expect("listen");
+        let addr = s.local_addr().expect("addr").as_socket().expect("inet");
+        let mut fillers = Vec::new();
+        for _ in 0..8 {
+            match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+                Ok(c) => fillers.push(c),
+                Err(_) => break,
+            }
+        }
+        Self {
+            addr,
+            _listener: s,
+            _fillers: fillers,
+        }
+    }
+}
+
+/// A POST cannot be sent twice, but while its attempt is still connecting
+/// nothing was sent: it races a connect to another peer after `after`, and
+/// is sent once, on the connection ready first. Without `hedge` it waits
+/// for `proxy_connect_timeout` (nginx).
+#[tokio::test]
+async fn a_post_still_connecting_races_a_connect_and_is_sent_once() {
+    let hole = Blackhole::start();
+    let fast = Backend::named("fast").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("access.log");
+    // Round robin starts at the first server: the blackholed one.
+    let p = serve(&format!(
+        "http {{ upstream u {{ server {}; server {}; hedge after=50ms; }}
+           server {{ listen {{LISTEN}}; access_log {} json;
+             location / {{ proxy_pass http://u; proxy_connect_timeout 5s; }} }} }}",
+        hole.addr,
+        fast.addr,
+        log.display()
+    ))
+    .await;
+    let got = bounded(p.addr, "POST").await;
+    assert_eq!((got.status, got.text()), (200, "fast".to_string()));
+    let seen = fast.requests();
+    assert_eq!(seen.len(), 1, "sent once");
+    assert_eq!(
+        (seen[0].method.as_str(), &seen[0].body[..]),
+        ("POST", &b"payload"[..])
+    );
+    assert_eq!(p.metric("vigil_hedges_total{upstream=\"u\"}"), 1);
+    let v = &logged(&log, 1).await[0];
+    assert_eq!(
+        v["upstream_addr"],
+        serde_json::json!([hole.addr.to_string(), fast.addr.to_string()])
+    );
+    assert_eq!(v["upstream_status"], serde_json::json!([null, 200]));
+    // A POST whose attempt connected is not raced (a_post_is_never_hedged),
+    // and a GET to the blackhole is raced the same way.
+    let got = bounded(p.addr, "GET").await;
+    assert_eq!(got.text(), "fast");
+}

@@ -171,21 +171,21 @@ fn a_hedge_is_a_try_and_a_budget_token() {
     let mut sel = f.begin(tries(2), facts);
     let a = f.up.select(&mut sel, f.now()).expect("a peer");
     assert_eq!(
-        f.up.hedge_after(&sel, f.now()),
+        f.up.hedge_after(&sel, f.now(), false),
         Some(Duration::from_millis(50))
     );
-    let b = f.up.hedge(&mut sel, f.now()).expect("a hedge");
+    let b = f.up.hedge(&mut sel, f.now(), false).expect("a hedge");
     assert_ne!(idx(&a), idx(&b));
     assert_eq!(sel.attempts(), 2);
     assert_eq!(
-        f.up.hedge(&mut sel, f.now()).err(),
+        f.up.hedge(&mut sel, f.now(), false).err(),
         Some(RetryDenied::Tries)
     );
     // The hedge took the reserve's one token: the next request's is denied.
     let mut sel = f.begin(RetryPolicy::default(), facts);
     let _c = f.up.select(&mut sel, f.now()).expect("a peer");
     assert_eq!(
-        f.up.hedge(&mut sel, f.now()).err(),
+        f.up.hedge(&mut sel, f.now(), false).err(),
         Some(RetryDenied::Budget)
     );
     assert_eq!(f.denied(), 1);
@@ -194,9 +194,9 @@ fn a_hedge_is_a_try_and_a_budget_token() {
     f.advance(1_000);
     let mut sel = f.begin(RetryPolicy::default(), facts);
     let _d = f.up.select(&mut sel, f.now()).expect("a peer");
-    let _e = f.up.hedge(&mut sel, f.now()).expect("a token again");
+    let _e = f.up.hedge(&mut sel, f.now(), false).expect("a token again");
     assert_eq!(
-        f.up.hedge(&mut sel, f.now()).err(),
+        f.up.hedge(&mut sel, f.now(), false).err(),
         Some(RetryDenied::Budget)
     );
 }
@@ -206,13 +206,13 @@ fn max_hedges_per_request() {
     let f = traffic(4, None, hedge(50, 2), 1);
     let mut sel = f.begin(RetryPolicy::default(), RequestFacts::default());
     let _a = f.up.select(&mut sel, f.now()).expect("a peer");
-    let _b = f.up.hedge(&mut sel, f.now()).expect("hedge 1");
-    assert!(f.up.hedge_after(&sel, f.now()).is_some());
-    let _c = f.up.hedge(&mut sel, f.now()).expect("hedge 2");
+    let _b = f.up.hedge(&mut sel, f.now(), false).expect("hedge 1");
+    assert!(f.up.hedge_after(&sel, f.now(), false).is_some());
+    let _c = f.up.hedge(&mut sel, f.now(), false).expect("hedge 2");
     assert_eq!(sel.hedges(), 2);
-    assert_eq!(f.up.hedge_after(&sel, f.now()), None, "max=2 sent");
+    assert_eq!(f.up.hedge_after(&sel, f.now(), false), None, "max=2 sent");
     assert_eq!(
-        f.up.hedge(&mut sel, f.now()).err(),
+        f.up.hedge(&mut sel, f.now(), false).err(),
         Some(RetryDenied::Tries)
     );
 }
@@ -226,7 +226,7 @@ fn the_cancelled_attempt_is_neither_charged_nor_counted_a_success() {
     assert_eq!(f.fails(0), 1);
     f.advance(11_000);
     let (mut sel, a) = f.hold(0);
-    let b = f.up.hedge(&mut sel, f.now()).expect("a hedge");
+    let b = f.up.hedge(&mut sel, f.now(), false).expect("a hedge");
     assert_eq!(idx(&b), 1);
     match sel.on_status(b, 200, f.now()) {
         StatusVerdict::PassThrough(b, None) => drop(b),
@@ -246,7 +246,7 @@ fn while_a_hedge_races_a_failure_waits_for_it() {
     let mut sel = f.begin(http503(), RequestFacts::default());
     let a = f.up.select(&mut sel, f.now()).expect("a peer");
     let ia = idx(&a);
-    let b = f.up.hedge(&mut sel, f.now()).expect("a hedge");
+    let b = f.up.hedge(&mut sel, f.now(), false).expect("a hedge");
     // The first attempt fails: charged, and the request waits for the hedge
     // (no token is taken: the budget paid for the hedge already).
     let v = sel.on_failure(a, error(), f.now());
@@ -264,7 +264,7 @@ fn while_a_hedge_races_a_failure_waits_for_it() {
     let mut sel = f.begin(http503(), RequestFacts::default());
     let a = f.up.select(&mut sel, f.now()).expect("a peer");
     let ia = idx(&a);
-    let _b = f.up.hedge(&mut sel, f.now()).expect("a hedge");
+    let _b = f.up.hedge(&mut sel, f.now(), false).expect("a hedge");
     assert!(matches!(
         sel.on_status(a, 503, f.now()),
         StatusVerdict::Retry(Accounting {
@@ -310,18 +310,31 @@ fn only_requests_that_may_time_out_onto_another_peer_are_hedged() {
     for (policy, facts, why) in cases {
         let mut sel = f.begin(policy, facts);
         let a = f.up.select(&mut sel, f.now()).expect("a peer");
-        assert_eq!(f.up.hedge_after(&sel, f.now()), None, "{why:?}");
-        assert_eq!(f.up.hedge(&mut sel, f.now()).err(), Some(why));
+        assert_eq!(f.up.hedge_after(&sel, f.now(), false), None, "{why:?}");
+        assert_eq!(f.up.hedge(&mut sel, f.now(), false).err(), Some(why));
         assert_eq!(sel.attempts(), 1);
+        // While the attempt is still connecting nothing was sent: a POST
+        // or a streamed body may race a connect (it will be sent once);
+        // without `timeout` listed, still no hedge.
+        let racing = f.up.hedge(&mut sel, f.now(), true);
+        if why == RetryDenied::NotListed {
+            assert_eq!(racing.err(), Some(why));
+        } else {
+            assert!(
+                f.up.hedge_after(&sel, f.now(), true).is_none(),
+                "one hedge sent"
+            );
+            racing.expect("a connect race").cancel();
+        }
         drop(a);
     }
     // A single server is never hedged.
     let f = traffic(1, None, hedge(50, 1), 1);
     let mut sel = f.begin(RetryPolicy::default(), RequestFacts::default());
     let _a = f.up.select(&mut sel, f.now()).expect("a peer");
-    assert_eq!(f.up.hedge_after(&sel, f.now()), None);
+    assert_eq!(f.up.hedge_after(&sel, f.now(), false), None);
     assert_eq!(
-        f.up.hedge(&mut sel, f.now()).err(),
+        f.up.hedge(&mut sel, f.now(), false).err(),
         Some(RetryDenied::SingleServer)
     );
     // Nor after proxy_next_upstream_timeout.
@@ -334,7 +347,7 @@ fn only_requests_that_may_time_out_onto_another_peer_are_hedged() {
     let _a = f.up.select(&mut sel, f.now()).expect("a peer");
     f.advance(50);
     assert_eq!(
-        f.up.hedge(&mut sel, f.now()).err(),
+        f.up.hedge(&mut sel, f.now(), false).err(),
         Some(RetryDenied::Timeout)
     );
 }
@@ -351,7 +364,7 @@ fn a_hedge_that_finds_no_peer_gives_its_ratio_token_back() {
     let _a = f.up.select(&mut sel, f.now()).expect("a peer");
     assert_eq!(f.tokens(), 1.0);
     assert_eq!(
-        f.up.hedge(&mut sel, f.now()).err(),
+        f.up.hedge(&mut sel, f.now(), false).err(),
         Some(RetryDenied::NoPeer)
     );
     assert_eq!(f.tokens(), 1.0, "refunded");
@@ -389,7 +402,11 @@ fn after_a_percentile_hedges_once_the_upstream_has_enough_headers() {
     });
     f.up = Arc::new(Upstream::new(cfg, f.events.clone(), f.clock.clone()));
     let first = f.begin(RetryPolicy::default(), RequestFacts::default());
-    assert_eq!(f.up.hedge_after(&first, f.now()), None, "no samples yet");
+    assert_eq!(
+        f.up.hedge_after(&first, f.now(), false),
+        None,
+        "no samples yet"
+    );
     // Headers after 10 ms, and one in ten after 200 ms.
     for i in 0..super::super::MIN_SAMPLES * 2 {
         let mut sel = f.begin(RetryPolicy::default(), RequestFacts::default());
@@ -401,9 +418,60 @@ fn after_a_percentile_hedges_once_the_upstream_has_enough_headers() {
         }
     }
     let sel = f.begin(RetryPolicy::default(), RequestFacts::default());
-    let after = f.up.hedge_after(&sel, f.now()).expect("a p90 now");
+    let after = f.up.hedge_after(&sel, f.now(), false).expect("a p90 now");
     assert!(
         after >= Duration::from_millis(10) && after < Duration::from_millis(200),
         "p90 of 90% at 10 ms: {after:?}"
     );
+}
+
+/// A POST in a connect race is sent once, by the attempt that connected
+/// first: when that attempt fails after sending (or answers a listed
+/// status), the other may not take over (nginx's non-idempotent rule),
+/// unless `non_idempotent` is listed; a failure before sending waits for
+/// the other, as for any hedge.
+#[test]
+fn a_post_in_a_connect_race_is_not_sent_again_after_the_sender_failed() {
+    let f = traffic(3, None, hedge(50, 1), 1);
+    let sent = TransportFailure {
+        class: FailureClass::Error,
+        request_sent: true,
+        cached_connection: false,
+    };
+    let mut sel = f.begin(http503(), RequestFacts::new("POST", true));
+    let a = f.up.select(&mut sel, f.now()).expect("a peer");
+    let b = f.up.hedge(&mut sel, f.now(), true).expect("a connect race");
+    match sel.on_failure(a, sent, f.now()) {
+        FailureVerdict::Fail {
+            denied: RetryDenied::NonIdempotent,
+            ..
+        } => {}
+        v => panic!("the sender failed: {v:?}"),
+    }
+    b.cancel();
+    let f = traffic(3, None, hedge(50, 1), 1);
+    let mut sel = f.begin(http503(), RequestFacts::new("POST", true));
+    let a = f.up.select(&mut sel, f.now()).expect("a peer");
+    let b = f.up.hedge(&mut sel, f.now(), true).expect("a connect race");
+    assert!(matches!(
+        sel.on_status(a, 503, f.now()),
+        StatusVerdict::PassThrough(_, Some(RetryDenied::NonIdempotent))
+    ));
+    b.cancel();
+    // With non_idempotent listed, the other attempt may take over.
+    let policy = RetryPolicy {
+        next_upstream: NextUpstream::nginx_default().with_non_idempotent(),
+        ..RetryPolicy::default()
+    };
+    let f = traffic(3, None, hedge(50, 1), 1);
+    let mut sel = f.begin(policy, RequestFacts::new("POST", true));
+    let a = f.up.select(&mut sel, f.now()).expect("a peer");
+    let _b = f.up.hedge(&mut sel, f.now(), true).expect("a connect race");
+    assert!(sel.on_failure(a, sent, f.now()).is_retry());
+    // A failure before anything was sent (the connect) waits for the other.
+    let f = traffic(3, None, hedge(50, 1), 1);
+    let mut sel = f.begin(http503(), RequestFacts::new("POST", true));
+    let a = f.up.select(&mut sel, f.now()).expect("a peer");
+    let _b = f.up.hedge(&mut sel, f.now(), true).expect("a connect race");
+    assert!(sel.on_failure(a, refused(), f.now()).is_retry());
 }
