@@ -9,6 +9,11 @@ and prints req/s, p50/p99 latency, proxy CPU seconds per request and RSS,
 with paired ratios against nginx from the same round.
 
     python3 benches/load/compare.py [--rounds 3] [--duration 10] [--pin split|none]
+        [--targets nginx,vigil:1,vigil:2] [--base nginx]
+
+A target `vigil+preset:N` is vigil with `health_preset recommended;` and a
+500 ms http check in the upstream (the cost of vigil's health plane);
+`--base vigil:2` gives its ratios against plain vigil instead of nginx.
 
 Needs nginx and wrk (`apt-get install -y nginx wrk`) and a release build
 (`cargo build --release -p vigil`). Only 127.0.0.1 is used. PIN=split puts
@@ -160,8 +165,14 @@ def parse_wrk(out):
     return rps, reqs, lat.get("50"), lat.get("99"), (int(errors.group(1)) if errors else 0), (sock.group(1) if sock else "")
 
 
+PRESET = (
+    'health_preset recommended; check interval=500 rise=1 fall=1 timeout=400 type=http; '
+    'check_http_send "GET / HTTP/1.0\\r\\n\\r\\n";'
+)
+
+
 def start_proxy(target, d, pin):
-    conf = os.path.join(d, "proxy.conf")
+    conf = os.path.join(d, "proxy-preset.conf" if "+preset" in target else "proxy.conf")
     if target == "nginx":
         cmd = taskset(0, pin) + [nginx_bin(), "-p", d + "/", "-e", d + "/proxy.err", "-c", conf]
     else:
@@ -211,6 +222,7 @@ def main():
     ap.add_argument("--pin", choices=["split", "none"], default="split")
     ap.add_argument("--targets", default="nginx,vigil:1,vigil:2")
     ap.add_argument("--paths", default="/,/16k")
+    ap.add_argument("--base", default="nginx", help="the target ratios are paired against")
     ap.add_argument("--json", help="append raw results here")
     a = ap.parse_args()
     if not os.path.exists(VIGIL):
@@ -224,6 +236,8 @@ def main():
         f.write(BACKEND_CONF.format(d=d, servers=servers))
     with open(os.path.join(d, "proxy.conf"), "w") as f:
         f.write(PROXY_CONF.format(d=d))
+    with open(os.path.join(d, "proxy-preset.conf"), "w") as f:
+        f.write(PROXY_CONF.format(d=d).replace("keepalive 64;", "keepalive 64;\n    " + PRESET))
     backend = subprocess.Popen(taskset(1, a.pin) + [nginx_bin(), "-p", d + "/", "-e", d + "/backend.err", "-c", os.path.join(d, "backend.conf")],
                                start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     results = []
@@ -250,15 +264,15 @@ def main():
 
 
 def summarize(results, a):
-    print(f"\npin={a.pin} rounds={a.rounds} duration={a.duration}s wrk -t1 -c64, medians; ratios paired per round against nginx")
-    print(f"{'target':<10} {'path':<5} {'req/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'req/CPU-s':>10} {'µs CPU/req':>10} {'RSS MiB':>8} {'rps÷nginx':>9} {'eff÷nginx':>9} {'p99÷nginx':>9}")
+    print(f"\npin={a.pin} rounds={a.rounds} duration={a.duration}s wrk -t1 -c64, medians; ratios paired per round against {a.base}")
+    print(f"{'target':<16} {'path':<5} {'req/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'req/CPU-s':>10} {'µs CPU/req':>10} {'RSS MiB':>8} {'rps÷base':>9} {'eff÷base':>9} {'p99÷base':>9}")
     for path in a.paths.split(","):
         for t in a.targets.split(","):
             rows = [r for r in results if r["target"] == t and r["path"] == path]
-            base = {r["round"]: r for r in results if r["target"] == "nginx" and r["path"] == path}
+            base = {r["round"]: r for r in results if r["target"] == a.base and r["path"] == path}
             med = lambda k: statistics.median([r[k] for r in rows if r[k] is not None])
             ratio = lambda k: statistics.median([r[k] / base[r["round"]][k] for r in rows if r[k] and base.get(r["round"], {}).get(k)])
-            print(f"{t:<10} {path:<5} {med('rps'):>8.0f} {med('p50_ms'):>7.2f} {med('p99_ms'):>7.2f} {med('req_per_cpu_s'):>10.0f} {med('cpu_us_per_req'):>10.1f} {med('rss_mib'):>8.1f} {ratio('rps'):>9.2f} {ratio('req_per_cpu_s'):>9.2f} {ratio('p99_ms'):>9.2f}")
+            print(f"{t:<16} {path:<5} {med('rps'):>8.0f} {med('p50_ms'):>7.2f} {med('p99_ms'):>7.2f} {med('req_per_cpu_s'):>10.0f} {med('cpu_us_per_req'):>10.1f} {med('rss_mib'):>8.1f} {ratio('rps'):>9.2f} {ratio('req_per_cpu_s'):>9.2f} {ratio('p99_ms'):>9.2f}")
 
 
 if __name__ == "__main__":

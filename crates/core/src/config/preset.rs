@@ -22,18 +22,26 @@
 //!   peers excluded by one shared cause.
 //! - `max_ejected 50%`: a fault that hits every peer (a bad deploy, a
 //!   shared dependency) never takes more than half the primaries out.
-//! - `eject_stuck factor=3 min=200ms`: 200 ms is far above a healthy
-//!   LAN backend's p99 (a few ms) and one fifth of a 1 s read timeout, so
-//!   a hung peer stops taking new requests 800 ms before the first caught
-//!   one times out; 3 × the recent p99 raises the bar for an upstream that
-//!   is slow by nature. A stuck ejection is self-ending (the peer is back
-//!   as soon as its old attempt ends), so a false alarm costs little.
-//! - `eject_slow factor=3 window=10s min_requests=20 min=10ms`: 3 × the
+//! - `eject_stuck factor=3 min=50ms`: 50 ms is well above a healthy LAN
+//!   backend's p99 (a few ms), and 3 × the recent p99 raises the bar for
+//!   an upstream that is slow by nature. Every request sent to a hung peer
+//!   before the rule sees it stuck waits for the read timeout if it cannot
+//!   be hedged (a POST), so the bar must be low: measured with the
+//!   `faults` bench (docs/performance.md), `min=200ms` left 10–11 requests
+//!   over 900 ms, `min=50ms` 2–6, `min=25ms` 3–4. A stuck ejection ends by
+//!   itself (the peer is back as soon as its old attempt ends), so a false
+//!   alarm costs little; long polling needs a larger `min`.
+//! - `eject_slow factor=3 window=1s min_requests=10 min=10ms`: 3 × the
 //!   median of the others is a peer clearly apart from its fleet (the
-//!   300 ms peer is 300 ×); a median over 20 requests is not moved by a
-//!   few outliers (hangs are `eject_stuck`'s business); 10 s (figures over
-//!   the last 5 to 10 s) forgets a past slow phase quickly; `min=10ms`
-//!   keeps a 0.3 ms peer among 0.1 ms ones (noise a user never sees) in.
+//!   300 ms peer is 300 ×); a median is not moved by a few outliers (hangs
+//!   are `eject_stuck`'s business); a 1 s window (figures over the last
+//!   0.5 to 1 s) sees a peer turn slow within a second: measured, the
+//!   300 ms peer kept 12% of the requests of its slow phase with
+//!   `window=10s`, 1.0% with `2s` and 0.4–0.6% with `1s`. With fewer than
+//!   10 requests a second to a peer the rule does not judge it (no
+//!   ejection on thin evidence); write `eject_slow window=10s` for quiet
+//!   upstreams. `min=10ms` keeps a 0.3 ms peer among 0.1 ms ones (noise a
+//!   user never sees) in.
 //! - `retry_budget ratio=20% min=3/s`: Envoy's and Finagle's 20% (a
 //!   retry storm can add at most a fifth to the load); the 3/s reserve
 //!   lets a quiet upstream still retry (it is per upstream, shared by every
@@ -57,14 +65,14 @@ use super::{
 /// The `eject_stuck` of the preset, and of `eject_stuck;` without parameters.
 pub const STUCK: EjectStuck = EjectStuck {
     factor: 3.0,
-    min: Duration::from_millis(200),
+    min: Duration::from_millis(50),
 };
 
 /// The `eject_slow` of the preset, and the values of parameters left out.
 pub const SLOW: EjectSlow = EjectSlow {
     factor: 3.0,
-    window: Duration::from_secs(10),
-    min_requests: 20,
+    window: Duration::from_secs(1),
+    min_requests: 10,
     min: Duration::from_millis(10),
 };
 
