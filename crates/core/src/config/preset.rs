@@ -22,13 +22,15 @@
 //!   peers excluded by one shared cause.
 //! - `max_ejected 50%`: a fault that hits every peer (a bad deploy, a
 //!   shared dependency) never takes more than half the primaries out.
-//! - `eject_stuck factor=3 min=50ms`: 50 ms is well above a healthy LAN
+//! - `eject_stuck factor=3 min=25ms`: 25 ms is well above a healthy LAN
 //!   backend's p99 (a few ms), and 3 × the recent p99 raises the bar for
 //!   an upstream that is slow by nature. Every request sent to a hung peer
 //!   before the rule sees it stuck waits for the read timeout if it cannot
 //!   be hedged (a POST), so the bar must be low: measured with the
 //!   `faults` bench (docs/performance.md), `min=200ms` left 10–11 requests
-//!   over 900 ms, `min=50ms` 2–6, `min=25ms` 3–4. A stuck ejection ends by
+//!   over 900 ms, `min=50ms` 2–7, `min=25ms` 3–4 (each a POST that was
+//!   sent before the hang was seen, or in flight when it began). A stuck
+//!   ejection ends by
 //!   itself (the peer is back as soon as its old attempt ends), so a false
 //!   alarm costs little; long polling needs a larger `min`.
 //! - `eject_slow factor=3 window=1s min_requests=10 min=10ms`: 3 × the
@@ -65,7 +67,7 @@ use super::{
 /// The `eject_stuck` of the preset, and of `eject_stuck;` without parameters.
 pub const STUCK: EjectStuck = EjectStuck {
     factor: 3.0,
-    min: Duration::from_millis(50),
+    min: Duration::from_millis(25),
 };
 
 /// The `eject_slow` of the preset, and the values of parameters left out.

@@ -112,7 +112,7 @@ fn stuck(config: &Config, up: &UpstreamConfig, out: &mut Vec<Positioned>) {
                      longer than max(min, factor × the recent p99) for its response header. An \
                      attempt waits at most proxy_connect_timeout + proxy_read_timeout ({}) before \
                      it fails, so with min={} the rule never acts. Lower min well under the \
-                     timeouts (the recommended preset uses 50ms against 1s timeouts).",
+                     timeouts (the recommended preset uses 25ms against 1s timeouts).",
                     t(longest),
                     t(rule.min)
                 ),

@@ -287,10 +287,10 @@ fn explain_says_what_the_preset_switched_on_and_what_was_written() {
     assert_eq!(p.written, ["max_ejected", "eject_slow"]);
     let text = vigil_core::api::explain_rules(up).join(" ");
     assert!(
-        text.contains("health_preset recommended switched on passive_count after_header last_try, passive_recovery probe, passive_penalty base=5s max=1m jitter=10%, eject_stuck factor=3 min=50ms, retry_budget ratio=20% min=3/s, hedge after=p99 max=1; written beside it, and overriding it: max_ejected 34%, eject_slow factor=5 window=20s min_requests=10 min=10ms."),
+        text.contains("health_preset recommended switched on passive_count after_header last_try, passive_recovery probe, passive_penalty base=5s max=1m jitter=10%, eject_stuck factor=3 min=25ms, retry_budget ratio=20% min=3/s, hedge after=p99 max=1; written beside it, and overriding it: max_ejected 34%, eject_slow factor=5 window=20s min_requests=10 min=10ms."),
         "{text}"
     );
     assert!(text.contains("p50 unknown (too few headers)"), "{text}");
     let json = serde_json::to_value(&doc).expect("json");
-    assert_eq!(json["upstreams"][0]["rules"]["eject_stuck"]["min_ms"], 50);
+    assert_eq!(json["upstreams"][0]["rules"]["eject_stuck"]["min_ms"], 25);
 }

@@ -101,7 +101,7 @@ pub(crate) struct RawUpstream {
     /// `max_ejected`: `"50%"` (vigil only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) max_ejected: Option<String>,
-    /// `eject_stuck`: `{ factor = 3, min = "50ms" }` (vigil only).
+    /// `eject_stuck`: `{ factor = 3, min = "25ms" }` (vigil only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) eject_stuck: Option<RawEjectStuck>,
     /// `eject_slow`: `{ factor = 3, window = "10s", min_requests = 20, min = "10ms" }` (vigil only).
