@@ -183,7 +183,7 @@ fn the_dashboard_refreshes_in_a_real_browser() {
         .block_on(admin.listen("127.0.0.1:0".parse().expect("addr"), stop.clone()))
         .expect("admin listens");
 
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     let dom = dump_dom(&chromium, &format!("http://{addr}/"));
     eprintln!("chromium --dump-dom took {:?}", started.elapsed());
     stop.cancel();
@@ -200,7 +200,10 @@ fn the_dashboard_refreshes_in_a_real_browser() {
     // The drained row: drained after the page was served.
     let drained = row(&dom, "10.0.0.2:80");
     assert!(drained.contains("data-state=\"draining\""), "{drained}");
-    assert!(drained.contains("<td class=\"admin\">drain</td>"), "{drained}");
+    assert!(
+        drained.contains("<td class=\"admin\">drain</td>"),
+        "{drained}"
+    );
     assert!(drained.contains("an operator set it to drain"), "{drained}");
 
     // The event log: the drain, added by the script from /api/events.
@@ -209,7 +212,10 @@ fn the_dashboard_refreshes_in_a_real_browser() {
         .find("admin state up -&gt; drain")
         .unwrap_or_else(|| panic!("no drain event in the log:\n{log}"));
     let li = &log[log[..drain].rfind("<li").expect("li")..drain];
-    assert!(li.contains("data-live=\"1\""), "not added by the script: {li}");
+    assert!(
+        li.contains("data-live=\"1\""),
+        "not added by the script: {li}"
+    );
     assert!(li.contains("data-kind=\"admin\""), "{li}");
 
     // The latency chart of the probed peer: several samples, one line.

@@ -62,7 +62,7 @@ async fn text(r: Response<Full<Bytes>>) -> String {
     String::from_utf8(body.to_vec()).expect("UTF-8")
 }
 
-fn header<'a>(r: &'a Response<Full<Bytes>>, name: header::HeaderName) -> &'a str {
+fn header(r: &Response<Full<Bytes>>, name: header::HeaderName) -> &str {
     r.headers()
         .get(&name)
         .and_then(|v| v.to_str().ok())
