@@ -27,6 +27,9 @@ pub(crate) struct Options {
     pub(crate) admin_token: Option<String>,
     /// Turn the admin API off.
     pub(crate) no_admin: bool,
+    /// Serve the endpoint list on `GET /` instead of the dashboard (else
+    /// the config's `admin.dashboard` decides).
+    pub(crate) no_dashboard: bool,
 }
 
 /// A running stack.
@@ -102,7 +105,8 @@ pub(crate) async fn start(config: Config, opts: Options) -> anyhow::Result<Stack
             events.clone(),
             token,
             status,
-        );
+        )
+        .with_dashboard(admin_cfg.dashboard && !opts.no_dashboard);
         match a.clone().listen(addr, shutdown.clone()).await {
             Ok(bound) => {
                 admin = Some(a);

@@ -3,6 +3,7 @@
 //!
 //! | method and path | what |
 //! | --- | --- |
+//! | `GET /` | the live dashboard ([`dashboard`]); with it off, the endpoint list |
 //! | `GET /api/status` | every upstream and peer ([`vigil_core::api::StatusDoc`]) |
 //! | `GET /api/upstreams/NAME` | one upstream |
 //! | `GET /api/explain?upstream=U[&peer=P]` | the sentences of `vigil explain` |
@@ -14,7 +15,10 @@
 //!
 //! Write endpoints need `Authorization: Bearer TOKEN`; without a configured
 //! token they are refused. A non-loopback listen address needs a token.
+//! Every response but tengine's `/status` and `/metrics` carries
+//! `Cache-Control: no-store` and `X-Content-Type-Options: nosniff`.
 
+pub mod dashboard;
 mod listener;
 mod route;
 #[cfg(test)]
@@ -38,7 +42,8 @@ use vigil_core::Clock;
 
 pub use listener::{Limits, HEADER_TIMEOUT, MAX_CONNECTIONS, REFUSED_LOG_INTERVAL, SEND_TIMEOUT};
 pub use route::{
-    parse_query, percent_decode_utf8, segments, BadRequest, Route, MAX_EVENTS_PER_CALL,
+    parse_query, percent_decode_utf8, segments, BadRequest, DashboardAsset, Route,
+    MAX_EVENTS_PER_CALL,
 };
 
 /// The default admin listen address.
@@ -66,6 +71,8 @@ pub struct Admin {
     annotate: Option<AnnotateFn>,
     /// `vigil check`: the render and reload loop, for `/api/status`.
     nginx_status: Option<NginxStatusFn>,
+    /// `GET /` serves the dashboard (else the endpoint list).
+    dashboard: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -196,6 +203,7 @@ impl Admin {
             refused: Arc::default(),
             annotate: None,
             nginx_status: None,
+            dashboard: true,
         }
     }
 
@@ -224,6 +232,13 @@ impl Admin {
             f(&mut view);
         }
         view
+    }
+
+    /// Serve the dashboard on `GET /` (the default), or only the list of
+    /// endpoints there (`--no-dashboard`, `[admin] dashboard = false`).
+    pub fn with_dashboard(mut self, on: bool) -> Self {
+        self.dashboard = on;
+        self
     }
 
     /// Other listener bounds than the defaults.
@@ -289,6 +304,9 @@ impl Admin {
             Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
         };
         match route {
+            Route::Index => self.index(),
+            Route::DashboardUpstreams => self.dashboard_upstreams(),
+            Route::DashboardAsset(a) => self.dashboard_asset(a),
             Route::StatusPage => self.status.respond(req),
             Route::Status => {
                 let mut doc = api::status(&(self.registry)(), &*self.clock);
@@ -507,7 +525,21 @@ fn json<T: Serialize>(status: StatusCode, v: &T) -> Response<Full<Bytes>> {
         header::CONTENT_TYPE,
         header::HeaderValue::from_static("application/json"),
     );
+    no_store(r.headers_mut());
     r
+}
+
+/// State is never cached (a stale "eligible" misleads), and no browser
+/// guesses another type than the one sent.
+fn no_store(h: &mut http::HeaderMap) {
+    h.insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-store"),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        header::HeaderValue::from_static("nosniff"),
+    );
 }
 
 fn error(status: StatusCode, message: String) -> Response<Full<Bytes>> {

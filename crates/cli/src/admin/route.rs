@@ -19,6 +19,13 @@ pub const MAX_EVENTS_PER_CALL: usize = 10_000;
 /// What a request asks for, decoded and checked; nothing has been done yet.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Route {
+    /// `GET /`: the dashboard, or the list of endpoints when it is off.
+    Index,
+    /// `GET /dashboard/upstreams`: the dashboard's upstream tables alone
+    /// (an HTML fragment the page's script swaps in).
+    DashboardUpstreams,
+    /// `GET /dashboard.js`, `GET /dashboard.css`: the dashboard's embedded files.
+    DashboardAsset(DashboardAsset),
     /// `/status`, `/metrics`: tengine's status page and Prometheus (the
     /// status page judges the method itself).
     StatusPage,
@@ -64,6 +71,15 @@ pub enum Route {
     NotFound,
 }
 
+/// The files of the dashboard, embedded in the binary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DashboardAsset {
+    /// `/dashboard.js`.
+    Script,
+    /// `/dashboard.css`.
+    Style,
+}
+
 /// Why a request cannot be decoded (the 400's message).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BadRequest(String);
@@ -83,6 +99,10 @@ impl Route {
             HashMap::new()
         };
         Ok(match (method, segs.as_slice()) {
+            (&Method::GET, []) => Route::Index,
+            (&Method::GET, ["dashboard", "upstreams"]) => Route::DashboardUpstreams,
+            (&Method::GET, ["dashboard.js"]) => Route::DashboardAsset(DashboardAsset::Script),
+            (&Method::GET, ["dashboard.css"]) => Route::DashboardAsset(DashboardAsset::Style),
             (_, ["status"]) | (_, ["metrics"]) => Route::StatusPage,
             (&Method::GET, ["api", "status"]) => Route::Status,
             (&Method::GET, ["api", "upstreams", name]) => Route::Upstream {

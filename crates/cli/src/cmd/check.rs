@@ -57,6 +57,10 @@ pub(crate) struct Args {
     /// Do not serve the admin API.
     #[arg(long)]
     no_admin: bool,
+    /// Do not serve the web dashboard on the admin listener's `GET /` (it
+    /// lists the endpoints instead).
+    #[arg(long)]
+    no_dashboard: bool,
     /// tengine `check` parameters for upstreams without a check,
     /// e.g. "type=http interval=5000 rise=2 fall=3 timeout=1000".
     #[arg(long, value_name = "PARAMS")]
@@ -159,7 +163,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 status,
             )
             .with_annotate(move |view| annotator.annotate(view))
-            .with_nginx_status(move || sync.sync_view());
+            .with_nginx_status(move || sync.sync_view())
+            .with_dashboard(!args.no_dashboard);
             let explicit = args.admin_listen.is_some();
             let addr = args.admin_listen.unwrap_or(crate::admin::DEFAULT_LISTEN);
             match admin.listen(addr, stop_admin.clone()).await {

@@ -173,6 +173,7 @@ async fn demo(args: Args) -> anyhow::Result<ExitCode> {
             admin_listen: Some(args.admin_listen),
             admin_token: Some(token.clone()),
             no_admin: false,
+            no_dashboard: false,
         },
     )
     .await?;
@@ -183,7 +184,7 @@ async fn demo(args: Args) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "vigil demo is running (Ctrl-C to stop)\n\n  proxy:    http://{listen}/\n  admin:    http://{admin}/api/status\n\n  backends (one cycle = {c:.0}s):\n    steady  {steady}  always answers\n    flaky   {flaky}  answers 503 from {:.0}s to {:.0}s of each cycle (passive accounting takes it out)\n    hung    {hung}  hangs from {:.0}s to {:.0}s of each cycle (active checks take it out)\n\n  built-in load: {} request(s)/s\n\n  try:\n    curl -i http://{listen}/\n    vigil status --watch --admin {admin}\n    vigil explain demo --admin {admin}\n    vigil events --follow --admin {admin}\n    VIGIL_ADMIN_TOKEN={token} vigil peer drain demo {steady} --admin {admin}\n",
+        "vigil demo is running (Ctrl-C to stop)\n\n  proxy:    http://{listen}/\n  admin:    http://{admin}/api/status\n  dashboard: http://{admin}/\n\n  backends (one cycle = {c:.0}s):\n    steady  {steady}  always answers\n    flaky   {flaky}  answers 503 from {:.0}s to {:.0}s of each cycle (passive accounting takes it out)\n    hung    {hung}  hangs from {:.0}s to {:.0}s of each cycle (active checks take it out)\n\n  built-in load: {} request(s)/s\n\n  try:\n    curl -i http://{listen}/\n    vigil status --watch --admin {admin}\n    vigil explain demo --admin {admin}\n    vigil events --follow --admin {admin}\n    VIGIL_ADMIN_TOKEN={token} vigil peer drain demo {steady} --admin {admin}\n",
         fa * c,
         fb * c,
         ha * c,

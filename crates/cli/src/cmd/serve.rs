@@ -44,6 +44,10 @@ pub(crate) struct Args {
     /// Do not serve the admin API.
     #[arg(long)]
     no_admin: bool,
+    /// Do not serve the web dashboard on the admin listener's `GET /` (it
+    /// lists the endpoints instead; also `[admin] dashboard = false`).
+    #[arg(long)]
+    no_dashboard: bool,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -107,6 +111,7 @@ async fn serve(
                 admin_listen: args.admin_listen,
                 admin_token: args.admin_token.clone(),
                 no_admin: args.no_admin,
+                no_dashboard: args.no_dashboard,
             },
         )
         .await

@@ -1,6 +1,7 @@
 //! `vigil` binary tests: the real executable, on 127.0.0.1.
 
 mod conformance;
+mod dashboard;
 mod demo;
 mod health;
 mod serve;

@@ -58,12 +58,25 @@ pub struct TelemetryConfig {
 }
 
 /// The admin API listener.
-#[derive(Clone, Debug, PartialEq, Default)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct AdminConfig {
     /// Listen address; default `127.0.0.1:9901`.
     pub listen: Option<SocketAddr>,
     /// Bearer token for write endpoints (and required for a non-loopback listen).
     pub token: Option<String>,
+    /// `GET /` serves the live dashboard; default true (false: the list of
+    /// endpoints there).
+    pub dashboard: bool,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self {
+            listen: None,
+            token: None,
+            dashboard: true,
+        }
+    }
 }
 
 /// One `upstream NAME { ... }` block.

@@ -137,6 +137,7 @@ fn full_example_builds_the_expected_model() {
     let c = load_ok(FULL);
     assert_eq!(c.admin.listen, Some(addr("127.0.0.1:9901")));
     assert_eq!(c.admin.token.as_deref(), Some("s3cret"));
+    assert!(c.admin.dashboard, "the dashboard is on unless switched off");
 
     // File order, not sorted, plus the implicit upstream proxy_pass made.
     let names: Vec<&str> = c.upstreams.iter().map(|u| u.name.as_str()).collect();
@@ -1144,4 +1145,15 @@ proptest! {
         prop_assert!(back.is_ok(), "{:?}\n{}", back.err(), text);
         prop_assert_eq!(back.ok(), Some(config), "{}", text);
     }
+}
+
+#[test]
+fn the_admin_dashboard_can_be_switched_off_and_round_trips() {
+    let c = load_ok("[admin]\ndashboard = false\n");
+    assert!(!c.admin.dashboard);
+    let text = vigil_core::config::toml::to_toml_string(&c);
+    assert!(text.contains("dashboard = false"), "{text}");
+    assert!(!load_ok(&text).admin.dashboard);
+    assert!(!vigil_core::config::toml::to_toml_string(&load_ok("")).contains("dashboard"));
+    assert!(load_err("[admin]\ndashboard = \"off\"\n").contains("dashboard"));
 }

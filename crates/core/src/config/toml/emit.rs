@@ -40,6 +40,7 @@ fn admin(a: &AdminConfig) -> Option<RawAdmin> {
     (*a != AdminConfig::default()).then(|| RawAdmin {
         listen: a.listen.map(|l| l.to_string()),
         token: a.token.clone(),
+        dashboard: (!a.dashboard).then_some(false),
     })
 }
 

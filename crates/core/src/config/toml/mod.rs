@@ -123,5 +123,6 @@ fn admin(
     Ok(AdminConfig {
         listen,
         token: raw.token.clone(),
+        dashboard: raw.dashboard.unwrap_or(true),
     })
 }

@@ -50,6 +50,9 @@ pub(crate) struct RawAdmin {
     /// Bearer token for write endpoints.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) token: Option<String>,
+    /// The dashboard on `GET /`, default true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) dashboard: Option<bool>,
 }
 
 /// `[upstream.NAME]`: nginx's `upstream NAME {}` block.
