@@ -228,6 +228,8 @@ def main():
     if not os.path.exists(VIGIL):
         sys.exit("build first: cargo build --release -p vigil")
     d = tempfile.mkdtemp(prefix="vigil-load-")
+    # nginx's workers run as nobody when started by root: they must read www/.
+    os.chmod(d, 0o755)
     os.makedirs(os.path.join(d, "www"))
     with open(os.path.join(d, "www", "16k"), "wb") as f:
         f.write(b"x" * 16384)
