@@ -387,7 +387,28 @@ impl Tier {
         }
         let peers = &up.peers[self.offset..self.offset + slots.len()];
         let latency = up.latency.as_deref();
-        ejection::kept(&up.config.rules, peers, slots, self.single, now, latency)
+        // Backups in service whose probes pass: the count form of
+        // `max_ejected` counts them (checker-only mode's guard).
+        let spare = match (&up.config.rules.keep_in_service, &up.backup) {
+            (Some(_), Some(b)) => up.peers[b.offset..b.offset + b.len()]
+                .iter()
+                .filter(|p| {
+                    !p.config().down
+                        && p.admin() == crate::peer::AdminState::Up
+                        && p.health().allows_traffic()
+                })
+                .count(),
+            _ => 0,
+        };
+        ejection::kept(
+            &up.config.rules,
+            peers,
+            slots,
+            self.single,
+            now,
+            latency,
+            spare,
+        )
     }
 
     /// `ngx_http_upstream_free_round_robin_peer` without the release of the

@@ -40,10 +40,17 @@ fn guard(n: usize) -> Guard {
 /// tengine's default_down), with `extra` directives, loaded as `vigil
 /// check` loads it under `guard`.
 fn fixture(n: usize, extra: &str, guard: Guard) -> Fixture {
+    let servers: Vec<String> = (1..=n).map(|i| format!("127.0.0.1:{i}")).collect();
+    let servers: Vec<&str> = servers.iter().map(String::as_str).collect();
+    fixture_of(&servers, extra, guard)
+}
+
+/// As [`fixture`], with these server lines (address and parameters).
+fn fixture_of(servers: &[&str], extra: &str, guard: Guard) -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut text = String::from("upstream app {\n");
-    for i in 1..=n {
-        text.push_str(&format!("    server 127.0.0.1:{i};\n"));
+    for s in servers {
+        text.push_str(&format!("    server {s};\n"));
     }
     text.push_str(extra);
     text.push_str("    check interval=1000 rise=2 fall=2 timeout=500;\n}\n");
@@ -269,4 +276,37 @@ fn a_recovering_server_comes_back_after_rise_and_source_down_stays() {
     f.probe(0, true, 1);
     assert!(f.render().marked.is_empty());
     assert!(f.render().text.contains("    server 127.0.0.1:9 down;\n"));
+}
+
+/// The guard counts a backup whose probes pass, as nginx sends it the
+/// traffic: with one, every failing primary is marked down (nginx then
+/// uses the backup); when the backup fails too, the least bad primary is
+/// kept.
+#[test]
+fn a_healthy_backup_lets_every_failing_primary_be_marked() {
+    let f = fixture_of(
+        &["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3 backup"],
+        "",
+        guard(1),
+    );
+    f.probe(2, true, 2);
+    f.probe(0, false, 2);
+    f.probe(1, false, 2);
+    assert_eq!(
+        f.lines(),
+        [
+            format!("server 127.0.0.1:1{DOWN}"),
+            format!("server 127.0.0.1:2{DOWN}"),
+            "server 127.0.0.1:3 backup;".into(),
+        ]
+    );
+    f.probe(2, false, 2);
+    let kept = f.render().kept;
+    assert_eq!(kept.len(), 1, "{:?}", f.lines());
+    assert_eq!(
+        f.render().marked.len(),
+        2,
+        "two of three down: {:?}",
+        f.lines()
+    );
 }

@@ -48,6 +48,7 @@ pub(crate) fn kept(
     single: bool,
     now: Timestamp,
     latency: Option<&Latency>,
+    spare: usize,
 ) -> Option<Kept> {
     if !rules.limits_ejection() {
         return None;
@@ -86,7 +87,7 @@ pub(crate) fn kept(
             ejected.push((i, fails, since));
         }
     }
-    let allowed = allowed(rules, in_service);
+    let allowed = allowed(rules, in_service, spare);
     let mut set = Tried::default();
     let over = ejected.len().saturating_sub(allowed);
     if over > 0 {
@@ -105,14 +106,28 @@ pub(crate) fn kept(
 
 /// How many of `in_service` primaries `max_ejected` lets be ejected: by
 /// its percentage (100 when only the count form is set), never so many
-/// that fewer than `keep_in_service` (at least one) remain.
-pub(crate) fn allowed(rules: &HealthRules, in_service: usize) -> usize {
+/// that fewer than `keep_in_service` (at least one) remain. The count form
+/// (`vigil check --min-healthy N`) counts the `spare` backups in service
+/// (probes passing) toward its N, as nginx would send them the traffic: with
+/// a healthy backup every failing primary may be marked down. The
+/// percentage form always keeps one primary.
+pub(crate) fn allowed(rules: &HealthRules, in_service: usize, spare: usize) -> usize {
     let by_percent = rules
         .max_ejected
         .map_or(in_service, |p| in_service * usize::from(p) / 100);
-    let keep = rules
-        .keep_in_service
-        .map_or(1, |k| usize::try_from(k.get()).unwrap_or(usize::MAX));
+    let keep = match rules.keep_in_service {
+        Some(k) => {
+            let n = usize::try_from(k.get())
+                .unwrap_or(usize::MAX)
+                .saturating_sub(spare);
+            if rules.max_ejected.is_some() {
+                n.max(1)
+            } else {
+                n
+            }
+        }
+        None => 1,
+    };
     by_percent.min(in_service.saturating_sub(keep))
 }
 
@@ -165,7 +180,7 @@ mod tests {
         ];
         for (p, k, n, want) in cases {
             assert_eq!(
-                allowed(&rules(p, k), n),
+                allowed(&rules(p, k), n, 0),
                 want,
                 "max_ejected {p:?}% keep {k:?} of {n}"
             );
