@@ -53,6 +53,7 @@ pub(super) fn upstream_block(
     let mut http_expect: Option<Vec<StatusClass>> = None;
     let mut rules_seen = Vec::new();
     let mut traffic_seen = Vec::new();
+    let mut servers_refused = false;
     for d in body {
         let r = upstream_directive(
             cx,
@@ -67,7 +68,11 @@ pub(super) fn upstream_block(
             &mut rules_seen,
             &mut traffic_seen,
         );
-        if cx.keep(r)?.is_some() {
+        let kept = cx.keep(r)?.is_some();
+        if !kept && d.name == "server" {
+            servers_refused = true;
+        }
+        if kept {
             if d.name == "server" {
                 placed_servers.push(Placed::of(d));
             } else {
@@ -80,10 +85,13 @@ pub(super) fn upstream_block(
         k.requests = keepalive_requests;
     }
     if up.servers.is_empty() {
-        cx.refuse(ConfigError::invalid(
-            &d.span,
-            format!("no servers are inside upstream \"{}\"", up.name),
-        ))?;
+        // Lenient: when its server lines were refused, that was the news.
+        if !servers_refused {
+            cx.refuse(ConfigError::invalid(
+                &d.span,
+                format!("no servers are inside upstream \"{}\"", up.name),
+            ))?;
+        }
         cx.refused_upstreams.push(up.name);
         return Ok(None);
     }
