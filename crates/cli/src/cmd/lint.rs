@@ -130,8 +130,7 @@ fn collect(path: &Path, kind: Kind) -> Result<Vec<Finding>, ConfigError> {
 fn unreadable(e: &ConfigError) -> bool {
     matches!(
         e,
-        ConfigError::Io { .. }
-            | ConfigError::Syntax(nginx::syntax::SyntaxError::Io { .. })
+        ConfigError::Io { .. } | ConfigError::Syntax(nginx::syntax::SyntaxError::Io { .. })
     )
 }
 

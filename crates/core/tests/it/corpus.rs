@@ -74,21 +74,32 @@ fn refused(loaded: &Loaded) -> Vec<String> {
             let s = e.to_string();
             let mut parts = s.splitn(4, ':');
             let file = parts.next().unwrap_or_default();
-            let file = Path::new(file).file_name().unwrap_or_default().to_string_lossy();
-            let line = parts.nth(0).unwrap_or_default();
+            let file = Path::new(file)
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy();
+            let line = parts.next().unwrap_or_default();
             let what = if s.contains("regular-expression locations") {
                 "regex location".to_string()
             } else {
                 s.split('"').nth(1).unwrap_or(&s).to_string()
             };
-            let file = if file == "nginx.conf" { String::new() } else { format!("{file}:") };
+            let file = if file == "nginx.conf" {
+                String::new()
+            } else {
+                format!("{file}:")
+            };
             format!("{file}{line}: {what}")
         })
         .collect()
 }
 
 fn codes(found: &[Finding]) -> Vec<&'static str> {
-    found.iter().filter(|f| !f.serve_only).map(|f| f.code).collect()
+    found
+        .iter()
+        .filter(|f| !f.serve_only)
+        .map(|f| f.code)
+        .collect()
 }
 
 #[test]
@@ -115,8 +126,13 @@ fn debian_stock_conf_is_read_whole() {
         .filter(|f| f.code == "ignored-directive")
         .count();
     assert_eq!(ignored, 12, "{found:#?}");
-    assert!(found.iter().all(|f| f.severity == Severity::Error || f.severity == Severity::Info));
-    assert!(found.iter().filter(|f| f.severity == Severity::Error).all(|f| f.serve_only));
+    assert!(found
+        .iter()
+        .all(|f| f.severity == Severity::Error || f.severity == Severity::Info));
+    assert!(found
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+        .all(|f| f.serve_only));
 }
 
 #[test]
@@ -142,7 +158,11 @@ fn tls_reverse_proxy_gets_every_refusal_and_its_traps_in_one_run() {
         ]
     );
     // The TLS server keeps its listen addresses, without `ssl`.
-    let ports: Vec<u16> = loaded.config.servers[1].listen.iter().map(|l| l.addr.port()).collect();
+    let ports: Vec<u16> = loaded.config.servers[1]
+        .listen
+        .iter()
+        .map(|l| l.addr.port())
+        .collect();
     assert_eq!(ports, [443, 443]);
     // The regex location is kept (under its written text) for its traps.
     assert!(loaded.config.servers[1]
@@ -178,7 +198,9 @@ fn wordpress_is_all_refusals() {
     // 12 in the file, 21 fastcgi_param lines of the included fastcgi_params.
     assert_eq!(r.len(), 33, "{r:#?}");
     assert_eq!(
-        r.iter().filter(|x| x.starts_with("fastcgi_params:")).count(),
+        r.iter()
+            .filter(|x| x.starts_with("fastcgi_params:"))
+            .count(),
         21
     );
     for word in [
@@ -192,7 +214,10 @@ fn wordpress_is_all_refusals() {
         "log_not_found",
         "deny",
     ] {
-        assert!(r.iter().any(|x| x.ends_with(&format!(": {word}"))), "{word}: {r:#?}");
+        assert!(
+            r.iter().any(|x| x.ends_with(&format!(": {word}"))),
+            "{word}: {r:#?}"
+        );
     }
     assert!(codes(&lint_loaded(&loaded)).is_empty());
 }
@@ -203,7 +228,9 @@ fn reverse_proxy_confs_load_under_serve_as_they_are() {
         let loaded = load(name);
         assert!(loaded.refusals.is_empty(), "{name}: {:#?}", loaded.refusals);
         let found = lint_loaded(&loaded);
-        assert!(found.iter().all(|f| !f.serve_only || f.code == "ignored-directive"));
+        assert!(found
+            .iter()
+            .all(|f| !f.serve_only || f.code == "ignored-directive"));
     }
     // nginx's load-balancing example, three servers at nginx's defaults:
     // fail_timeout against proxy_read_timeout is info (6x); retries are
@@ -232,8 +259,14 @@ fn reverse_proxy_confs_load_under_serve_as_they_are() {
             .unwrap_or_default()
     };
     assert_eq!(at("next-upstream-4xx"), "/etc/nginx/nginx.conf:39:65");
-    assert_eq!(at("no-buffering-with-retries"), "/etc/nginx/nginx.conf:44:13");
-    assert_eq!(at("fail-timeout-vs-read-timeout"), "/etc/nginx/nginx.conf:16:43");
+    assert_eq!(
+        at("no-buffering-with-retries"),
+        "/etc/nginx/nginx.conf:44:13"
+    );
+    assert_eq!(
+        at("fail-timeout-vs-read-timeout"),
+        "/etc/nginx/nginx.conf:16:43"
+    );
     assert_eq!(at("keepalive-is-not-a-cap"), "/etc/nginx/nginx.conf:18:9");
 }
 
@@ -251,7 +284,10 @@ fn lenient_refusals_start_with_the_strict_error_for_every_prefix_of_a_conf() {
     let mut checked = 0;
     for n in 1..=lines.len() {
         let mut cut = lines[..n].join("\n");
-        let open = cut.matches('{').count().saturating_sub(cut.matches('}').count());
+        let open = cut
+            .matches('{')
+            .count()
+            .saturating_sub(cut.matches('}').count());
         cut.push_str(&"\n}".repeat(open));
         let Ok(tree) = syntax::parse_str_with(
             &cut,

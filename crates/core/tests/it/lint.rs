@@ -85,7 +85,9 @@ fn assert_at(f: &Finding, text: &str, needle: &str) {
 fn assert_at_word(f: &Finding, text: &str, needle: &str, word: &str) {
     let line = line_of(text, needle);
     let l = text.lines().nth(line as usize - 1).expect("line");
-    let col = l.find(word).unwrap_or_else(|| panic!("{word:?} not on {l:?}"));
+    let col = l
+        .find(word)
+        .unwrap_or_else(|| panic!("{word:?} not on {l:?}"));
     let col = l[..col].chars().count() + 1;
     assert_eq!(
         f.at,

@@ -26,7 +26,10 @@ fn resolve(host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
     if let Ok(v) = vigil_core::config::literal_resolver(host, port) {
         return Ok(v);
     }
-    match host.strip_prefix("srv").and_then(|h| h.strip_suffix(".example.com")) {
+    match host
+        .strip_prefix("srv")
+        .and_then(|h| h.strip_suffix(".example.com"))
+    {
         Some(n) => {
             let n: u8 = n.parse().map_err(|_| std::io::ErrorKind::NotFound)?;
             Ok(vec![SocketAddr::from(([127, 0, 0, n], port))])
@@ -268,7 +271,8 @@ fn an_unknown_variable_is_reported_at_its_argument_once() {
 fn audiences_change_only_serve_refusals() {
     let text = corpus("tls_reverse_proxy.conf");
     let files = includes();
-    let loaded = nginx::build_with(&parse(&text, &files), &resolve, Mode::Lenient).expect("lenient");
+    let loaded =
+        nginx::build_with(&parse(&text, &files), &resolve, Mode::Lenient).expect("lenient");
     let all = lint_nginx(&loaded);
     let nginx = for_audience(all.clone(), Audience::Nginx, false);
     let serve = for_audience(all.clone(), Audience::Serve, false);
@@ -295,7 +299,12 @@ fn audiences_change_only_serve_refusals() {
         .position(|l| l.contains("http_404"))
         .expect("line")
         + 1;
-    let col = text.lines().nth(line - 1).and_then(|l| l.find("http_404")).expect("col") + 1;
+    let col = text
+        .lines()
+        .nth(line - 1)
+        .and_then(|l| l.find("http_404"))
+        .expect("col")
+        + 1;
     assert_eq!(f.at, format!("/etc/nginx/nginx.conf:{line}:{col}"));
 }
 
@@ -303,7 +312,8 @@ fn audiences_change_only_serve_refusals() {
 fn the_long_report_groups_repeated_findings_and_the_short_one_does_not() {
     let text = corpus("wordpress.conf");
     let files = includes();
-    let loaded = nginx::build_with(&parse(&text, &files), &resolve, Mode::Lenient).expect("lenient");
+    let loaded =
+        nginx::build_with(&parse(&text, &files), &resolve, Mode::Lenient).expect("lenient");
     let found = for_audience(lint_nginx(&loaded), Audience::Nginx, false);
     let refusals = found
         .iter()
@@ -313,7 +323,8 @@ fn the_long_report_groups_repeated_findings_and_the_short_one_does_not() {
     let long = long_report(&found, "wordpress.conf", Audience::Nginx);
     // One paragraph for all of them, with each place.
     assert_eq!(
-        long.matches("vigil serve refuses a directive or parameter").count(),
+        long.matches("vigil serve refuses a directive or parameter")
+            .count(),
         1,
         "{long}"
     );

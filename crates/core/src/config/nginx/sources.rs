@@ -61,11 +61,9 @@ impl Placed {
 
     /// The argument `key=...` (`fail_timeout=5s`).
     pub fn param(&self, key: &str) -> Option<&Arg> {
-        self.args.iter().find(|a| {
-            a.value
-                .split_once('=')
-                .is_some_and(|(k, _)| k == key)
-        })
+        self.args
+            .iter()
+            .find(|a| a.value.split_once('=').is_some_and(|(k, _)| k == key))
     }
 
     /// Where `word` is, else where the directive is.

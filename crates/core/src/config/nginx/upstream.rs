@@ -23,16 +23,12 @@ pub(super) fn upstream_block(
     cx: &mut Context<'_>,
     d: &Directive,
 ) -> Result<Option<UpstreamConfig>, ConfigError> {
-    let name = d
-        .args
-        .first()
-        .filter(|_| d.args.len() == 1)
-        .ok_or_else(|| {
-            ConfigError::invalid(
-                &d.span,
-                "invalid number of arguments in \"upstream\" directive",
-            )
-        });
+    let name = d.args.first().filter(|_| d.args.len() == 1).ok_or_else(|| {
+        ConfigError::invalid(
+            &d.span,
+            "invalid number of arguments in \"upstream\" directive",
+        )
+    });
     let Some(name) = cx.keep(name)? else {
         return Ok(None);
     };
@@ -205,7 +201,9 @@ fn upstream_directive<'d>(
             }
         }
         "check_shm_size" => cx.ignore(d),
-        name if rules::DIRECTIVES.contains(&name) => rules::directive(&mut up.rules, rules_seen, d)?,
+        name if rules::DIRECTIVES.contains(&name) => {
+            rules::directive(&mut up.rules, rules_seen, d)?
+        }
         "sticky" | "ntlm" | "least_time" | "queue" | "resolver" | "state" => {
             return Err(unsupported(d, "not implemented by vigil"));
         }
