@@ -187,8 +187,8 @@ fn traps(cx: &Cx<'_>) -> Vec<Positioned> {
     for up in &config.upstreams {
         location::lint_upstream(cx, up, &mut found);
         traffic::lint(config, up, &mut found);
-        rules::lint(config, up, &mut found);
-        latency::lint(config, up, &mut found);
+        rules::lint(cx, up, &mut found);
+        latency::lint(cx, up, &mut found);
     }
     for l in cx.locations() {
         location::lint(cx, &l, &mut found);
@@ -270,6 +270,22 @@ impl<'a> Cx<'a> {
     /// The directive `name` of upstream block `up`, if written.
     fn upstream_directive(&self, up: &UpstreamConfig, name: &str) -> Option<&'a Placed> {
         self.sources?.upstream(&up.name)?.get(name)
+    }
+
+    /// Where `key=` of directive `name` of upstream `up` is, else `fallback`.
+    fn at_upstream_param(
+        &self,
+        up: &UpstreamConfig,
+        name: &str,
+        key: &str,
+        fallback: &Origin,
+    ) -> Origin {
+        self.upstream_directive(up, name)
+            .and_then(|d| d.param(key))
+            .map_or_else(
+                || fallback.clone(),
+                |a| crate::config::nginx::origin(&a.span),
+            )
     }
 }
 

@@ -827,3 +827,34 @@ fn docs_describe_every_code() {
         );
     }
 }
+
+#[test]
+fn rule_findings_point_at_the_parameter_at_fault() {
+    let text = r#"
+http {
+    upstream api {
+        server 127.0.0.1:8081;
+        server 127.0.0.1:8082;
+        passive_penalty base=10s max=5s;
+        eject_stuck factor=3 min=120s;
+    }
+    server {
+        listen 127.0.0.1:8080;
+        location / { proxy_pass http://api; }
+    }
+}
+"#;
+    let found = lint(text);
+    assert_at_word(
+        one(&found, "passive-penalty-max-below-base"),
+        text,
+        "passive_penalty",
+        "max=",
+    );
+    assert_at_word(
+        one(&found, "eject-stuck-never"),
+        text,
+        "eject_stuck",
+        "min=",
+    );
+}
