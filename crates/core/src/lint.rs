@@ -142,7 +142,16 @@ pub fn lint_loaded(loaded: &Loaded) -> Vec<Finding> {
             IGNORED_DIRECTIVE,
             Severity::Info,
             &crate::config::Origin::at((*span.file).clone(), span.line, span.col),
-            format!("\"{name}\" has no meaning for vigil serve and is ignored"),
+            match name.as_str() {
+                // Accepted, but only part of it is ignored.
+                "access_log" => {
+                    "the format of \"access_log\" is not one vigil serve writes: it logs in nginx's combined format".to_string()
+                }
+                "proxy_buffering" => {
+                    "\"proxy_buffering\" is ignored: vigil serve streams responses (as proxy_buffering off)".to_string()
+                }
+                _ => format!("\"{name}\" has no meaning for vigil serve and is ignored"),
+            },
             error::IGNORED.to_string(),
         ));
     }

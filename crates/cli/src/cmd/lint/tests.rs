@@ -342,3 +342,45 @@ fn the_long_report_groups_repeated_findings_and_the_short_one_does_not() {
         );
     }
 }
+
+#[test]
+fn unreadable_files_are_exit_2_and_syntax_errors_are_findings() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("missing.conf");
+    assert!(super::collect(&missing, super::Kind::Nginx).is_err());
+    let includes = dir.path().join("includes.conf");
+    std::fs::write(&includes, "http { include nowhere.conf; }\n").expect("write");
+    assert!(super::collect(&includes, super::Kind::Nginx).is_err());
+    let broken = dir.path().join("broken.conf");
+    std::fs::write(&broken, "http { server {\n").expect("write");
+    let found = super::collect(&broken, super::Kind::Nginx).expect("a finding");
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].code, "syntax-error");
+    assert_eq!(super::exit_code(&found), std::process::ExitCode::from(1));
+    // Info only: 0.
+    let fine = dir.path().join("fine.conf");
+    std::fs::write(
+        &fine,
+        "worker_processes 1;\nhttp { server { listen 127.0.0.1:8080; location / { proxy_pass http://127.0.0.1:9; } } }\n",
+    )
+    .expect("write");
+    let found = super::collect(&fine, super::Kind::Nginx).expect("findings");
+    assert!(
+        found.iter().all(|f| f.severity == Severity::Info),
+        "{found:#?}"
+    );
+    assert!(!found.is_empty());
+    assert_eq!(super::exit_code(&found), std::process::ExitCode::SUCCESS);
+    // A refusal is info for nginx (exit 0), an error for serve (exit 1).
+    let gz = dir.path().join("gzip.conf");
+    std::fs::write(
+        &gz,
+        "http { gzip on; server { listen 127.0.0.1:8080; location / { proxy_pass http://127.0.0.1:9; } } }\n",
+    )
+    .expect("write");
+    let found = super::collect(&gz, super::Kind::Nginx).expect("findings");
+    let nginx = for_audience(found.clone(), Audience::Nginx, false);
+    let serve = for_audience(found, Audience::Serve, false);
+    assert_eq!(super::exit_code(&nginx), std::process::ExitCode::SUCCESS);
+    assert_eq!(super::exit_code(&serve), std::process::ExitCode::from(1));
+}
