@@ -7,10 +7,11 @@ use std::path::{Path, PathBuf};
 use vigil_core::config::nginx::{self, syntax::Includes};
 use vigil_core::config::{literal_resolver, toml};
 use vigil_core::convert::nginx_to_toml;
-use vigil_core::lint::lint_config;
+use vigil_core::lint::{lint_config, lint_loaded};
 
 /// nginx.conf bytes → tokenizer, parser (with `include`) and model build, as
-/// `vigil serve --nginx-conf` runs them; then lint, and `vigil convert`
+/// `vigil serve --nginx-conf` runs them, and in the lenient mode of `vigil
+/// lint` (checked against the strict load); then lint, and `vigil convert`
 /// whose TOML must load back into the same model.
 ///
 /// Includes never touch the disk: they are served from memory, where
@@ -24,13 +25,49 @@ pub fn nginx_conf(data: &[u8]) {
         PathBuf::from("/fuzz/conf.d/u.conf"),
         "upstream included { server 127.0.0.1:9; }".to_string(),
     );
-    let Ok(loaded) = nginx::load_str_with(
+    let strict = nginx::load_str_with(
         &src,
         Path::new("/fuzz/nginx.conf"),
         Path::new("/fuzz"),
         &literal_resolver,
         Includes::Memory(&files),
-    ) else {
+    );
+    // `vigil lint`'s lenient mode on the same text: it fails only where
+    // parsing fails, its first refusal is the strict error, and without
+    // refusals it builds the strict model.
+    let lenient = nginx::load_str_mode(
+        &src,
+        Path::new("/fuzz/nginx.conf"),
+        Path::new("/fuzz"),
+        &literal_resolver,
+        Includes::Memory(&files),
+        nginx::Mode::Lenient,
+    );
+    match (&strict, &lenient) {
+        (_, Ok(l)) => {
+            let _ = lint_loaded(l);
+            match (&strict, l.refusals.first()) {
+                (Ok(s), None) => assert!(
+                    s.config == l.config && s.sources == l.sources,
+                    "lenient and strict models differ\n--- nginx.conf ---\n{src}"
+                ),
+                (Err(e), Some(first)) => assert_eq!(
+                    e.to_string(),
+                    first.to_string(),
+                    "strict error is not the first lenient refusal\n--- nginx.conf ---\n{src}"
+                ),
+                (Ok(_), Some(first)) => {
+                    panic!("strict loads, lenient refused {first}\n--- nginx.conf ---\n{src}")
+                }
+                (Err(e), None) => {
+                    panic!("strict refused {e}, lenient did not\n--- nginx.conf ---\n{src}")
+                }
+            }
+        }
+        (Ok(_), Err(e)) => panic!("strict loads, lenient fails: {e}\n--- nginx.conf ---\n{src}"),
+        (Err(s), Err(l)) => assert_eq!(s.to_string(), l.to_string(), "parse errors differ"),
+    }
+    let Ok(loaded) = strict else {
         return;
     };
     let _ = lint_config(&loaded.config);

@@ -11,9 +11,16 @@ use super::{Finding, Severity};
 use crate::config::nginx::syntax::SyntaxError;
 use crate::config::ConfigError;
 
+/// A directive or parameter `vigil serve` does not implement.
+pub const UNSUPPORTED_DIRECTIVE: &str = "unsupported-directive";
+/// A variable (or header name) `vigil serve` does not know, in a value.
+pub const UNSUPPORTED_VARIABLE: &str = "unsupported-variable";
+/// Nothing for `vigil serve` to listen on.
+pub const NO_SERVER_BLOCK: &str = "no-server-block";
+/// A directive `vigil serve` accepts without effect.
+pub const IGNORED_DIRECTIVE: &str = "ignored-directive";
 pub(super) const BACKUP_WITH_HASH: &str = "backup-with-hash";
 pub(super) const CHECK_TIMEOUT_GE_INTERVAL: &str = "check-timeout-ge-interval";
-pub(super) const UNSUPPORTED_DIRECTIVE: &str = "unsupported-directive";
 pub(super) const SYNTAX_ERROR: &str = "syntax-error";
 pub(super) const CONFIG_UNREADABLE: &str = "config-unreadable";
 pub(super) const CONFIG_ERROR: &str = "config-error";
@@ -50,7 +57,17 @@ pub fn lint_error(err: &ConfigError) -> Finding {
         at,
         title,
         explanation: explanation.to_string(),
+        serve_only: serve_only(code),
     }
+}
+
+/// Whether findings with `code` are limits of `vigil serve` rather than
+/// mistakes nginx rejects or traps it falls into.
+pub(super) fn serve_only(code: &str) -> bool {
+    matches!(
+        code,
+        UNSUPPORTED_DIRECTIVE | UNSUPPORTED_VARIABLE | NO_SERVER_BLOCK | IGNORED_DIRECTIVE
+    )
 }
 
 /// Where the error is: `file:line:col`, a TOML field path, or the file.
@@ -116,18 +133,42 @@ const SLOW_START_HASH: &str = "`slow_start` ramps a readmitted server's weight u
 
 const CHECK_TIMEOUT: &str = "A probe must finish before the next one is due: the checker \
     starts one probe per interval, so with timeout >= interval a slow peer could have two \
-    probes in flight and rise/fall would count overlapping results. Set timeout well below interval (field notes \
-    001 show `check interval=1000 rise=2 fall=5 timeout=10000`, a 10 s timeout on a 1 s \
-    interval, which is this mistake); remember that tengine's bare numbers are \
-    milliseconds: `interval=3000 timeout=1000` is 3 s and 1 s.";
+    probes in flight and rise/fall would count overlapping results. Set timeout well below \
+    interval (for example `check interval=3000 rise=2 fall=5 timeout=1000`, the example of \
+    tengine's ngx_http_upstream_check_module documentation); remember that tengine's bare \
+    numbers are milliseconds: `interval=3000 timeout=1000` is 3 s and 1 s, and \
+    `interval=1000 timeout=10000` is a 10 s timeout on a 1 s interval.";
 
-const UNSUPPORTED: &str = "vigil reads an nginx.conf whole and refuses a directive or \
-    parameter that would change behaviour but that it does not implement, rather than \
-    silently ignoring it and behaving differently from nginx (directives with no meaning \
-    for a proxy, such as worker_processes or the temp paths, are accepted and listed as \
-    ignored instead). If the name is a typo, nginx -t would reject it as an unknown \
-    directive too. Otherwise remove the directive, or keep the part of the configuration \
+const UNSUPPORTED: &str = "vigil serve refuses a directive or parameter that would \
+    change behaviour but that it does not implement, rather than silently ignoring it and \
+    behaving differently from nginx (directives with no meaning for a proxy, such as \
+    worker_processes or the temp paths, are accepted and listed as ignored instead). This \
+    is vigil serve's limit, not a mistake in the file: if the configuration keeps running \
+    on nginx, nothing needs to change, and `vigil check` can watch its upstreams beside \
+    nginx. If the name is a typo, `nginx -t` rejects it as an unknown directive too. To \
+    serve the file with vigil, remove the directive or keep the part of the configuration \
     that needs it on nginx.";
+
+/// The explanation of `unsupported-variable` (used by `vigil lint`).
+pub const UNSUPPORTED_VARIABLE_TEXT: &str = "vigil serve compiles the values of \
+    proxy_set_header, add_header and the hash key when it starts, and refuses a variable \
+    it does not implement rather than sending an empty or wrong value (nginx documents its \
+    variables at https://nginx.org/en/docs/varindex.html; vigil implements the common \
+    request and upstream ones, listed in docs/configuration.md). A header name that is not \
+    a valid HTTP token is refused the same way. This is vigil serve's limit, not a mistake \
+    in the file when nginx knows the variable: keep the file on nginx, or remove or \
+    replace the value before serving it with vigil.";
+
+pub(super) const IGNORED: &str = "vigil serve accepts directives that only configure \
+    nginx's own process or features that do not change what a proxy sends (workers, pid, \
+    temp paths, buffer sizes, MIME types, TLS session settings) and reports each of them. \
+    They do not change how vigil routes, retries or checks; under nginx they keep their \
+    meaning (see https://nginx.org/en/docs/dirindex.html).";
+
+pub(super) const NO_SERVER: &str = "vigil serve needs at least one server block to listen \
+    on and refuses to start without one. A file that holds only upstream blocks is what \
+    `vigil check` reads beside nginx (the upstreams of the nginx it watches); for that use \
+    nothing needs to change.";
 
 const SYNTAX: &str = "The file does not follow nginx.conf's grammar (vigil's parser is a \
     port of nginx's own and uses its messages, so nginx -t rejects the file the same way). \

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use super::{finding, t, Positioned, Severity};
-use crate::config::{Config, Location, UpstreamConfig};
+use super::{finding, t, Cx, Positioned, Severity};
+use crate::config::{Location, UpstreamConfig};
 
 pub(super) const EJECT_SLOW_FEW_PEERS: &str = "eject-slow-few-peers";
 pub(super) const EJECT_SLOW_TWO_PEERS: &str = "eject-slow-two-peers";
@@ -15,9 +15,9 @@ pub(super) const EJECT_STUCK_LONG_POLL: &str = "eject-stuck-long-poll";
 /// A read timeout above this suggests headers held back on purpose.
 const LONG_POLL: Duration = Duration::from_secs(60);
 
-pub(super) fn lint(config: &Config, up: &UpstreamConfig, out: &mut Vec<Positioned>) {
+pub(super) fn lint(cx: &Cx<'_>, up: &UpstreamConfig, out: &mut Vec<Positioned>) {
     slow(up, out);
-    stuck(config, up, out);
+    stuck(cx, up, out);
 }
 
 fn live_primaries(up: &UpstreamConfig) -> usize {
@@ -67,7 +67,8 @@ fn slow(up: &UpstreamConfig, out: &mut Vec<Positioned>) {
 }
 
 /// `eject-stuck-never`, `eject-stuck-long-poll`.
-fn stuck(config: &Config, up: &UpstreamConfig, out: &mut Vec<Positioned>) {
+fn stuck(cx: &Cx<'_>, up: &UpstreamConfig, out: &mut Vec<Positioned>) {
+    let config = cx.config;
     let Some(rule) = &up.rules.eject_stuck else {
         return;
     };
@@ -100,7 +101,7 @@ fn stuck(config: &Config, up: &UpstreamConfig, out: &mut Vec<Positioned>) {
             out.push(finding(
                 EJECT_STUCK_NEVER,
                 Severity::Warning,
-                at,
+                &cx.at_upstream_param(up, "eject_stuck", "min", at),
                 format!(
                     "upstream {}: eject_stuck min={} is not below proxy_connect_timeout + proxy_read_timeout ({}): an attempt times out before it can be stuck",
                     up.name,

@@ -4,7 +4,7 @@
 //! `passive_recovery probe` without `check`, `slow_start` with a hash);
 //! these are the ones that load but do not do what they seem to.
 
-use super::{finding, t, Positioned, Severity};
+use super::{finding, t, Cx, Positioned, Severity};
 use crate::config::{Config, UpstreamConfig};
 use crate::outcome::FailureClass;
 
@@ -14,14 +14,15 @@ pub(super) const MAX_EJECTED_ALL: &str = "max-ejected-all";
 pub(super) const MAX_EJECTED_WITH_BACKUP: &str = "max-ejected-with-backup";
 pub(super) const LAST_TRY_NOTHING_LISTED: &str = "last-try-nothing-listed";
 
-pub(super) fn lint(config: &Config, up: &UpstreamConfig, out: &mut Vec<Positioned>) {
-    penalty(up, out);
+pub(super) fn lint(cx: &Cx<'_>, up: &UpstreamConfig, out: &mut Vec<Positioned>) {
+    let config = cx.config;
+    penalty(cx, up, out);
     max_ejected(up, out);
     last_try(config, up, out);
 }
 
 /// `passive-penalty-max-below-base`: the cap is below the first exclusion.
-fn penalty(up: &UpstreamConfig, out: &mut Vec<Positioned>) {
+fn penalty(cx: &Cx<'_>, up: &UpstreamConfig, out: &mut Vec<Positioned>) {
     let Some(p) = &up.rules.penalty else {
         return;
     };
@@ -31,7 +32,7 @@ fn penalty(up: &UpstreamConfig, out: &mut Vec<Positioned>) {
     out.push(finding(
         PENALTY_MAX_BELOW_BASE,
         Severity::Warning,
-        &up.rules.origins.penalty,
+        &cx.at_upstream_param(up, "passive_penalty", "max", &up.rules.origins.penalty),
         format!(
             "upstream {}: passive_penalty max={} is below base={}: every exclusion lasts {} and never grows",
             up.name,

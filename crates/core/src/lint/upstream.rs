@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{finding, t, times, Positioned, Severity};
+use super::{finding, t, times, Cx, Positioned, Severity};
 use crate::config::{InitialState, UpstreamConfig};
 
 pub(super) const MAX_FAILS_SINGLE_SERVER: &str = "max-fails-single-server";
@@ -17,19 +17,19 @@ const DEFAULT_FAIL_TIMEOUT: Duration = Duration::from_secs(10);
 /// From this long (`interval × rise`) on, starting peers down is reported.
 const DEFAULT_DOWN_LIMIT: Duration = Duration::from_secs(10);
 
-pub(super) fn lint(up: &UpstreamConfig, out: &mut Vec<Positioned>) {
-    single_server(up, out);
+pub(super) fn lint(cx: &Cx<'_>, up: &UpstreamConfig, out: &mut Vec<Positioned>) {
+    single_server(cx, up, out);
     keepalive(up, out);
-    default_down(up, out);
-    all_down(up, out);
+    default_down(cx, up, out);
+    all_down(cx, up, out);
 }
 
 /// `max-fails-single-server`: parameters nginx ignores on a single server.
-fn single_server(up: &UpstreamConfig, out: &mut Vec<Positioned>) {
+fn single_server(cx: &Cx<'_>, up: &UpstreamConfig, out: &mut Vec<Positioned>) {
     if !up.is_single() {
         return;
     }
-    let Some(s) = up.primaries().next() else {
+    let Some((index, s)) = up.servers.iter().enumerate().find(|(_, s)| !s.backup) else {
         return;
     };
     // max_fails=0 says "never exclude", which is what happens anyway.
@@ -51,11 +51,22 @@ fn single_server(up: &UpstreamConfig, out: &mut Vec<Positioned>) {
         params.push(format!("slow_start={}", t(ss)));
     }
     let verb = if params.len() == 1 { "is" } else { "are" };
+    // The first parameter written, else the server line.
+    let at = cx.server_line(up, index).map_or_else(
+        || s.origin.clone(),
+        |line| {
+            params
+                .iter()
+                .filter_map(|p| p.split_once('=').and_then(|(k, _)| line.param(k)))
+                .next()
+                .map_or_else(|| line.origin(), |a| crate::config::nginx::origin(&a.span))
+        },
+    );
     let params = params.join(" ");
     out.push(finding(
         MAX_FAILS_SINGLE_SERVER,
         Severity::Warning,
-        &s.origin,
+        &at,
         format!(
             "upstream {} has a single server: {params} on {} {verb} ignored, it is never taken out",
             up.name, s.address
@@ -65,10 +76,11 @@ fn single_server(up: &UpstreamConfig, out: &mut Vec<Positioned>) {
              (peers->single) and never considers that server unavailable: the nginx docs say \
              \"If there is only a single server in a group, max_fails, fail_timeout and \
              slow_start parameters are ignored, and such a server will never be considered \
-             unavailable\", and a failed request is not retried either. So `{params}` does \
-             nothing here: when {addr} hangs, every request waits the full \
-             proxy_connect_timeout or proxy_read_timeout before it fails (field notes 001, \
-             \"only one node\": every request waits for the timeout). Add a second server or a \
+             unavailable\" (https://nginx.org/en/docs/http/ngx_http_upstream_module.html#server), \
+             and a failed request is not retried either \
+             (ngx_http_upstream_free_round_robin_peer() returns at once for a single peer). So \
+             `{params}` does nothing here: when {addr} hangs, every request waits the full \
+             proxy_connect_timeout or proxy_read_timeout before it fails. Add a second server or a \
              `backup` for the parameters to take effect, give the upstream an active `check` \
              so that a dead server is known without client requests, or shorten the timeouts; \
              otherwise remove the parameters so the file says what happens. vigil cannot tell \
@@ -110,7 +122,7 @@ fn keepalive(up: &UpstreamConfig, out: &mut Vec<Positioned>) {
 }
 
 /// `default-down-long-interval`: peers that start down wait `interval × rise`.
-fn default_down(up: &UpstreamConfig, out: &mut Vec<Positioned>) {
+fn default_down(cx: &Cx<'_>, up: &UpstreamConfig, out: &mut Vec<Positioned>) {
     let Some(c) = &up.check else {
         return;
     };
@@ -121,10 +133,13 @@ fn default_down(up: &UpstreamConfig, out: &mut Vec<Positioned>) {
     if wait < DEFAULT_DOWN_LIMIT {
         return;
     }
+    let at = cx
+        .upstream_directive(up, "check")
+        .map_or_else(|| c.origin.clone(), |d| d.origin_of_param("interval"));
     out.push(finding(
         DEFAULT_DOWN_LONG_INTERVAL,
         Severity::Warning,
-        &c.origin,
+        &at,
         format!(
             "upstream {}: check starts peers down, so a new peer gets no traffic for up to rise {} × interval {} = {}",
             up.name,
@@ -148,7 +163,7 @@ fn default_down(up: &UpstreamConfig, out: &mut Vec<Positioned>) {
 }
 
 /// `all-servers-down`: nothing left to pick.
-fn all_down(up: &UpstreamConfig, out: &mut Vec<Positioned>) {
+fn all_down(cx: &Cx<'_>, up: &UpstreamConfig, out: &mut Vec<Positioned>) {
     if up.servers.is_empty() || up.servers.iter().any(|s| !s.down) {
         return;
     }
@@ -158,14 +173,19 @@ fn all_down(up: &UpstreamConfig, out: &mut Vec<Positioned>) {
     } else {
         "every server, backups included, is marked down".to_string()
     };
+    // The `down` of the first server.
+    let at = cx
+        .server_line(up, 0)
+        .map_or_else(|| up.origin.clone(), |l| l.origin_of_word("down"));
     out.push(finding(
         ALL_SERVERS_DOWN,
         Severity::Error,
-        &up.origin,
+        &at,
         format!("upstream {}: {what}: every request gets 502", up.name),
         "nginx never picks a server marked `down`; when no server is left the request fails \
-         at once with 502 \"no live upstreams\" (nginx 1.11.5 removed the old last-resort \
-         reset of failed peers, and `down` servers were never part of it). Remove `down` from \
+         at once with 502 \"no live upstreams\" (ngx_http_upstream_get_peer() skips every \
+         peer->down; nginx 1.11.5 removed the old last-resort reset of failed peers, and \
+         `down` servers were never part of it). Remove `down` from \
          at least one server, or add a `backup` server that is not down."
             .to_string(),
     ));

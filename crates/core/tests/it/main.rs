@@ -2,6 +2,7 @@
 
 mod conf_files;
 mod conformance;
+mod corpus;
 mod golden_balancers;
 mod health_rules;
 mod latency_rules;

@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 
+use super::sources::Placements;
 use super::syntax::Directive;
 use super::upstream::upstream_block;
 use super::{args, bad, block, number, on_off, one, origin, time, unknown, unsupported, Context};
@@ -25,6 +26,8 @@ struct Level {
     client: ClientSettings,
     own_set_headers: bool,
     own_add_headers: bool,
+    /// Where the settings in force were written.
+    placed: Placements,
 }
 
 pub(super) fn http_block(cx: &mut Context<'_>, body: &[&Directive]) -> Result<(), ConfigError> {
@@ -33,36 +36,59 @@ pub(super) fn http_block(cx: &mut Context<'_>, body: &[&Directive]) -> Result<()
     for d in body {
         match d.name.as_str() {
             "upstream" => {
-                let up = upstream_block(cx, d)?;
+                let Some(up) = upstream_block(cx, d)? else {
+                    continue;
+                };
                 if cx.config.upstreams.iter().any(|u| u.name == up.name) {
-                    return Err(ConfigError::invalid(
+                    cx.refuse(ConfigError::invalid(
                         &d.span,
                         format!("duplicate upstream \"{}\"", up.name),
-                    ));
+                    ))?;
+                    continue;
                 }
                 cx.config.upstreams.push(up);
             }
             "server" => servers.push(*d),
-            _ => {
-                if !level.directive(cx, d)? && !level.client_directive(d)? && !ignorable(cx, d) {
-                    return Err(unknown(d, "http"));
-                }
-            }
+            _ => level_directive(cx, &mut level, d, "http")?,
         }
     }
     // Servers after upstreams: proxy_pass may name an upstream defined later.
     for d in servers {
-        let s = server_block(cx, d, &level)?;
-        cx.config.servers.push(s);
+        let r = server_block(cx, d, &level);
+        if let Some((s, placed)) = cx.keep(r)? {
+            cx.config.servers.push(s);
+            cx.sources.add_server_block(placed);
+        }
     }
     Ok(())
+}
+
+/// An http- or server-level directive that is not a block: applied to
+/// `level`, ignored, or refused.
+fn level_directive(
+    cx: &mut Context<'_>,
+    level: &mut Level,
+    d: &Directive,
+    context: &str,
+) -> Result<(), ConfigError> {
+    let r = level.directive(cx, d).and_then(|done| {
+        if done {
+            return Ok(true);
+        }
+        level.client_directive(d)
+    });
+    match cx.keep(r)? {
+        Some(true) | None => Ok(()),
+        Some(false) if ignorable(cx, d) => Ok(()),
+        Some(false) => cx.refuse(unknown(d, context)),
+    }
 }
 
 fn server_block(
     cx: &mut Context<'_>,
     d: &Directive,
     parent: &Level,
-) -> Result<ServerBlock, ConfigError> {
+) -> Result<(ServerBlock, Vec<Placements>), ConfigError> {
     let body = block(d)?;
     let mut level = parent.child();
     let mut listen: Vec<Listen> = Vec::new();
@@ -71,30 +97,32 @@ fn server_block(
     for d in body {
         match d.name.as_str() {
             "listen" => {
-                let (l, options) = listen_directive(cx, d)?;
-                seen_listen(cx, d, &listen, &l, options)?;
-                listen.push(l);
-            }
-            "server_name" => server_names.extend(args(d, 1, 64)?.iter().map(|a| a.value.clone())),
-            "location" => locations.push(d),
-            "if" | "rewrite" | "return" | "try_files" | "root" | "alias" | "index"
-            | "error_page" | "set" => {
-                return Err(unsupported(
-                    d,
-                    "vigil routes to upstreams only (no rewriting, static files or scripting)",
-                ))
-            }
-            "ssl_certificate" | "ssl_certificate_key" => {
-                return Err(unsupported(
-                    d,
-                    "TLS listeners are not implemented yet; terminate TLS in front of vigil",
-                ))
-            }
-            _ => {
-                if !level.directive(cx, d)? && !level.client_directive(d)? && !ignorable(cx, d) {
-                    return Err(unknown(d, "server"));
+                let r = listen_directive(cx, d);
+                let Some((l, options)) = cx.keep(r)? else {
+                    continue;
+                };
+                let r = seen_listen(cx, d, &listen, &l, options);
+                if cx.keep(r)?.is_some() {
+                    listen.push(l);
                 }
             }
+            "server_name" => {
+                let r = args(d, 1, 64);
+                if let Some(a) = cx.keep(r)? {
+                    server_names.extend(a.iter().map(|a| a.value.clone()));
+                }
+            }
+            "location" => locations.push(d),
+            "if" | "rewrite" | "return" | "try_files" | "root" | "alias" | "index"
+            | "error_page" | "set" => cx.refuse(unsupported(
+                d,
+                "vigil routes to upstreams only (no rewriting, static files or scripting)",
+            ))?,
+            "ssl_certificate" | "ssl_certificate_key" => cx.refuse(unsupported(
+                d,
+                "TLS listeners are not implemented yet; terminate TLS in front of vigil",
+            ))?,
+            _ => level_directive(cx, &mut level, d, "server")?,
         }
     }
     if listen.is_empty() {
@@ -107,36 +135,56 @@ fn server_block(
         });
     }
     let mut out: Vec<Location> = Vec::new();
+    let mut placed = Vec::new();
     for l in locations {
-        let loc = location_block(cx, l, &level)?;
-        validate::duplicate_location(&out, &loc).map_err(|m| ConfigError::invalid(&l.span, m))?;
-        out.push(loc);
+        let r = location_block(cx, l, &level);
+        let Some(found) = cx.keep(r)? else {
+            continue;
+        };
+        for (loc, p, at) in found {
+            let dup = validate::duplicate_location(&out, &loc)
+                .map_err(|m| ConfigError::invalid(&at.span, m));
+            if cx.keep(dup)?.is_some() {
+                out.push(loc);
+                placed.push(p);
+            }
+        }
     }
-    Ok(ServerBlock {
-        listen,
-        server_names,
-        client: level.client,
-        locations: out,
-        origin: origin(&d.span),
-    })
+    Ok((
+        ServerBlock {
+            listen,
+            server_names,
+            client: level.client,
+            locations: out,
+            origin: origin(&d.span),
+        },
+        placed,
+    ))
 }
 
-fn location_block(
+/// A location and, in lenient mode, the locations nested in it (which
+/// strict mode refuses), each with the directives in force and its
+/// `location` directive.
+type Found<'d> = Vec<(Location, Placements, &'d Directive)>;
+
+fn location_block<'d>(
     cx: &mut Context<'_>,
-    d: &Directive,
+    d: &'d Directive,
     parent: &Level,
-) -> Result<Location, ConfigError> {
+) -> Result<Found<'d>, ConfigError> {
     let body = block(d)?;
     let (matcher, path) = match d.args.as_slice() {
-        [p] => (LocationMatch::Prefix, p),
+        [p] => (LocationMatch::Prefix, p.value.clone()),
         [m, p] => match m.value.as_str() {
-            "=" => (LocationMatch::Exact, p),
-            "^~" => (LocationMatch::PrefixNoRegex, p),
+            "=" => (LocationMatch::Exact, p.value.clone()),
+            "^~" => (LocationMatch::PrefixNoRegex, p.value.clone()),
             "~" | "~*" => {
-                return Err(ConfigError::invalid(
+                cx.refuse(ConfigError::invalid(
                     &m.span,
                     "regular-expression locations are not supported by vigil; use prefix or \"=\" locations",
-                ))
+                ))?;
+                // Lenient: kept under its written text, for its traps.
+                (LocationMatch::Prefix, format!("{} {}", m.value, p.value))
             }
             _ => return Err(bad(m, d, "\"=\", \"^~\" or a path")),
         },
@@ -147,45 +195,67 @@ fn location_block(
             ))
         }
     };
-    if path.value.starts_with('@') {
-        return Err(ConfigError::invalid(
-            &path.span,
+    if path.starts_with('@') {
+        cx.refuse(ConfigError::invalid(
+            &d.args[d.args.len() - 1].span,
             "named locations are not supported by vigil",
-        ));
+        ))?;
     }
     let mut level = parent.child();
     let mut pass = None;
+    let mut nested = Vec::new();
     for d in body {
         match d.name.as_str() {
-            "proxy_pass" => pass = Some(proxy_pass(cx, d)?),
-            "location" => return Err(unsupported(d, "nested locations are not implemented")),
+            "proxy_pass" => {
+                let r = proxy_pass(cx, d);
+                if let Some(p) = cx.keep(r)? {
+                    pass = Some(p);
+                    level.placed.set(d);
+                }
+            }
+            "location" => {
+                cx.refuse(unsupported(d, "nested locations are not implemented"))?;
+                nested.push(d);
+            }
             "if" | "rewrite" | "return" | "try_files" | "root" | "alias" | "index"
-            | "error_page" | "set" => {
-                return Err(unsupported(
-                    d,
-                    "vigil routes to upstreams only (no rewriting, static files or scripting)",
-                ))
-            }
-            _ if Level::is_client_directive(&d.name) => {
-                return Err(ConfigError::invalid(
-                    &d.span,
-                    format!("\"{}\" directive is not allowed here", d.name),
-                ))
-            }
+            | "error_page" | "set" => cx.refuse(unsupported(
+                d,
+                "vigil routes to upstreams only (no rewriting, static files or scripting)",
+            ))?,
+            _ if Level::is_client_directive(&d.name) => cx.refuse(ConfigError::invalid(
+                &d.span,
+                format!("\"{}\" directive is not allowed here", d.name),
+            ))?,
             _ => {
-                if !level.directive(cx, d)? && !ignorable(cx, d) {
-                    return Err(unknown(d, "location"));
+                let r = level.directive(cx, d);
+                if cx.keep(r)? == Some(false) && !ignorable(cx, d) {
+                    cx.refuse(unknown(d, "location"))?;
                 }
             }
         }
     }
     level.proxy.pass = pass;
-    Ok(Location {
-        matcher,
-        path: path.value.clone(),
-        proxy: level.proxy,
-        origin: origin(&d.span),
-    })
+    let mut found = vec![(
+        Location {
+            matcher,
+            path,
+            proxy: level.proxy.clone(),
+            origin: origin(&d.span),
+        },
+        level.placed.clone(),
+        d,
+    )];
+    // Lenient only (strict refused them above): nested locations inherit
+    // from this one, as nginx merges them.
+    level.placed.clear("proxy_pass");
+    level.proxy.pass = None;
+    for n in nested {
+        let r = location_block(cx, n, &level);
+        if let Some(more) = cx.keep(r)? {
+            found.extend(more);
+        }
+    }
+    Ok(found)
 }
 
 /// `proxy_pass http://NAME[/uri]`: an upstream block, or an implicit
@@ -212,6 +282,14 @@ fn proxy_pass(cx: &mut Context<'_>, d: &Directive) -> Result<ProxyPass, ConfigEr
     };
     if host.is_empty() {
         return Err(bad(a, d, "a host or upstream name"));
+    }
+    if cx.refused_upstreams.iter().any(|u| u == host) {
+        // Lenient: an upstream block that was refused, not a host.
+        return Ok(ProxyPass {
+            tls,
+            upstream: host.to_string(),
+            uri,
+        });
     }
     let name = if cx.config.upstreams.iter().any(|u| u.name == host) {
         host.to_string()
@@ -270,8 +348,11 @@ fn listen_directive(cx: &mut Context<'_>, d: &Directive) -> Result<(Listen, bool
             "http2" => {}
             "deferred" | "bind" | "fastopen" => options = true,
             v if v.starts_with("backlog=") => {
-                l.backlog = Some(v[8..].parse().map_err(|_| bad(p, d, "backlog=N"))?);
-                options = true;
+                let r = v[8..].parse().map_err(|_| bad(p, d, "backlog=N"));
+                if let Some(n) = cx.keep(r)? {
+                    l.backlog = Some(n);
+                    options = true;
+                }
             }
             v if v.starts_with("rcvbuf=")
                 || v.starts_with("sndbuf=")
@@ -280,16 +361,15 @@ fn listen_directive(cx: &mut Context<'_>, d: &Directive) -> Result<(Listen, bool
             {
                 options = true
             }
-            "ssl" | "quic" | "proxy_protocol" => {
-                return Err(ConfigError::invalid(
-                    &p.span,
-                    format!(
-                        "listen parameter \"{}\" is not supported by vigil yet",
-                        p.value
-                    ),
-                ))
-            }
-            _ => return Err(bad(p, d, "default_server, reuseport, backlog=N")),
+            // Lenient: the listen is kept without the parameter.
+            "ssl" | "quic" | "proxy_protocol" => cx.refuse(ConfigError::invalid(
+                &p.span,
+                format!(
+                    "listen parameter \"{}\" is not supported by vigil yet",
+                    p.value
+                ),
+            ))?,
+            _ => cx.refuse(bad(p, d, "default_server, reuseport, backlog=N"))?,
         }
     }
     Ok((l, options))
@@ -359,11 +439,14 @@ impl Level {
             client,
             own_set_headers: false,
             own_add_headers: false,
+            placed: Placements::default(),
         }
     }
 
     fn child(&self) -> Self {
-        Self::new(self.proxy.clone(), self.client.clone())
+        let mut c = Self::new(self.proxy.clone(), self.client.clone());
+        c.placed = self.placed.clone();
+        c
     }
 
     /// The http/server-level directives of the header phase.
@@ -400,6 +483,7 @@ impl Level {
             "merge_slashes" => c.merge_slashes = on_off(d)?,
             _ => return Ok(false),
         }
+        self.placed.set(d);
         Ok(true)
     }
 
@@ -444,6 +528,7 @@ impl Level {
                 let a = args(d, 2, 2)?;
                 if !self.own_set_headers {
                     p.set_headers.clear();
+                    self.placed.clear(&d.name);
                     self.own_set_headers = true;
                 }
                 p.set_headers.push(SetHeader {
@@ -460,6 +545,7 @@ impl Level {
                 };
                 if !self.own_add_headers {
                     p.add_headers.clear();
+                    self.placed.clear(&d.name);
                     self.own_add_headers = true;
                 }
                 p.add_headers.push(AddHeader {
@@ -505,6 +591,10 @@ impl Level {
                 }
             }
             _ => return Ok(false),
+        }
+        match d.name.as_str() {
+            "proxy_set_header" | "add_header" => self.placed.push(d),
+            _ => self.placed.set(d),
         }
         Ok(true)
     }

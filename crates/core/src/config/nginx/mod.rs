@@ -5,8 +5,19 @@
 //! `events {}`, temp paths, ...) are accepted and reported once as
 //! ignored. A directive that would change behaviour and that vigil does
 //! not implement is an error, never silently dropped.
+//!
+//! Two modes share one code path ([`Mode`]). Every place that refuses a
+//! directive (or one of its parameters) hands the error to
+//! `Context::refuse`: in [`Mode::Strict`] (`vigil serve`, `vigil check`,
+//! `vigil convert`) that returns it, so the first refusal stops the load
+//! exactly where it always did; in [`Mode::Lenient`] (`vigil lint`) it is
+//! recorded in [`Loaded::refusals`], the directive (or parameter, or
+//! block) is skipped, and the rest of the file is still read into the
+//! model. So the first lenient refusal is always the strict error, and a
+//! file with no refusals gives the same model in both modes.
 
 mod http;
+mod sources;
 pub mod syntax;
 mod upstream;
 
@@ -16,13 +27,37 @@ use std::path::Path;
 use super::{Config, ConfigError, Origin, Resolver};
 use syntax::{Arg, Directive, Span};
 
+pub use sources::{Placed, Placements, Sources};
+
+/// How refusals are handled (see the module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// The first refusal is the error of the load (`vigil serve`).
+    Strict,
+    /// Every refusal is recorded and skipped; the rest is still modelled
+    /// (`vigil lint`).
+    Lenient,
+}
+
 /// A loaded nginx.conf.
 #[derive(Debug)]
 pub struct Loaded {
-    /// The model.
+    /// The model. After a lenient load with refusals it is the model of
+    /// what was understood: refused directives are left out (their
+    /// settings keep the inherited values), a refused `listen` parameter
+    /// is dropped from its listen, and blocks vigil cannot route (regex
+    /// and named locations, nested locations) are kept as prefix
+    /// locations whose path is their written text (`~ \.php$`), so that
+    /// their traps are still found. Fit for lint, not for serving.
     pub config: Config,
     /// Directives accepted without effect: name and first place seen.
     pub ignored: Vec<(String, String)>,
+    /// Every place of a directive accepted without effect, in file order.
+    pub ignored_at: Vec<(String, Span)>,
+    /// What `vigil serve` refuses, in file order (empty after a strict load).
+    pub refusals: Vec<ConfigError>,
+    /// Where the settings of the model were written.
+    pub sources: Sources,
 }
 
 /// Read an nginx.conf file (includes resolve against its directory, as
@@ -30,6 +65,13 @@ pub struct Loaded {
 pub fn load_file(path: &Path, resolve: Resolver<'_>) -> Result<Loaded, ConfigError> {
     let directives = syntax::parse_file(path)?;
     build(&directives, resolve)
+}
+
+/// [`load_file`] in [`Mode::Lenient`]: an error only when the file cannot
+/// be read or parsed; every refusal is in [`Loaded::refusals`].
+pub fn lenient_file(path: &Path, resolve: Resolver<'_>) -> Result<Loaded, ConfigError> {
+    let directives = syntax::parse_file(path)?;
+    build_with(&directives, resolve, Mode::Lenient)
 }
 
 /// Read nginx.conf text said to come from `file`; includes resolve against `prefix`.
@@ -51,17 +93,44 @@ pub fn load_str_with(
     resolve: Resolver<'_>,
     includes: syntax::Includes<'_>,
 ) -> Result<Loaded, ConfigError> {
-    let directives = syntax::parse_str_with(src, file, prefix, includes)?;
-    build(&directives, resolve)
+    load_str_mode(src, file, prefix, resolve, includes, Mode::Strict)
 }
 
-/// Build the model from parsed directives.
+/// [`load_str_with`] in either mode.
+pub fn load_str_mode(
+    src: &str,
+    file: &Path,
+    prefix: &Path,
+    resolve: Resolver<'_>,
+    includes: syntax::Includes<'_>,
+    mode: Mode,
+) -> Result<Loaded, ConfigError> {
+    let directives = syntax::parse_str_with(src, file, prefix, includes)?;
+    build_with(&directives, resolve, mode)
+}
+
+/// Build the model from parsed directives ([`Mode::Strict`]).
 pub fn build(directives: &[Directive], resolve: Resolver<'_>) -> Result<Loaded, ConfigError> {
+    build_with(directives, resolve, Mode::Strict)
+}
+
+/// Build the model from parsed directives; in [`Mode::Lenient`] this
+/// never fails.
+pub fn build_with(
+    directives: &[Directive],
+    resolve: Resolver<'_>,
+    mode: Mode,
+) -> Result<Loaded, ConfigError> {
     let mut cx = Context {
         resolve,
+        mode,
+        refusals: Vec::new(),
         ignored: BTreeMap::new(),
+        ignored_at: Vec::new(),
         config: Config::default(),
         listens: Default::default(),
+        sources: Sources::default(),
+        refused_upstreams: Vec::new(),
     };
     // `upstream` and `server` blocks may also stand at the top level of a
     // file that holds only them (the checker's SRC file, a conf.d snippet).
@@ -69,7 +138,17 @@ pub fn build(directives: &[Directive], resolve: Resolver<'_>) -> Result<Loaded, 
     let mut loose = Vec::new();
     for d in directives {
         match d.name.as_str() {
-            "http" => http_blocks.push(block(d)?),
+            "http" => match block(d) {
+                Ok(b) if http_blocks.is_empty() => http_blocks.push(b),
+                Ok(_) => {
+                    // nginx: `"http" directive is duplicate` at the second one.
+                    cx.refuse(ConfigError::invalid(
+                        &d.span,
+                        "\"http\" directive is duplicate",
+                    ))?;
+                }
+                Err(e) => cx.refuse(e)?,
+            },
             "upstream" | "server" => loose.push(d.clone()),
             "events"
             | "worker_processes"
@@ -90,16 +169,10 @@ pub fn build(directives: &[Directive], resolve: Resolver<'_>) -> Result<Loaded, 
             | "working_directory"
             | "worker_rlimit_core" => cx.ignore(d),
             "stream" | "mail" | "load_module" => {
-                return Err(unsupported(d, "vigil proxies HTTP only"));
+                cx.refuse(unsupported(d, "vigil proxies HTTP only"))?;
             }
-            _ => return Err(unknown(d, "main")),
+            _ => cx.refuse(unknown(d, "main"))?,
         }
-    }
-    if http_blocks.len() > 1 {
-        return Err(ConfigError::invalid(
-            &directives[1].span,
-            "\"http\" directive is duplicate",
-        ));
     }
     let mut all: Vec<&Directive> = loose.iter().collect();
     if let Some(b) = http_blocks.first() {
@@ -114,15 +187,26 @@ pub fn build(directives: &[Directive], resolve: Resolver<'_>) -> Result<Loaded, 
     Ok(Loaded {
         config: cx.config,
         ignored,
+        ignored_at: cx.ignored_at,
+        refusals: cx.refusals,
+        sources: cx.sources,
     })
 }
 
 pub(crate) struct Context<'r> {
     pub(crate) resolve: Resolver<'r>,
+    pub(crate) mode: Mode,
+    /// Lenient mode: every refusal so far.
+    pub(crate) refusals: Vec<ConfigError>,
     pub(crate) ignored: BTreeMap<String, Span>,
+    pub(crate) ignored_at: Vec<(String, Span)>,
     pub(crate) config: Config,
     /// Every address listened on so far, for nginx's cross-server checks.
     pub(crate) listens: super::validate::ListenBook,
+    pub(crate) sources: Sources,
+    /// Lenient mode: upstream blocks that were refused as a whole, so that
+    /// `proxy_pass` to them is not taken for a host name.
+    pub(crate) refused_upstreams: Vec<String>,
 }
 
 impl Context<'_> {
@@ -130,6 +214,27 @@ impl Context<'_> {
         self.ignored
             .entry(d.name.clone())
             .or_insert_with(|| d.span.clone());
+        self.ignored_at.push((d.name.clone(), d.span.clone()));
+    }
+
+    /// A refusal: the error itself in strict mode, recorded (and the
+    /// caller skips what was refused) in lenient mode.
+    pub(crate) fn refuse(&mut self, e: ConfigError) -> Result<(), ConfigError> {
+        match self.mode {
+            Mode::Strict => Err(e),
+            Mode::Lenient => {
+                self.refusals.push(e);
+                Ok(())
+            }
+        }
+    }
+
+    /// `r`'s value, or None after refusing its error.
+    pub(crate) fn keep<T>(&mut self, r: Result<T, ConfigError>) -> Result<Option<T>, ConfigError> {
+        match r {
+            Ok(v) => Ok(Some(v)),
+            Err(e) => self.refuse(e).map(|()| None),
+        }
     }
 }
 

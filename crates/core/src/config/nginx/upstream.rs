@@ -8,6 +8,7 @@ mod traffic;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use super::sources::{Placed, Placements};
 use super::syntax::{Arg, Directive};
 use super::{args, bad, no_block, number, one, origin, time, unknown, unsupported, Context};
 use crate::config::addr;
@@ -17,24 +18,29 @@ use crate::config::{
     StatusClass, UpstreamConfig,
 };
 
+/// An `upstream` block; None when lenient mode refused it as a whole.
 pub(super) fn upstream_block(
     cx: &mut Context<'_>,
     d: &Directive,
-) -> Result<UpstreamConfig, ConfigError> {
-    let name = &d
-        .args
-        .first()
-        .filter(|_| d.args.len() == 1)
-        .ok_or_else(|| {
-            ConfigError::invalid(
-                &d.span,
-                "invalid number of arguments in \"upstream\" directive",
-            )
-        })?
-        .value;
-    let body = super::block(d)?;
+) -> Result<Option<UpstreamConfig>, ConfigError> {
+    let name = d.args.first().filter(|_| d.args.len() == 1).ok_or_else(|| {
+        ConfigError::invalid(
+            &d.span,
+            "invalid number of arguments in \"upstream\" directive",
+        )
+    });
+    let Some(name) = cx.keep(name)? else {
+        return Ok(None);
+    };
+    let name = &name.value;
+    let Some(body) = cx.keep(super::block(d))? else {
+        cx.refused_upstreams.push(name.clone());
+        return Ok(None);
+    };
     let mut up = UpstreamConfig::new(name.clone());
     up.origin = origin(&d.span);
+    let mut placed_servers = Vec::new();
+    let mut placed = Placements::default();
     let mut balancer_at: Option<&Directive> = None;
     let mut keepalive_timeout = Duration::from_secs(60);
     let mut keepalive_requests = 1000;
@@ -43,67 +49,31 @@ pub(super) fn upstream_block(
     let mut http_expect: Option<Vec<StatusClass>> = None;
     let mut rules_seen = Vec::new();
     let mut traffic_seen = Vec::new();
+    let mut servers_refused = false;
     for d in body {
-        match d.name.as_str() {
-            "server" => up.servers.push(server(cx, d)?),
-            "least_conn" | "ip_hash" | "hash" | "random" => {
-                if let Some(prev) = balancer_at {
-                    return Err(ConfigError::invalid(
-                        &d.span,
-                        format!(
-                            "load balancing method redefined (first \"{}\" at {})",
-                            prev.name, prev.span
-                        ),
-                    ));
-                }
-                balancer_at = Some(d);
-                up.balancer = balancer(d)?;
+        let r = upstream_directive(
+            cx,
+            d,
+            &mut up,
+            &mut balancer_at,
+            &mut keepalive_timeout,
+            &mut keepalive_requests,
+            &mut check,
+            &mut http_send,
+            &mut http_expect,
+            &mut rules_seen,
+            &mut traffic_seen,
+        );
+        let kept = cx.keep(r)?.is_some();
+        if !kept && d.name == "server" {
+            servers_refused = true;
+        }
+        if kept {
+            if d.name == "server" {
+                placed_servers.push(Placed::of(d));
+            } else {
+                placed.set(d);
             }
-            "keepalive" => {
-                let a = one(d)?;
-                let n = number(d, a)?;
-                let idle = NonZeroU32::new(n)
-                    .ok_or_else(|| bad(a, d, "a positive number of idle connections"))?;
-                up.keepalive = Some(Keepalive {
-                    idle,
-                    timeout: Duration::ZERO,
-                    requests: 0,
-                    origin: origin(&d.span),
-                });
-            }
-            "keepalive_timeout" => keepalive_timeout = time(d, one(d)?)?,
-            "keepalive_requests" => keepalive_requests = number(d, one(d)?)?,
-            "keepalive_time" => cx.ignore(d),
-            "zone" => up.zone = Some(args(d, 1, 2)?[0].value.clone()),
-            name if traffic::DIRECTIVES.contains(&name) => {
-                traffic::directive(&mut up.rules, &mut traffic_seen, d)?
-            }
-            "check" => check = Some(check_directive(d)?),
-            "check_http_send" => http_send = Some(one(d)?.value.clone()),
-            "check_http_expect_alive" => {
-                let list = args(d, 1, 16)?
-                    .iter()
-                    .map(|a| {
-                        StatusClass::parse(&a.value)
-                            .ok_or_else(|| bad(a, d, "http_1xx .. http_5xx or a status"))
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                http_expect = Some(list);
-            }
-            "check_keepalive_requests" => {
-                let a = one(d)?;
-                if number(d, a)? > 1 {
-                    return Err(unsupported(d, "vigil opens one connection per probe"));
-                }
-            }
-            "check_shm_size" => cx.ignore(d),
-            name if rules::DIRECTIVES.contains(&name) => {
-                rules::directive(&mut up.rules, &mut rules_seen, d)?
-            }
-            "sticky" | "ntlm" | "least_time" | "queue" | "resolver" | "state" => {
-                return Err(unsupported(d, "not implemented by vigil"));
-            }
-            _ => return Err(unknown(d, "upstream")),
         }
     }
     if let Some(k) = &mut up.keepalive {
@@ -111,10 +81,15 @@ pub(super) fn upstream_block(
         k.requests = keepalive_requests;
     }
     if up.servers.is_empty() {
-        return Err(ConfigError::invalid(
-            &d.span,
-            format!("no servers are inside upstream \"{}\"", up.name),
-        ));
+        // Lenient: when its server lines were refused, that was the news.
+        if !servers_refused {
+            cx.refuse(ConfigError::invalid(
+                &d.span,
+                format!("no servers are inside upstream \"{}\"", up.name),
+            ))?;
+        }
+        cx.refused_upstreams.push(up.name);
+        return Ok(None);
     }
     if let Some(c) = &mut check {
         if let Some(s) = http_send {
@@ -124,13 +99,13 @@ pub(super) fn upstream_block(
             c.http.expect = e;
         }
     } else if http_send.is_some() || http_expect.is_some() {
-        return Err(ConfigError::invalid(
+        cx.refuse(ConfigError::invalid(
             &d.span,
             format!(
                 "upstream \"{}\" has check_http_* directives but no \"check\"",
                 up.name
             ),
-        ));
+        ))?;
     }
     up.check = check;
     if let Some(p) = up.rules.preset {
@@ -141,20 +116,100 @@ pub(super) fn upstream_block(
                 .any(|(n, _)| n == name)
         });
     }
-    rules::check(&up)?;
+    cx.keep(rules::check(&up))?;
     if !matches!(up.balancer, Balancer::RoundRobin | Balancer::LeastConn) {
         if let Some(s) = up.servers.iter().find(|s| s.backup) {
-            return Err(ConfigError::invalid(
+            cx.refuse(ConfigError::invalid(
                 s.origin.clone(),
                 format!(
                     "\"backup\" cannot be used with \"{}\" in upstream \"{}\" (nginx rejects this: hash, ip_hash and random have no backup tier)",
                     balancer_at.map_or("", |d| d.name.as_str()),
                     up.name
                 ),
-            ));
+            ))?;
         }
     }
-    Ok(up)
+    cx.sources.add_upstream(&up.name, placed_servers, placed);
+    Ok(Some(up))
+}
+
+/// One directive of an `upstream` block.
+#[allow(clippy::too_many_arguments)]
+fn upstream_directive<'d>(
+    cx: &mut Context<'_>,
+    d: &'d Directive,
+    up: &mut UpstreamConfig,
+    balancer_at: &mut Option<&'d Directive>,
+    keepalive_timeout: &mut Duration,
+    keepalive_requests: &mut u32,
+    check: &mut Option<CheckConfig>,
+    http_send: &mut Option<String>,
+    http_expect: &mut Option<Vec<StatusClass>>,
+    rules_seen: &mut Vec<(String, String)>,
+    traffic_seen: &mut Vec<(String, String)>,
+) -> Result<(), ConfigError> {
+    match d.name.as_str() {
+        "server" => up.servers.push(server(cx, d)?),
+        "least_conn" | "ip_hash" | "hash" | "random" => {
+            if let Some(prev) = balancer_at {
+                return Err(ConfigError::invalid(
+                    &d.span,
+                    format!(
+                        "load balancing method redefined (first \"{}\" at {})",
+                        prev.name, prev.span
+                    ),
+                ));
+            }
+            up.balancer = balancer(d)?;
+            *balancer_at = Some(d);
+        }
+        "keepalive" => {
+            let a = one(d)?;
+            let n = number(d, a)?;
+            let idle = NonZeroU32::new(n)
+                .ok_or_else(|| bad(a, d, "a positive number of idle connections"))?;
+            up.keepalive = Some(Keepalive {
+                idle,
+                timeout: Duration::ZERO,
+                requests: 0,
+                origin: origin(&d.span),
+            });
+        }
+        "keepalive_timeout" => *keepalive_timeout = time(d, one(d)?)?,
+        "keepalive_requests" => *keepalive_requests = number(d, one(d)?)?,
+        "keepalive_time" => cx.ignore(d),
+        "zone" => up.zone = Some(args(d, 1, 2)?[0].value.clone()),
+        name if traffic::DIRECTIVES.contains(&name) => {
+            traffic::directive(&mut up.rules, traffic_seen, d)?
+        }
+        "check" => *check = Some(check_directive(d)?),
+        "check_http_send" => *http_send = Some(one(d)?.value.clone()),
+        "check_http_expect_alive" => {
+            let list = args(d, 1, 16)?
+                .iter()
+                .map(|a| {
+                    StatusClass::parse(&a.value)
+                        .ok_or_else(|| bad(a, d, "http_1xx .. http_5xx or a status"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            *http_expect = Some(list);
+        }
+        "check_keepalive_requests" => {
+            let a = one(d)?;
+            if number(d, a)? > 1 {
+                return Err(unsupported(d, "vigil opens one connection per probe"));
+            }
+        }
+        "check_shm_size" => cx.ignore(d),
+        name if rules::DIRECTIVES.contains(&name) => {
+            rules::directive(&mut up.rules, rules_seen, d)?
+        }
+        "sticky" | "ntlm" | "least_time" | "queue" | "resolver" | "state" => {
+            return Err(unsupported(d, "not implemented by vigil"));
+        }
+        _ => return Err(unknown(d, "upstream")),
+    }
+    Ok(())
 }
 
 fn balancer(d: &Directive) -> Result<Balancer, ConfigError> {
@@ -191,7 +246,7 @@ fn balancer(d: &Directive) -> Result<Balancer, ConfigError> {
     })
 }
 
-fn server(cx: &Context<'_>, d: &Directive) -> Result<ServerConfig, ConfigError> {
+fn server(cx: &mut Context<'_>, d: &Directive) -> Result<ServerConfig, ConfigError> {
     no_block(d)?;
     let Some((addr_arg, params)) = d.args.split_first() else {
         return Err(ConfigError::invalid(
@@ -203,34 +258,41 @@ fn server(cx: &Context<'_>, d: &Directive) -> Result<ServerConfig, ConfigError> 
     let mut s = ServerConfig::new(addr_arg.value.clone(), addr);
     s.origin = origin(&d.span);
     for p in params {
-        let (key, value) = p.value.split_once('=').unwrap_or((p.value.as_str(), ""));
-        match key {
-            "weight" => {
-                let n = number(d, &value_arg(p, value))?;
-                s.weight = NonZeroU32::new(n).ok_or_else(|| bad(p, d, "weight=N with N >= 1"))?;
-            }
-            "max_fails" => s.max_fails = number(d, &value_arg(p, value))?,
-            "max_conns" => s.max_conns = number(d, &value_arg(p, value))?,
-            "fail_timeout" => s.fail_timeout = time(d, &value_arg(p, value))?,
-            "slow_start" => s.slow_start = Some(time(d, &value_arg(p, value))?),
-            "backup" if value.is_empty() => s.backup = true,
-            "down" if value.is_empty() => s.down = true,
-            "resolve" | "service" | "route" | "drain" => {
-                return Err(ConfigError::invalid(
-                    &p.span,
-                    format!("server parameter \"{key}\" is not supported by vigil"),
-                ))
-            }
-            _ => {
-                return Err(bad(
-                    p,
-                    d,
-                    "weight=, max_fails=, fail_timeout=, max_conns=, slow_start=, backup or down",
-                ))
-            }
-        }
+        // Lenient: a refused parameter is left out, the server kept.
+        let r = server_param(&mut s, d, p);
+        cx.keep(r)?;
     }
     Ok(s)
+}
+
+fn server_param(s: &mut ServerConfig, d: &Directive, p: &Arg) -> Result<(), ConfigError> {
+    let (key, value) = p.value.split_once('=').unwrap_or((p.value.as_str(), ""));
+    match key {
+        "weight" => {
+            let n = number(d, &value_arg(p, value))?;
+            s.weight = NonZeroU32::new(n).ok_or_else(|| bad(p, d, "weight=N with N >= 1"))?;
+        }
+        "max_fails" => s.max_fails = number(d, &value_arg(p, value))?,
+        "max_conns" => s.max_conns = number(d, &value_arg(p, value))?,
+        "fail_timeout" => s.fail_timeout = time(d, &value_arg(p, value))?,
+        "slow_start" => s.slow_start = Some(time(d, &value_arg(p, value))?),
+        "backup" if value.is_empty() => s.backup = true,
+        "down" if value.is_empty() => s.down = true,
+        "resolve" | "service" | "route" | "drain" => {
+            return Err(ConfigError::invalid(
+                &p.span,
+                format!("server parameter \"{key}\" is not supported by vigil"),
+            ))
+        }
+        _ => {
+            return Err(bad(
+                p,
+                d,
+                "weight=, max_fails=, fail_timeout=, max_conns=, slow_start=, backup or down",
+            ))
+        }
+    }
+    Ok(())
 }
 
 fn value_arg(p: &Arg, value: &str) -> Arg {
