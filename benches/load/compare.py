@@ -11,7 +11,8 @@ with paired ratios against nginx from the same round.
     python3 benches/load/compare.py [--rounds 3] [--duration 10] [--pin split|none]
         [--targets nginx,vigil:1,vigil:2] [--base nginx]
 
-A target `vigil+preset:N` is vigil with `health_preset recommended;` and a
+`vigil:N@NAME` runs the binary $VIGIL_BIN_NAME instead (two builds side by
+side). A target `vigil+preset:N` is vigil with `health_preset recommended;` and a
 500 ms http check in the upstream (the cost of vigil's health plane);
 `--base vigil:2` gives its ratios against plain vigil instead of nginx.
 
@@ -176,8 +177,11 @@ def start_proxy(target, d, pin):
     if target == "nginx":
         cmd = taskset(0, pin) + [nginx_bin(), "-p", d + "/", "-e", d + "/proxy.err", "-c", conf]
     else:
-        threads = target.split(":")[1]
-        cmd = taskset(0, pin) + [VIGIL, "serve", "--nginx-conf", conf, "--threads", threads]
+        # `vigil:2@NAME` runs the binary named by $VIGIL_BIN_NAME (an A/B of builds).
+        spec, _, alt = target.partition("@")
+        threads = spec.split(":")[1]
+        binary = os.environ["VIGIL_BIN_" + alt] if alt else VIGIL
+        cmd = taskset(0, pin) + [binary, "serve", "--nginx-conf", conf, "--threads", threads]
     env = dict(os.environ, VIGIL_LOG="error")
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(os.path.join(d, target.replace(":", "_") + ".log"), "ab"),
                          start_new_session=True, env=env)
