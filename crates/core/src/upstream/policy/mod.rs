@@ -130,6 +130,9 @@ pub(crate) struct Gate<'a> {
     kept: Option<Box<Tried>>,
     /// Some server of the tier has `slow_start` (else weights are static).
     ramps: bool,
+    /// `eject_slow` or `eject_stuck` is on: the balancers' shortcut must
+    /// test them too (off, in nginx mode, it tests nginx's rules alone).
+    gray: bool,
     /// `eject_stuck` (not for a single server): the waiting attempts.
     latency: Option<&'a Latency>,
 }
@@ -191,6 +194,7 @@ impl<'a> Gate<'a> {
             now,
             kept,
             ramps,
+            gray: rules.eject_slow.is_some() || rules.eject_stuck.is_some(),
             latency: None,
         }
     }
@@ -325,16 +329,24 @@ impl<'a> Gate<'a> {
         let clear = !peer.config().down
             && peer.admin() == AdminState::Up
             && peer.health().allows_traffic()
-            && !over_max_fails(peer, s)
+            && !failed_out(peer, s)
             && !peer.is_full()
-            && self
-                .latency
-                .is_none_or(|l| l.stuck(peer.id().0 as usize, self.now).is_none());
+            && (!self.gray || self.clear_of_gray_rules(peer, s));
         if clear {
             debug_assert!(self.walk(peer, i, s), "a rule in force the shortcut missed");
             return true;
         }
         self.walk(peer, i, s)
+    }
+
+    /// Neither slow-ejected nor stuck (kept out of the shortcut's line so
+    /// that nginx mode pays one test per peer for both rules).
+    #[inline(never)]
+    fn clear_of_gray_rules(&self, peer: &Peer, s: &Slot) -> bool {
+        !s.slow
+            && self
+                .latency
+                .is_none_or(|l| l.stuck(peer.id().0 as usize, self.now).is_none())
     }
 
     fn walk(&self, peer: &Peer, i: usize, s: &Slot) -> bool {
