@@ -12,12 +12,9 @@ use crate::config::{ConfigError, HealthRules, Penalty, Recovery, UpstreamConfig}
 /// The rule directives, as named in nginx.conf.
 pub(super) const DIRECTIVES: [&str; 7] = HealthRules::DIRECTIVES;
 
-/// Read one rule directive into `rules`; a directive given twice is an error.
-pub(super) fn directive(
-    rules: &mut HealthRules,
-    seen: &mut Vec<(String, String)>,
-    d: &Directive,
-) -> Result<(), ConfigError> {
+/// `d` is given for the first time in its block (`seen`: the directives so
+/// far, with their places); a second time is an error naming the first.
+pub(super) fn once(seen: &mut Vec<(String, String)>, d: &Directive) -> Result<(), ConfigError> {
     if let Some((_, at)) = seen.iter().find(|(n, _)| *n == d.name) {
         return Err(ConfigError::invalid(
             &d.span,
@@ -25,6 +22,16 @@ pub(super) fn directive(
         ));
     }
     seen.push((d.name.clone(), d.span.to_string()));
+    Ok(())
+}
+
+/// Read one rule directive into `rules`; a directive given twice is an error.
+pub(super) fn directive(
+    rules: &mut HealthRules,
+    seen: &mut Vec<(String, String)>,
+    d: &Directive,
+) -> Result<(), ConfigError> {
+    once(seen, d)?;
     match d.name.as_str() {
         "eject_stuck" | "eject_slow" | "health_preset" => super::ejection::directive(rules, d)?,
         "passive_count" => {

@@ -18,13 +18,7 @@ pub(super) fn directive(
     seen: &mut Vec<(String, String)>,
     d: &Directive,
 ) -> Result<(), ConfigError> {
-    if let Some((_, at)) = seen.iter().find(|(n, _)| *n == d.name) {
-        return Err(ConfigError::invalid(
-            &d.span,
-            format!("\"{}\" directive is duplicate (first at {at})", d.name),
-        ));
-    }
-    seen.push((d.name.clone(), d.span.to_string()));
+    super::rules::once(seen, d)?;
     let invalid = |a: &super::super::syntax::Arg, m: String| {
         ConfigError::invalid(&a.span, format!("\"{}\": {m}", d.name))
     };
