@@ -373,3 +373,57 @@ fn vigil_reload_reloads_and_a_failed_one_names_the_line_and_shows_in_status() {
         "{text}"
     );
 }
+
+/// Connect as soon as `addr` accepts, then send one request on that very
+/// connection: what a client arriving at the first moment gets.
+fn first_answer(addr: SocketAddr) -> String {
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut s = loop {
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
+            Ok(s) => break s,
+            Err(_) => {
+                assert!(Instant::now() < until, "{addr} never accepted");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    };
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .expect("send");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+#[test]
+fn with_a_check_starting_down_the_first_request_after_start_is_served() {
+    // tengine's default: down until `rise` passes; interval 10s so that
+    // without the start round the first answer would be a 502.
+    let a = backend("A");
+    let listen = free_port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("nginx.conf");
+    std::fs::write(
+        &path,
+        format!(
+            "events {{}} http {{ upstream u {{ server {a}; \
+             check interval=10000 rise=2 fall=2 timeout=1000 type=http; \
+             check_http_send \"GET / HTTP/1.0\\r\\n\\r\\n\"; }} \
+             server {{ listen {listen}; location / {{ proxy_pass http://u; }} }} }}\n"
+        ),
+    )
+    .expect("write");
+    let serving = Serving::start("", &path, "info");
+    let got = first_answer(listen);
+    assert!(
+        got.starts_with("HTTP/1.1 200") && got.ends_with("\r\n\r\nA"),
+        "{got}\n{}",
+        serving.log()
+    );
+    wait_for("the start round's log line", || {
+        serving
+            .log()
+            .contains("first probe round done before accepting traffic")
+    });
+}
