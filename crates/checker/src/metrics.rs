@@ -123,7 +123,7 @@ impl Metrics {
             out,
             "vigil_probe_results_total",
             "counter",
-            "Probe results by target, check type, result and failing phase.",
+            "Probe results by probed peer address, check type, result and failing phase.",
         );
         for (label, s) in &sums {
             let _ = writeln!(
@@ -215,7 +215,7 @@ impl TargetStats {
     fn new(key: &TargetKey) -> Self {
         Self {
             label: format!(
-                "target=\"{}\",type=\"{}\"",
+                "peer=\"{}\",type=\"{}\"",
                 escape(&key.addr.to_string()),
                 key.kind_name()
             ),

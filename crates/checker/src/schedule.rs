@@ -46,6 +46,11 @@ pub struct CheckerOptions {
     pub log_transitions: bool,
     /// TLS settings of `https` probes.
     pub tls: TlsPolicy,
+    /// Probe every target of the first registry at once, up to `rise`
+    /// times back to back while it passes (once for a peer that does not
+    /// start down), before the regular schedule: see
+    /// [`Checker::start_round`] (default off; `vigil serve` turns it on).
+    pub start_round: bool,
 }
 
 /// What an [`Checker::update`] did.
@@ -70,6 +75,11 @@ pub struct Checker {
     seed: Option<u64>,
     /// Whether the loops hear of exclusions (the event bus is subscribed once).
     subscribed: std::sync::OnceLock<()>,
+    /// With [`CheckerOptions::start_round`]: loops still in their start
+    /// round send here when done (or drop their end when cancelled).
+    start_round: Mutex<Option<tokio::sync::mpsc::Receiver<()>>>,
+    /// The senders' side, until the first registry's loops are spawned.
+    start_round_tx: Mutex<Option<tokio::sync::mpsc::Sender<()>>>,
 }
 
 /// What the loops share.
@@ -104,6 +114,7 @@ impl Default for CheckerOptions {
             seed: None,
             log_transitions: true,
             tls: TlsPolicy::default(),
+            start_round: false,
         }
     }
 }
@@ -147,8 +158,22 @@ impl Checker {
             dedup: options.dedup,
             seed: options.seed,
             subscribed: std::sync::OnceLock::new(),
+            start_round: Mutex::new(None),
+            start_round_tx: Mutex::new(None),
         };
+        if options.start_round {
+            let (tx, rx) = tokio::sync::mpsc::channel(1);
+            if let (Ok(mut t), Ok(mut r)) =
+                (checker.start_round_tx.lock(), checker.start_round.lock())
+            {
+                (*t, *r) = (Some(tx), Some(rx));
+            }
+        }
         checker.update(registry)?;
+        // Loops of later registries (reloads) keep the regular schedule.
+        if let Ok(mut tx) = checker.start_round_tx.lock() {
+            *tx = None;
+        }
         Ok(checker)
     }
 
@@ -207,6 +232,11 @@ impl Checker {
             let cancel = self.root.child_token();
             let stats = self.shared.metrics.target(&p.key);
             let rng = self.rng(&p.key);
+            let start_round = self
+                .start_round_tx
+                .lock()
+                .ok()
+                .and_then(|tx| tx.as_ref().cloned());
             tokio::spawn(probe_loop(
                 self.shared.clone(),
                 p.target,
@@ -214,6 +244,7 @@ impl Checker {
                 stats,
                 cancel.clone(),
                 rng,
+                start_round,
             ));
             loops.insert(p.key, Loop { members, cancel });
             summary.started += 1;
@@ -253,6 +284,23 @@ impl Checker {
     /// Distinct targets being probed.
     pub fn targets(&self) -> usize {
         self.state.lock().map_or(0, |s| s.loops.len())
+    }
+
+    /// Wait, at most `within`, until every target of the first registry has
+    /// had its start round ([`CheckerOptions::start_round`]): a peer whose
+    /// check passed `rise` times in a row is up when this returns. Returns
+    /// whether every round finished in time (a later call, or a checker
+    /// without the option, returns `true` at once).
+    pub async fn start_round(&self, within: Duration) -> bool {
+        let rx = self.start_round.lock().ok().and_then(|mut g| g.take());
+        let Some(mut rx) = rx else {
+            return true;
+        };
+        // Every sender is a loop's; the channel closes when the last one
+        // is done (sent, or cancelled).
+        tokio::time::timeout(within, async { while rx.recv().await.is_some() {} })
+            .await
+            .is_ok()
     }
 
     /// Stop every probe loop.
@@ -297,9 +345,39 @@ async fn probe_loop(
     stats: Arc<TargetStats>,
     cancel: CancellationToken,
     mut rng: StdRng,
+    start_round: Option<tokio::sync::mpsc::Sender<()>>,
 ) {
+    if let Some(done) = start_round {
+        // Up to `rise` probes back to back (those a peer that starts down
+        // needs to come up), stopping at the first failure.
+        let rounds = members
+            .load()
+            .iter()
+            .filter_map(|m| m.upstream.peers().get(m.peer.0 as usize))
+            .filter_map(|p| p.health().policy())
+            .map(|p| {
+                if p.initial == vigil_core::config::InitialState::Down {
+                    p.rise.max(1)
+                } else {
+                    1
+                }
+            })
+            .max()
+            .unwrap_or(1);
+        for _ in 0..rounds {
+            let Some((ok, _, _)) = probe_once(&shared, &target, &members, &stats, &cancel).await
+            else {
+                return;
+            };
+            if !ok {
+                break;
+            }
+        }
+        // The receiver may be gone (nobody waits): nothing to tell.
+        let _ = done.try_send(());
+    }
     // tengine fires the first probe at a random point of the first
-    // interval; so does vigil.
+    // interval; so does vigil (after the start round, if any).
     let mut next = Instant::now() + below(&mut rng, target.interval);
     // Core time of the last probe's start: a recovery probe is wanted only
     // for an exclusion that ends after it (else the interval rules).
@@ -313,40 +391,55 @@ async fn probe_loop(
             _ = shared.exclusions.notified() => continue,
             _ = tokio::time::sleep_until(wake) => {}
         }
-        let permit = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => return,
-            p = shared.permits.clone().acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => return,
-            },
+        let Some((_, started, at)) = probe_once(&shared, &target, &members, &stats, &cancel).await
+        else {
+            return;
         };
-        let started = Instant::now();
-        last = shared.clock.now();
-        let result = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => return,
-            r = shared.prober.probe(&target) => r,
-        };
-        drop(permit);
-        let latency = started.elapsed();
-        let (ok, phase, detail) = match result {
-            Ok(d) => (true, None, d),
-            Err(f) => (false, Some(f.phase()), f.detail().to_string()),
-        };
-        stats.record(phase, latency);
-        let report = ProbeReport {
-            ok,
-            phase,
-            latency,
-            detail,
-            at: shared.clock.now(),
-        };
-        for m in members.load().iter() {
-            record(&shared, m, report.clone());
-        }
+        last = at;
         next = (started + target.interval + up_to(&mut rng, target.jitter)).max(Instant::now());
     }
+}
+
+/// One probe of `target` (waiting for a permit first), recorded into every
+/// member: whether it passed, and when it started on tokio's and core's
+/// clocks. `None` when cancelled.
+async fn probe_once(
+    shared: &Shared,
+    target: &Target,
+    members: &ArcSwap<Vec<Member>>,
+    stats: &TargetStats,
+    cancel: &CancellationToken,
+) -> Option<(bool, Instant, vigil_core::Timestamp)> {
+    let permit = tokio::select! {
+        biased;
+        _ = cancel.cancelled() => return None,
+        p = shared.permits.clone().acquire_owned() => p.ok()?,
+    };
+    let started = Instant::now();
+    let at = shared.clock.now();
+    let result = tokio::select! {
+        biased;
+        _ = cancel.cancelled() => return None,
+        r = shared.prober.probe(target) => r,
+    };
+    drop(permit);
+    let latency = started.elapsed();
+    let (ok, phase, detail) = match result {
+        Ok(d) => (true, None, d),
+        Err(f) => (false, Some(f.phase()), f.detail().to_string()),
+    };
+    stats.record(phase, latency);
+    let report = ProbeReport {
+        ok,
+        phase,
+        latency,
+        detail,
+        at: shared.clock.now(),
+    };
+    for m in members.load().iter() {
+        record(shared, m, report.clone());
+    }
+    Some((ok, started, at))
 }
 
 /// When the earliest recovery probe of `members` is due (`passive_recovery

@@ -50,7 +50,16 @@ pub(crate) async fn call(
 
 /// GET that must succeed; an API error becomes an error naming it.
 pub(crate) async fn get(addr: SocketAddr, path: &str) -> anyhow::Result<serde_json::Value> {
-    let (status, v) = call(addr, Method::GET, path, None).await?;
+    get_with(addr, path, None).await
+}
+
+/// [`get`] with the bearer token, if any.
+pub(crate) async fn get_with(
+    addr: SocketAddr,
+    path: &str,
+    token: Option<&str>,
+) -> anyhow::Result<serde_json::Value> {
+    let (status, v) = call(addr, Method::GET, path, token).await?;
     if !status.is_success() {
         anyhow::bail!("{status}: {}", v["error"].as_str().unwrap_or("error"));
     }

@@ -45,6 +45,8 @@ enum Command {
     Events(cmd::events::Args),
     /// Set a peer down, up or draining.
     Peer(cmd::peer::Args),
+    /// Ask a running `vigil serve` or `vigil check` to reload its configuration (as SIGHUP).
+    Reload(cmd::reload::Args),
     /// Run the embedded demo: three misbehaving backends behind vigil, with the admin API.
     Demo(cmd::demo::Args),
 }
@@ -60,6 +62,7 @@ fn main() -> ExitCode {
         Command::Explain(a) => cmd::explain::run(a),
         Command::Events(a) => cmd::events::run(a),
         Command::Peer(a) => cmd::peer::run(a),
+        Command::Reload(a) => cmd::reload::run(a),
         Command::Demo(a) => cmd::demo::run(a),
     };
     match result {

@@ -53,6 +53,43 @@ fn log_event(e: &Event) {
     }
 }
 
+/// Wait for the checker's start round, at most the longest `timeout` of
+/// the checks; log how many checked peers it brought up.
+async fn start_round(checker: &vigil_checker::Checker, registry: &vigil_core::registry::Registry) {
+    let bound = registry
+        .upstreams()
+        .iter()
+        .filter_map(|u| u.config().check.as_ref())
+        .map(|c| c.timeout)
+        .max();
+    let Some(bound) = bound else {
+        return;
+    };
+    let done = checker.start_round(bound).await;
+    let checked: Vec<bool> = registry
+        .upstreams()
+        .iter()
+        .filter(|u| u.config().check.is_some())
+        .flat_map(|u| u.peers())
+        .map(|p| p.health().allows_traffic())
+        .collect();
+    let up = checked.iter().filter(|u| **u).count();
+    if done {
+        tracing::info!(
+            up,
+            checked = checked.len(),
+            "first probe round done before accepting traffic"
+        );
+    } else {
+        tracing::warn!(
+            up,
+            checked = checked.len(),
+            waited_ms = u64::try_from(bound.as_millis()).unwrap_or(u64::MAX),
+            "first probe round not done within the longest check timeout; accepting traffic, the probes go on"
+        );
+    }
+}
+
 /// Start everything on the current (control) runtime.
 pub(crate) async fn start(config: Config, opts: Options) -> anyhow::Result<Stack> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
@@ -72,9 +109,14 @@ pub(crate) async fn start(config: Config, opts: Options) -> anyhow::Result<Stack
         vigil_checker::CheckerOptions {
             log_transitions: false,
             tls: vigil_checker::TlsPolicy::from_config(&generation.config),
+            start_round: true,
             ..vigil_checker::CheckerOptions::default()
         },
     )?);
+    // No 502 window at start: the first probe round (up to `rise` probes
+    // back to back while they pass) runs before the listeners open, for at
+    // most the longest check timeout (docs/checker.md).
+    start_round(&checker, &generation.registry).await;
     let metrics = Arc::new(ProxyMetrics::new());
     // Export requests are spawned on this (control) runtime.
     let telemetry = Telemetry::start(&generation.config.telemetry, metrics.clone())

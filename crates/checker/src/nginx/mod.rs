@@ -71,6 +71,43 @@ pub struct CheckOnly {
     cancel: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
     status_addr: Option<SocketAddr>,
+    /// One source reload at a time (SIGHUP and the admin API).
+    reload_lock: Arc<Mutex<()>>,
+}
+
+/// Re-reads the upstreams source: see [`CheckOnly::source_reloader`].
+#[derive(Clone)]
+pub struct SourceReloader {
+    options: CheckOnlyOptions,
+    checker: Arc<Checker>,
+    snapshot: Arc<ArcSwap<Snapshot>>,
+    wake: Arc<Notify>,
+    events: Arc<EventBus>,
+    clock: Arc<dyn Clock>,
+    lock: Arc<Mutex<()>>,
+}
+
+// === impl SourceReloader ===
+
+impl SourceReloader {
+    /// Re-read the source: unchanged peers keep their state and probe
+    /// loops. Returns the new generation; on an error nothing changed.
+    pub fn reload(&self) -> Result<(u64, UpdateSummary), SyncError> {
+        // A poisoned lock guards nothing but the order of reloads.
+        let _one = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let old = self.snapshot.load_full();
+        let snap = load(
+            &self.options,
+            Some(&old.registry),
+            &self.events,
+            &self.clock,
+        )?;
+        let registry = snap.registry.clone();
+        let summary = self.checker.update(registry.clone())?;
+        self.snapshot.store(Arc::new(snap));
+        self.wake.notify_one();
+        Ok((registry.generation(), summary))
+    }
 }
 
 /// Render every file as in the source, test, keep it if it passes (no
@@ -269,24 +306,28 @@ impl CheckOnly {
             cancel,
             tasks,
             status_addr,
+            reload_lock: Arc::default(),
         })
     }
 
     /// Re-read the source (SIGHUP): unchanged peers keep their state and
     /// probe loops, new servers render as written until probed.
     pub async fn reload_source(&self) -> Result<UpdateSummary, SyncError> {
-        let old = self.snapshot.load_full();
-        let snap = load(
-            &self.options,
-            Some(&old.registry),
-            &self.events,
-            &self.clock,
-        )?;
-        let registry = snap.registry.clone();
-        let summary = self.checker.update(registry)?;
-        self.snapshot.store(Arc::new(snap));
-        self.wake.notify_one();
-        Ok(summary)
+        self.source_reloader().reload().map(|(_, s)| s)
+    }
+
+    /// A handle that re-reads the source as [`CheckOnly::reload_source`]
+    /// does, from anywhere (the admin API's `POST /api/reload`).
+    pub fn source_reloader(&self) -> SourceReloader {
+        SourceReloader {
+            options: self.options.clone(),
+            checker: self.checker.clone(),
+            snapshot: self.snapshot.clone(),
+            wake: self.wake.clone(),
+            events: self.events.clone(),
+            clock: self.clock.clone(),
+            lock: self.reload_lock.clone(),
+        }
     }
 
     /// What fills in [`NginxView`] in the admin API's views.

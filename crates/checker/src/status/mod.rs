@@ -156,7 +156,7 @@ impl StatusPage {
             for peer in up.peers() {
                 let view = peer.health().view();
                 let labels = format!(
-                    "upstream=\"{}\",server=\"{}\"",
+                    "upstream=\"{}\",peer=\"{}\"",
                     escape(up.name()),
                     escape(peer.name())
                 );

@@ -634,3 +634,29 @@ async fn down_to_nginx_a_failing_server_reaches_new_workers_at_once() {
     drop(backends);
     s.vigil.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_source_reloader_gives_the_new_generation_or_the_error_at_its_line() {
+    let s = setup("weight=1").await;
+    let reloader = s.vigil.source_reloader();
+    assert_eq!(s.vigil.checker().registry().generation(), 1);
+    write_src(&s.src, &s.ports, "weight=2", "");
+    let (generation, summary) = reloader.reload().expect("a good source reloads");
+    assert_eq!(generation, 2);
+    assert_eq!(summary.kept, s.ports.len());
+    assert_eq!(s.vigil.checker().registry().generation(), 2);
+    // A bad source: the error names the file and line; nothing changes.
+    std::fs::write(
+        &s.src,
+        "upstream app {\n    server 127.0.0.1:1 weight=0;\n}\n",
+    )
+    .expect("test step");
+    let err = reloader
+        .reload()
+        .expect_err("weight=0 is refused")
+        .to_string();
+    let at = format!("{}:2:", s.src.display());
+    assert!(err.contains(&at) && err.contains("weight"), "{err}");
+    assert_eq!(s.vigil.checker().registry().generation(), 2);
+    s.vigil.shutdown().await;
+}

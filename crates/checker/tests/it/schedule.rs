@@ -420,3 +420,64 @@ async fn a_recovery_probe_runs_when_the_exclusion_ends_not_at_the_next_interval(
         "the passing probe readmitted it"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_start_round_probes_up_to_rise_times_back_to_back_and_stops_at_a_failure() {
+    let (r, _e, clock) = registry(
+        "upstream u { server 127.0.0.1:9001; server 127.0.0.1:9002; check interval=30000 rise=3 fall=2 timeout=500; }
+         upstream v { server 127.0.0.1:9003; check interval=30000 rise=2 fall=2 timeout=500 default_down=false; }",
+    );
+    let p = Scripted::new(true, Duration::from_millis(10));
+    p.script("127.0.0.1:9002", &[true, false]);
+    assert!(!routable(&r, "u", 0));
+    let c = start(
+        &r,
+        &clock,
+        &p,
+        CheckerOptions {
+            start_round: true,
+            ..CheckerOptions::default()
+        },
+    );
+    assert!(c.start_round(Duration::from_millis(500)).await);
+    // rise=3 passes back to back: up, long before the first interval ends.
+    assert!(routable(&r, "u", 0));
+    assert_eq!(p.starts_of("127.0.0.1:9001").len(), 3);
+    // A pass, then a failure: the round stops there and the peer stays down.
+    assert!(!routable(&r, "u", 1));
+    assert_eq!(p.starts_of("127.0.0.1:9002").len(), 2);
+    // A peer that does not start down needs one probe.
+    assert_eq!(p.starts_of("127.0.0.1:9003").len(), 1);
+    assert!(routable(&r, "v", 0));
+    // Asked again: done at once; the regular schedule follows.
+    assert!(c.start_round(Duration::ZERO).await);
+    tokio::time::sleep(Duration::from_millis(30_000)).await;
+    assert!(p.starts_of("127.0.0.1:9001").len() >= 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_start_round_is_bounded_and_off_by_default() {
+    let (r, _e, clock) = registry(
+        "upstream u { server 127.0.0.1:9001; check interval=30000 rise=2 fall=2 timeout=500; }",
+    );
+    let slow = Scripted::new(true, Duration::from_millis(2_000));
+    let c = start(
+        &r,
+        &clock,
+        &slow,
+        CheckerOptions {
+            start_round: true,
+            ..CheckerOptions::default()
+        },
+    );
+    assert!(!c.start_round(Duration::from_millis(500)).await);
+    assert!(!routable(&r, "u", 0));
+    // Without the option there is no round to wait for, and no probe yet.
+    let (r2, _e2, clock2) = registry(
+        "upstream u { server 127.0.0.1:9002; check interval=30000 rise=2 fall=2 timeout=500; }",
+    );
+    let p = Scripted::new(true, Duration::from_millis(10));
+    let c2 = start(&r2, &clock2, &p, CheckerOptions::default());
+    assert!(c2.start_round(Duration::from_millis(500)).await);
+    assert!(!routable(&r2, "u", 0));
+}

@@ -120,8 +120,8 @@ async fn metrics_are_typed_prometheus_text() {
     assert!(body.contains(
         "nginx_upstream_server_active{index=\"1\",upstream=\"backend\",name=\"192.168.0.2:80\",type=\"http\",port=\"8080\"} 0\n"
     ));
-    assert!(body.contains("vigil_peer_up{upstream=\"backend\",server=\"192.168.0.1:80\"} 1\n"));
-    assert!(body.contains("vigil_peer_probe_decided{upstream=\"db\",server=\"10.0.0.9:5432\"} 0\n"));
+    assert!(body.contains("vigil_peer_up{upstream=\"backend\",peer=\"192.168.0.1:80\"} 1\n"));
+    assert!(body.contains("vigil_peer_probe_decided{upstream=\"db\",peer=\"10.0.0.9:5432\"} 0\n"));
     // Every sample belongs to a metric declared once, with its samples together.
     let mut declared = Vec::new();
     let mut last = String::new();

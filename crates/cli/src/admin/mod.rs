@@ -75,16 +75,7 @@ pub struct Admin {
     dashboard: bool,
 }
 
-#[derive(Clone, Debug, Serialize)]
-struct ReloadResult {
-    at_unix_ms: u64,
-    ok: bool,
-    generation: Option<u64>,
-    error: Option<String>,
-    /// Set when `error` was withheld (no token given).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error_withheld: Option<String>,
-}
+type ReloadResult = api::ReloadView;
 
 #[derive(Serialize)]
 struct ConfigDoc {
@@ -314,6 +305,7 @@ impl Admin {
                     doc.upstreams.iter_mut().for_each(|u| f(u));
                 }
                 doc.nginx = self.nginx_status.as_ref().map(|f| f());
+                doc.last_reload = self.last_reload(self.authorize(req).is_ok());
                 json(StatusCode::OK, &doc)
             }
             Route::Upstream { name } => {
@@ -392,6 +384,17 @@ impl Admin {
     /// `proxy_set_header Authorization ...`, a token in a URL): its text
     /// is shown only to a caller with the token.
     fn config(&self, authorized: bool) -> Response<Full<Bytes>> {
+        json(
+            StatusCode::OK,
+            &ConfigDoc {
+                generation: (self.registry)().generation(),
+                last_reload: self.last_reload(authorized),
+            },
+        )
+    }
+
+    /// The last reload's result, its error text withheld unless `authorized`.
+    fn last_reload(&self, authorized: bool) -> Option<ReloadResult> {
         let mut last = self.last_reload.lock().ok().and_then(|g| g.clone());
         if let Some(r) = last.as_mut().filter(|r| !authorized && r.error.is_some()) {
             r.error = None;
@@ -400,13 +403,7 @@ impl Admin {
                 http_date(r.at_unix_ms)
             ));
         }
-        json(
-            StatusCode::OK,
-            &ConfigDoc {
-                generation: (self.registry)().generation(),
-                last_reload: last,
-            },
-        )
+        last
     }
 
     fn reload(&self) -> Response<Full<Bytes>> {

@@ -584,3 +584,24 @@ async fn check_mode_status_says_what_the_reload_loop_did_and_reloads_show_for_ev
         "nginx reloaded at once (a server leaves nginx): new workers in 40 ms, running api.conf"
     );
 }
+
+#[tokio::test]
+async fn status_carries_the_last_reload_with_the_error_text_only_for_the_token() {
+    let (admin, _) = setup(Some("t"));
+    let (_, v) = call(&admin, Method::GET, "/api/status", None).await;
+    assert!(v.get("last_reload").is_none(), "{v}");
+    let error = "t.conf:3:1: unexpected \"}\"";
+    admin.record_reload(&Err(error.into()));
+    let (_, v) = call(&admin, Method::GET, "/api/status", None).await;
+    assert_eq!(v["last_reload"]["ok"], false, "{v}");
+    assert!(v["last_reload"]["error"].is_null(), "{v}");
+    assert!(v["last_reload"]["error_withheld"].is_string(), "{v}");
+    let (_, v) = call(&admin, Method::GET, "/api/status", Some("t")).await;
+    assert_eq!(v["last_reload"]["error"], error, "{v}");
+    // `vigil status` reads it back.
+    let doc: vigil_core::api::StatusDoc = serde_json::from_value(v).expect("a status document");
+    assert_eq!(
+        doc.last_reload.map(|r| (r.ok, r.error)),
+        Some((false, Some(error.to_string())))
+    );
+}

@@ -149,6 +149,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             tracing::info!(%addr, "status page on /status and /metrics");
         }
         let stop_admin = tokio_util::sync::CancellationToken::new();
+        let mut serving = None;
         if !args.no_admin {
             let checker = running.checker().clone();
             let c2 = checker.clone();
@@ -165,10 +166,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             .with_annotate(move |view| annotator.annotate(view))
             .with_nginx_status(move || sync.sync_view())
             .with_dashboard(!args.no_dashboard);
+            let reloader = running.source_reloader();
+            admin.set_reload(move || source_reload(&reloader));
             let explicit = args.admin_listen.is_some();
             let addr = args.admin_listen.unwrap_or(crate::admin::DEFAULT_LISTEN);
-            match admin.listen(addr, stop_admin.clone()).await {
-                Ok(_) => {}
+            match admin.clone().listen(addr, stop_admin.clone()).await {
+                Ok(_) => serving = Some(admin),
                 Err(e @ crate::admin::AdminError::Bind { .. }) if !explicit => {
                     crate::admin::warn_default_unavailable(&e, "set --admin-listen");
                 }
@@ -176,30 +179,45 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         }
         tracing::info!(targets = running.checker().targets(), "probing");
-        signals(&running).await?;
+        signals(&running, serving.as_ref()).await?;
         stop_admin.cancel();
         running.shutdown().await;
         Ok(ExitCode::SUCCESS)
     })
 }
 
-async fn signals(running: &CheckOnly) -> anyhow::Result<()> {
+async fn signals(running: &CheckOnly, admin: Option<&crate::admin::Admin>) -> anyhow::Result<()> {
     let mut signals = crate::cmd::Signals::install()?;
+    let reloader = running.source_reloader();
     while let crate::cmd::SignalAction::Reload = signals.next().await {
-        match running.reload_source().await {
-            Ok(s) => tracing::info!(
-                kept = s.kept,
-                started = s.started,
-                stopped = s.stopped,
-                "upstreams source reloaded"
-            ),
-            Err(e) => {
-                tracing::error!(error = %e, "reload of the upstreams source failed; keeping the running one")
-            }
+        let r = source_reload(&reloader);
+        if let Some(admin) = admin {
+            admin.record_reload(&r);
         }
     }
     tracing::info!("shutting down");
     Ok(())
+}
+
+/// Re-read the upstreams source (SIGHUP, `POST /api/reload`): the new
+/// generation, or the error (with file:line:col for a bad source).
+fn source_reload(reloader: &vigil_checker::nginx::SourceReloader) -> Result<u64, String> {
+    match reloader.reload() {
+        Ok((generation, s)) => {
+            tracing::info!(
+                generation,
+                kept = s.kept,
+                started = s.started,
+                stopped = s.stopped,
+                "upstreams source reloaded"
+            );
+            Ok(generation)
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "reload of the upstreams source failed; keeping the running one");
+            Err(e.to_string())
+        }
+    }
 }
 
 fn options(args: &Args) -> anyhow::Result<CheckOnlyOptions> {

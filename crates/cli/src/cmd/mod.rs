@@ -7,6 +7,7 @@ pub(crate) mod events;
 pub(crate) mod explain;
 pub(crate) mod lint;
 pub(crate) mod peer;
+pub(crate) mod reload;
 pub(crate) mod serve;
 pub(crate) mod status;
 

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use vigil_core::api::{NginxSyncView, PeerView, StatusDoc};
+use vigil_core::api::{NginxSyncView, PeerView, ReloadView, StatusDoc};
 
 use crate::client;
 
@@ -24,6 +24,9 @@ pub(crate) struct Args {
     /// Refresh every second, in place, until Ctrl-C.
     #[arg(long)]
     watch: bool,
+    /// Bearer token of the admin API: with it, a failed reload's error text is shown.
+    #[arg(long, env = "VIGIL_ADMIN_TOKEN", hide_env_values = true)]
+    token: Option<String>,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -32,7 +35,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .build()?;
     rt.block_on(async {
         loop {
-            let v = client::get(args.admin, "/api/status").await?;
+            let v = client::get_with(args.admin, "/api/status", args.token.as_deref()).await?;
             let mut out = std::io::stdout().lock();
             if args.json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
@@ -64,6 +67,9 @@ pub(crate) fn render(doc: &StatusDoc, colour: bool) -> String {
         doc.generation,
         client::clock(doc.now_unix_ms)
     );
+    if let Some(r) = doc.last_reload.as_ref().filter(|r| !r.ok) {
+        s.push_str(&reload_failed_line(r, doc.generation, colour));
+    }
     if let Some(n) = &doc.nginx {
         s.push_str(&nginx_line(n, colour));
     }
@@ -88,22 +94,29 @@ pub(crate) fn render(doc: &StatusDoc, colour: bool) -> String {
         // `vigil check`: vigil sees no traffic (nginx routes it), so no
         // CONNS or FAILS; instead what nginx was given.
         let checker = doc.nginx.is_some() || u.peers.iter().any(|p| p.nginx.is_some());
-        if checker {
-            s.push_str(&format!(
-                "  {:<24} {:<11} {:>6} {:<34} {:<8} IN NGINX\n",
-                "PEER", "STATE", "WEIGHT", "LAST PROBE", "SINCE",
-            ));
-        } else {
-            s.push_str(&format!(
-                "  {:<24} {:<11} {:>6} {:>5} {:>7} {:<34} SINCE\n",
-                "PEER", "STATE", "WEIGHT", "CONNS", "FAILS", "LAST PROBE",
-            ));
-        }
-        for p in &u.peers {
-            s.push_str(&row(p, colour, checker));
-        }
+        s.push_str(&table(&u.peers, colour, checker));
     }
     s
+}
+
+/// The line above the tables when the last configuration reload (SIGHUP,
+/// `vigil reload`) failed: the running configuration is kept.
+fn reload_failed_line(r: &ReloadView, generation: u64, colour: bool) -> String {
+    let why = r
+        .error
+        .as_deref()
+        .or(r.error_withheld.as_deref())
+        .map(|e| e.split_whitespace().collect::<Vec<_>>().join(" "))
+        .unwrap_or_default();
+    let text = format!(
+        "config: RELOAD FAILED at {}; still running generation {generation}: {why}",
+        client::clock(r.at_unix_ms)
+    );
+    if colour {
+        format!("\x1b[31m{text}\x1b[0m\n")
+    } else {
+        format!("{text}\n")
+    }
 }
 
 /// `vigil check`: the line above the tables: whether nginx runs what vigil
@@ -188,34 +201,109 @@ fn in_nginx(p: &PeerView) -> String {
     }
 }
 
-fn row(p: &PeerView, colour: bool, checker: bool) -> String {
+/// One table: columns as wide as their widest cell, two spaces apart; the
+/// last column (the probe's detail, of any length) is not padded.
+fn table(peers: &[PeerView], colour: bool, checker: bool) -> String {
+    let head: &[&str] = if checker {
+        &["PEER", "STATE", "WEIGHT", "SINCE", "IN NGINX", "LAST PROBE"]
+    } else {
+        &[
+            "PEER",
+            "STATE",
+            "WEIGHT",
+            "CONNS",
+            "FAILS",
+            "SINCE",
+            "LAST PROBE",
+        ]
+    };
+    // Right-aligned: the numbers.
+    let right = |i: usize| i == 2 || (!checker && i == 3);
+    let rows: Vec<Vec<String>> = peers.iter().map(|p| cells(p, checker)).collect();
+    let mut width: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
+    for r in &rows {
+        for (w, c) in width.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: &[String], state: Option<&str>| {
+        let last = cells.len() - 1;
+        let mut out = String::from(" ");
+        for (i, c) in cells.iter().enumerate() {
+            let pad = width[i].saturating_sub(c.chars().count());
+            let text = match (i, state) {
+                (1, Some(st)) if colour => {
+                    let code = match st {
+                        "eligible" => "32",
+                        "draining" | "full" => "33",
+                        _ => "31",
+                    };
+                    format!("\x1b[{code}m{c}\x1b[0m")
+                }
+                _ => c.clone(),
+            };
+            out.push(' ');
+            if i == last {
+                out.push_str(&text);
+            } else if right(i) {
+                out.push_str(&format!("{}{text} ", " ".repeat(pad)));
+            } else {
+                out.push_str(&format!("{text}{} ", " ".repeat(pad)));
+            }
+        }
+        let mut out = out.trim_end().to_string();
+        out.push('\n');
+        out
+    };
+    let mut s = line(
+        &head.iter().map(|h| h.to_string()).collect::<Vec<_>>(),
+        None,
+    );
+    for (p, r) in peers.iter().zip(&rows) {
+        s.push_str(&line(r, Some(&p.state)));
+    }
+    s
+}
+
+/// The peer's name as configured, with the address it resolved to when
+/// that is other text (`backend.internal:8080 (10.0.0.7:8080)`).
+fn peer_name(p: &PeerView) -> String {
+    if p.addr.is_empty() || p.addr == p.address {
+        p.address.clone()
+    } else {
+        format!("{} ({})", p.address, p.addr)
+    }
+}
+
+/// `3 (limit 1)`: failures counted, and the `max_fails` that excludes.
+fn fails(p: &PeerView) -> String {
+    if p.max_fails == 0 {
+        format!("{} (no limit)", p.fails)
+    } else {
+        format!("{} (limit {})", p.fails, p.max_fails)
+    }
+}
+
+fn cells(p: &PeerView, checker: bool) -> Vec<String> {
     let state = if p.backup && p.state == "eligible" {
         "backup".to_string()
     } else {
         p.state.clone()
-    };
-    let painted = if colour {
-        let code = match p.state.as_str() {
-            "eligible" => "32",
-            "draining" | "full" => "33",
-            _ => "31",
-        };
-        format!("\x1b[{code}m{state:<11}\x1b[0m")
-    } else {
-        format!("{state:<11}")
     };
     let probe = p
         .active
         .as_ref()
         .and_then(|a| a.last_probe.as_ref())
         .map(|pr| {
-            let t = format!(
-                "{} {:.0}ms {}",
+            // One line, whatever the detail holds.
+            let detail = pr.detail.split_whitespace().collect::<Vec<_>>().join(" ");
+            format!(
+                "{} {:.0}ms {detail}",
                 if pr.ok { "ok" } else { "FAIL" },
                 pr.latency_ms,
-                pr.detail
-            );
-            t.chars().take(34).collect::<String>()
+            )
+            .trim_end()
+            .to_string()
         })
         .unwrap_or_else(|| "-".into());
     let since = p
@@ -225,25 +313,26 @@ fn row(p: &PeerView, colour: bool, checker: bool) -> String {
         .or_else(|| p.active.as_ref().and_then(|a| a.since_unix_ms))
         .map(client::clock)
         .unwrap_or_else(|| "-".into());
-    let fails = if p.max_fails == 0 {
-        format!("{}/-", p.fails)
-    } else {
-        format!("{}/{}", p.fails, p.max_fails)
-    };
     if checker {
-        return format!(
-            "  {:<24} {} {:>6} {:<34} {since:<8} {}\n",
-            p.address,
-            painted,
-            p.weight,
+        let given = in_nginx(p);
+        return vec![
+            peer_name(p),
+            state,
+            p.weight.to_string(),
+            since,
+            if given.is_empty() { "-".into() } else { given },
             probe,
-            in_nginx(p)
-        );
+        ];
     }
-    format!(
-        "  {:<24} {} {:>6} {:>5} {:>7} {:<34} {}\n",
-        p.address, painted, p.weight, p.conns, fails, probe, since
-    )
+    vec![
+        peer_name(p),
+        state,
+        p.weight.to_string(),
+        p.conns.to_string(),
+        fails(p),
+        since,
+        probe,
+    ]
 }
 
 #[cfg(test)]
@@ -275,7 +364,7 @@ mod tests {
         let serve = render(&doc(None), false);
         assert!(serve.contains("CONNS"), "{serve}");
         assert!(serve.contains("FAILS"), "{serve}");
-        assert!(serve.contains("3/1"), "{serve}");
+        assert!(serve.contains("3 (limit 1)"), "{serve}");
         assert!(!serve.contains("nginx:"), "{serve}");
         // vigil check: neither column, and the reload failure above the table.
         let failed = serde_json::json!({
@@ -287,7 +376,7 @@ mod tests {
         let check = render(&doc(Some(failed)), false);
         assert!(!check.contains("CONNS"), "{check}");
         assert!(!check.contains("FAILS"), "{check}");
-        assert!(!check.contains("3/1"), "{check}");
+        assert!(!check.contains("limit 1"), "{check}");
         assert!(check.contains("IN NGINX"), "{check}");
         let lines: Vec<&str> = check.lines().collect();
         assert_eq!(
@@ -306,5 +395,152 @@ mod tests {
             check.lines().nth(1),
             Some("nginx: runs the rendered files (3 reload(s), the last at 01:00:00)")
         );
+    }
+
+    /// A document with one upstream of `peers` (JSON peer views, merged
+    /// over a healthy default).
+    fn doc_of(peers: Vec<serde_json::Value>) -> StatusDoc {
+        let peers: Vec<serde_json::Value> = peers
+            .into_iter()
+            .map(|over| {
+                let mut p = serde_json::json!({
+                    "address": "10.0.0.1:80", "backup": false, "state": "eligible", "weight": 1,
+                    "effective_weight": 1, "conns": 0, "max_conns": 0, "fails": 0, "max_fails": 1,
+                    "fail_timeout_ms": 10000, "last_failure_unix_ms": null, "admin": "up",
+                    "active": null, "reasons": [],
+                });
+                for (k, v) in over.as_object().expect("an object") {
+                    p[k] = v.clone();
+                }
+                p
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "generation": 1, "now_unix_ms": 0,
+            "upstreams": [{
+                "name": "app", "balancer": "round_robin", "single": false, "check": null,
+                "peers": peers,
+            }],
+        }))
+        .expect("a status document")
+    }
+
+    fn probe(ok: bool, detail: &str) -> serde_json::Value {
+        serde_json::json!({
+            "state": if ok { "up" } else { "down" }, "decided": true, "rise_streak": 1,
+            "fall_streak": 0, "since_unix_ms": 3_600_000,
+            "last_probe": {"ok": ok, "phase": null, "latency_ms": 2.0, "detail": detail, "at_unix_ms": 3_600_000},
+        })
+    }
+
+    /// The byte column where `needle` starts in `line` (the tables are ASCII).
+    fn col(line: &str, needle: &str) -> usize {
+        line.find(needle)
+            .unwrap_or_else(|| panic!("{needle:?} not in {line:?}"))
+    }
+
+    #[test]
+    fn long_names_full_addresses_and_probe_details_are_shown_whole_in_aligned_columns() {
+        let long = "payments-backend-primary.eu-west-1.internal.example.com:8443";
+        let detail = "HTTP 503 from GET /healthz: upstream said \"maintenance in progress\"";
+        let d = doc_of(vec![
+            serde_json::json!({"address": long, "addr": "10.20.30.40:8443", "fails": 3,
+                "conns": 12345, "active": probe(false, detail), "state": "probe_down"}),
+            serde_json::json!({"address": "10.0.0.2:80", "addr": "10.0.0.2:80",
+                "max_fails": 0, "active": probe(true, "HTTP 200")}),
+        ]);
+        let out = render(&d, false);
+        let lines: Vec<&str> = out.lines().collect();
+        let head = lines
+            .iter()
+            .position(|l| l.contains("PEER"))
+            .expect("a header");
+        let (h, a, b) = (lines[head], lines[head + 1], lines[head + 2]);
+        // Whole: the configured name, the resolved address, the probe's detail.
+        assert!(a.contains(&format!("{long} (10.20.30.40:8443)")), "{out}");
+        assert!(a.ends_with(&format!("FAIL 2ms {detail}")), "{out}");
+        assert!(b.ends_with("ok 2ms HTTP 200"), "{out}");
+        // An IP address is not repeated.
+        assert!(!b.contains("(10.0.0.2:80)"), "{out}");
+        // FAILS reads as failures and their limit.
+        assert!(a.contains("3 (limit 1)"), "{out}");
+        assert!(b.contains("0 (no limit)"), "{out}");
+        // Every left-aligned column starts where its header does, past the
+        // longest name; the numbers end where their header ends.
+        for name in ["STATE", "FAILS", "SINCE", "LAST PROBE"] {
+            let at = col(h, name);
+            assert!(at > long.len(), "{out}");
+            for row in [a, b] {
+                assert_eq!(row.as_bytes()[at - 1], b' ', "{name}: {out}");
+                assert_ne!(row.as_bytes()[at], b' ', "{name}: {out}");
+            }
+        }
+        let conns_end = col(h, "CONNS") + "CONNS".len();
+        assert_eq!(&a[conns_end - 5..conns_end], "12345", "{out}");
+        assert_eq!(&b[conns_end - 1..conns_end], "0", "{out}");
+        // No trailing blanks.
+        assert!(lines.iter().all(|l| !l.ends_with(' ')), "{out}");
+    }
+
+    #[test]
+    fn a_short_table_is_narrow_and_colour_does_not_shift_columns() {
+        let d = doc_of(vec![
+            serde_json::json!({"address": "a:1", "addr": "127.0.0.1:1"}),
+            serde_json::json!({"address": "127.0.0.1:2", "state": "excluded"}),
+        ]);
+        let plain = render(&d, false);
+        // Sized to content: the PEER column is as wide as its widest cell.
+        assert!(
+            plain.contains("\n  PEER               STATE     WEIGHT"),
+            "{plain}"
+        );
+        let painted = render(&d, true);
+        let strip = painted
+            .replace("\x1b[32m", "")
+            .replace("\x1b[31m", "")
+            .replace("\x1b[0m", "");
+        assert_eq!(strip, plain);
+    }
+
+    #[test]
+    fn a_failed_reload_is_the_line_above_the_tables_and_a_good_one_says_nothing() {
+        let mut d = doc(None);
+        d.last_reload = Some(ReloadView {
+            at_unix_ms: 3_661_000,
+            ok: false,
+            generation: None,
+            error: Some("/etc/nginx/nginx.conf:12:5: unknown directive\n\"proxy_pas\"".into()),
+            error_withheld: None,
+        });
+        let out = render(&d, false);
+        assert_eq!(
+            out.lines().nth(1),
+            Some("config: RELOAD FAILED at 01:01:01; still running generation 1: /etc/nginx/nginx.conf:12:5: unknown directive \"proxy_pas\""),
+            "{out}"
+        );
+        // Without the token the API withholds the text and says so.
+        d.last_reload = Some(ReloadView {
+            error: None,
+            error_withheld: Some(
+                "last reload failed at ...; the error text is shown with the admin token".into(),
+            ),
+            ..d.last_reload.clone().expect("set above")
+        });
+        let out = render(&d, false);
+        assert!(
+            out.lines().nth(1).is_some_and(|l| l.starts_with(
+                "config: RELOAD FAILED at 01:01:01; still running generation 1: last reload failed"
+            )),
+            "{out}"
+        );
+        d.last_reload = Some(ReloadView {
+            at_unix_ms: 3_661_000,
+            ok: true,
+            generation: Some(2),
+            error: None,
+            error_withheld: None,
+        });
+        let out = render(&d, false);
+        assert!(!out.contains("config:"), "{out}");
     }
 }

@@ -274,3 +274,156 @@ fn silent_connections_under_a_1024_descriptor_limit_do_not_take_vigil_down() {
         "descriptors ran out and were logged once per second, not per attempt ({failures} lines):\n{log}"
     );
 }
+
+/// A child process killed when the test ends.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn vigil(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .args(args)
+        .env_remove("VIGIL_ADMIN_TOKEN")
+        .output()
+        .expect("run")
+}
+
+#[test]
+fn vigil_reload_reloads_and_a_failed_one_names_the_line_and_shows_in_status() {
+    let (a, b) = (backend("A"), backend("B"));
+    let (listen, admin) = (free_port(), free_port());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("nginx.conf");
+    std::fs::write(&path, conf(a, listen)).expect("write");
+    let admin_s = admin.to_string();
+    let _serving = Child(
+        Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .args(["serve", "--threads", "1", "--admin-token", "t"])
+            .args(["--admin-listen", &admin_s, "--nginx-conf"])
+            .arg(&path)
+            .env("VIGIL_LOG", "error")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start"),
+    );
+    wait_for("the proxy to answer from A", || {
+        get(listen).is_some_and(|r| r.ends_with("\r\n\r\nA"))
+    });
+    wait_for("the admin API", || TcpStream::connect(admin).is_ok());
+
+    // A good configuration: the new generation, exit 0, and it serves.
+    std::fs::write(&path, conf(b, listen)).expect("rewrite");
+    let out = vigil(&["reload", "--admin", &admin_s, "--token", "t"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        (out.status.code(), text.trim()),
+        (Some(0), "reloaded: generation 2")
+    );
+    wait_for("the reloaded config to send requests to B", || {
+        get(listen).is_some_and(|r| r.ends_with("\r\n\r\nB"))
+    });
+
+    // Without the token: refused, exit 1, and it says how to pass one.
+    let out = vigil(&["reload", "--admin", &admin_s]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--token"), "{err}");
+
+    // A bad one: exit 1, the error names the file and line, nothing changes.
+    std::fs::write(
+        &path,
+        "events {}\nhttp {\n  upstream u { server 127.0.0.1:1 weight=0; }\n}\n",
+    )
+    .expect("break");
+    let out = vigil(&["reload", "--admin", &admin_s, "--token", "t"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("reload failed; the running configuration is kept")
+            && err.contains("nginx.conf:3:")
+            && err.contains("weight"),
+        "{err}"
+    );
+    assert!(get(listen).is_some_and(|r| r.ends_with("\r\n\r\nB")));
+
+    // `vigil status`: the failure is the line above the tables; with the
+    // token it quotes the error.
+    let out = vigil(&["status", "--admin", &admin_s, "--token", "t"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let line = text.lines().nth(1).unwrap_or("");
+    assert!(
+        line.starts_with("config: RELOAD FAILED at ")
+            && line.contains("still running generation 2")
+            && line.contains("nginx.conf:3:"),
+        "{text}"
+    );
+    let out = vigil(&["status", "--admin", &admin_s]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("config: RELOAD FAILED") && !l.contains("weight")),
+        "{text}"
+    );
+}
+
+/// Connect as soon as `addr` accepts, then send one request on that very
+/// connection: what a client arriving at the first moment gets.
+fn first_answer(addr: SocketAddr) -> String {
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut s = loop {
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
+            Ok(s) => break s,
+            Err(_) => {
+                assert!(Instant::now() < until, "{addr} never accepted");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    };
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .expect("send");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+#[test]
+fn with_a_check_starting_down_the_first_request_after_start_is_served() {
+    // tengine's default: down until `rise` passes; interval 10s so that
+    // without the start round the first answer would be a 502.
+    let a = backend("A");
+    let listen = free_port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("nginx.conf");
+    std::fs::write(
+        &path,
+        format!(
+            "events {{}} http {{ upstream u {{ server {a}; \
+             check interval=10000 rise=2 fall=2 timeout=1000 type=http; \
+             check_http_send \"GET / HTTP/1.0\\r\\n\\r\\n\"; }} \
+             server {{ listen {listen}; location / {{ proxy_pass http://u; }} }} }}\n"
+        ),
+    )
+    .expect("write");
+    let serving = Serving::start("", &path, "info");
+    let got = first_answer(listen);
+    assert!(
+        got.starts_with("HTTP/1.1 200") && got.ends_with("\r\n\r\nA"),
+        "{got}\n{}",
+        serving.log()
+    );
+    wait_for("the start round's log line", || {
+        serving
+            .log()
+            .contains("first probe round done before accepting traffic")
+    });
+}

@@ -30,6 +30,26 @@ pub struct StatusDoc {
     /// `vigil check` only: the render and reload loop (what nginx runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nginx: Option<NginxSyncView>,
+    /// The last configuration reload asked for (SIGHUP, `POST /api/reload`),
+    /// if any since the start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_reload: Option<ReloadView>,
+}
+
+/// The result of a configuration reload.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReloadView {
+    /// When, ms since the epoch.
+    pub at_unix_ms: u64,
+    /// It worked.
+    pub ok: bool,
+    /// The generation it made.
+    pub generation: Option<u64>,
+    /// Why it failed (`file:line:col: ...`); withheld without the admin token.
+    pub error: Option<String>,
+    /// Set when `error` was withheld (no token given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_withheld: Option<String>,
 }
 
 /// One upstream.
@@ -209,6 +229,10 @@ pub struct CheckView {
 pub struct PeerView {
     /// Address as configured.
     pub address: String,
+    /// The resolved socket address (`$upstream_addr`); the same text as
+    /// `address` when that is an IP address and port.
+    #[serde(default)]
+    pub addr: String,
     /// A backup server.
     pub backup: bool,
     /// `eligible`, or the first rule that keeps it out: `down`, `admin_down`,
@@ -361,6 +385,7 @@ pub fn status(registry: &Registry, clock: &dyn Clock) -> StatusDoc {
             .map(|u| upstream_view(u, clock, now))
             .collect(),
         nginx: None,
+        last_reload: None,
     }
 }
 
@@ -582,6 +607,7 @@ fn peer_view(s: &PeerStatus, clock: &dyn Clock) -> PeerView {
     let ramp = s.peer.ramp_until();
     PeerView {
         address: cfg.address.clone(),
+        addr: s.peer.addr_text().to_string(),
         backup: s.backup,
         state: state.into(),
         weight: cfg.weight.get(),

@@ -153,7 +153,10 @@ fn default_down(cx: &Cx<'_>, up: &UpstreamConfig, out: &mut Vec<Positioned>) {
              here up to {wait}. Until then the peer gets no traffic. tengine probes every \
              peer from scratch after each start and reload, so when all the servers of the \
              upstream are new (first start, a reload that replaced them) every request is \
-             answered 502 \"no live upstreams\" for that long. Shorten the interval (for \
+             answered 502 \"no live upstreams\" for that long. `vigil serve` closes the \
+             window at its start (it probes every peer up to `rise` times back to back \
+             before it accepts traffic, for at most the check's timeout), not for servers \
+             a reload adds: those wait for the regular probes. Shorten the interval (for \
              example interval=2000 rise=2), or start peers up with `default_down=false` (or \
              vigil's `initial=first-result`, where the first probe alone decides) and let \
              failed probes take a dead peer out.",
