@@ -146,7 +146,6 @@ fn tls_reverse_proxy_gets_every_refusal_and_its_traps_in_one_run() {
             "22: gzip_types",
             "23: gzip_min_length",
             "25: map",
-            "45: return",
             "49: ssl",
             "50: ssl",
             "53: ssl_certificate",

@@ -6,6 +6,7 @@ mod bodies;
 mod hardening;
 mod hedge;
 mod reload;
+mod returns;
 mod routing;
 mod rules;
 mod support;
