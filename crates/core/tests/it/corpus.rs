@@ -141,7 +141,6 @@ fn tls_reverse_proxy_gets_every_refusal_and_its_traps_in_one_run() {
     assert_eq!(
         refused(&loaded),
         [
-            "14: error_log",
             "21: gzip",
             "22: gzip_types",
             "23: gzip_min_length",

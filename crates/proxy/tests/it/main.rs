@@ -9,6 +9,7 @@ mod reload;
 mod returns;
 mod routing;
 mod rules;
+mod subset;
 mod support;
 mod telemetry;
 mod timeouts;

@@ -455,6 +455,8 @@ fn ignorable(cx: &mut Context<'_>, d: &Directive) -> bool {
         "default_type",
         "server_tokens",
         "log_format",
+        // vigil writes its errors to its own log (stderr or the journal).
+        "error_log",
         "charset",
         "keepalive_requests",
         "reset_timedout_connection",
