@@ -55,6 +55,7 @@ pub(crate) async fn handle(
     mut req: Request<Incoming>,
 ) -> Response<UpBody> {
     let start = Instant::now();
+    req.extensions_mut().insert(crate::vars::RequestId::new());
     let generation = proxy.current();
     let routed = generation
         .routes
