@@ -68,7 +68,7 @@ mod tests {
                    http { upstream u { server 127.0.0.1:8001; }\n\
                    server { listen 8080; return 301 https://$host$request_uri; }\n\
                    server { listen 8081; location /gone { return 410; }\n\
-                   location /hi { return 200 \"hi $arg_a\"; }\n\
+                   location /hi { default_type application/json; return 200 \"hi $arg_a\"; }\n\
                    location / { proxy_pass http://u; } } }";
         let loaded = crate::config::nginx::load_str(
             src,
@@ -93,6 +93,13 @@ mod tests {
                 .as_ref()
                 .and_then(|r| r.text.as_deref()),
             Some("hi $arg_a")
+        );
+        assert_eq!(
+            s[1].locations[1]
+                .ret
+                .as_ref()
+                .map(|r| r.content_type.as_str()),
+            Some("application/json")
         );
     }
 }

@@ -171,7 +171,7 @@ fn returned(
         *r.status_mut() = code;
         if reply.code != 204 {
             r.headers_mut()
-                .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+                .insert(header::CONTENT_TYPE, reply.content_type.clone());
         }
         r
     } else {

@@ -42,6 +42,8 @@ pub struct Reply {
     pub code: u16,
     /// The body, or the `Location` of a redirecting code.
     pub text: Option<Template>,
+    /// The body's `Content-Type` (`default_type`).
+    pub content_type: http::HeaderValue,
     /// The location's `client_max_body_size` (nginx checks it when the
     /// location is found, before its `return` runs); 0 for a server's.
     pub max_body: u64,
@@ -218,9 +220,12 @@ impl Reply {
             Some(l) => (add_headers(l, &err)?, access_log(l, logs, &err)?),
             None => (Vec::new(), None),
         };
+        let content_type = http::HeaderValue::from_str(&ret.content_type)
+            .map_err(|_| err(format!("invalid default_type \"{}\"", ret.content_type)))?;
         Ok(Self {
             code: ret.code,
             text,
+            content_type,
             max_body: loc.map_or(0, |l| l.proxy.client_max_body_size),
             add_headers,
             access_log,

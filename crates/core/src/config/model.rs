@@ -471,6 +471,9 @@ pub struct Return {
     /// The body, or for 301, 302, 303, 307 and 308 the `Location`, with
     /// variables; None when only a code was written.
     pub text: Option<String>,
+    /// The `Content-Type` of the text: the `default_type` in force
+    /// (`text/plain` unless set).
+    pub content_type: String,
 }
 
 impl Return {

@@ -151,3 +151,24 @@ async fn a_location_return_comes_after_the_body_size_check() {
     .await;
     assert_eq!((v.status, v.body.as_slice()), (200, &b"ok"[..]));
 }
+
+#[tokio::test]
+async fn the_text_has_the_default_type_in_force() {
+    let t = Twin::start(
+        r#"server { listen {LISTEN};
+           location / { return 200 "x"; }
+           location /j { default_type application/json; return 200 "{}"; }
+           location /gone { return 410; } }
+         default_type text/x-late;"#,
+        0,
+    )
+    .await;
+    for (target, ct) in [
+        ("/a", "text/x-late"),
+        ("/j", "application/json"),
+        ("/gone", "text/html"),
+    ] {
+        let (v, _) = both(&t, &get(target, "h.test")).await;
+        assert_eq!(v.header("content-type"), ct, "{target}");
+    }
+}

@@ -26,6 +26,8 @@ struct Level {
     client: ClientSettings,
     own_set_headers: bool,
     own_add_headers: bool,
+    /// `default_type`: the `Content-Type` of a `return`'s text.
+    default_type: String,
     /// Where the settings in force were written.
     placed: Placements,
 }
@@ -165,7 +167,10 @@ fn server_block(
             server_names,
             client: level.client,
             locations: out,
-            ret,
+            ret: ret.map(|r| Return {
+                content_type: level.default_type.clone(),
+                ..r
+            }),
             origin: origin(&d.span),
         },
         placed,
@@ -258,7 +263,10 @@ fn location_block<'d>(
             matcher,
             path,
             proxy: level.proxy.clone(),
-            ret,
+            ret: ret.map(|r| Return {
+                content_type: level.default_type.clone(),
+                ..r
+            }),
             origin: origin(&d.span),
         },
         level.placed.clone(),
@@ -296,6 +304,7 @@ fn return_directive(d: &Directive) -> Result<Return, ConfigError> {
         Some(n) => Ok(Return {
             code: n as u16,
             text: a.get(1).map(|t| t.value.clone()),
+            content_type: String::new(),
         }),
         None if a.len() == 1
             && ["http://", "https://", "$scheme"]
@@ -305,6 +314,7 @@ fn return_directive(d: &Directive) -> Result<Return, ConfigError> {
             Ok(Return {
                 code: 302,
                 text: Some(first.value.clone()),
+                content_type: String::new(),
             })
         }
         None => Err(invalid()),
@@ -452,7 +462,6 @@ fn ignorable(cx: &mut Context<'_>, d: &Directive) -> bool {
         "tcp_nopush",
         "tcp_nodelay",
         "types",
-        "default_type",
         "server_tokens",
         "log_format",
         // vigil writes its errors to its own log (stderr or the journal).
@@ -494,6 +503,7 @@ impl Level {
             client,
             own_set_headers: false,
             own_add_headers: false,
+            default_type: "text/plain".to_string(),
             placed: Placements::default(),
         }
     }
@@ -501,6 +511,7 @@ impl Level {
     fn child(&self) -> Self {
         let mut c = Self::new(self.proxy.clone(), self.client.clone());
         c.placed = self.placed.clone();
+        c.default_type = self.default_type.clone();
         c
     }
 
@@ -621,6 +632,7 @@ impl Level {
                 let a = args(d, 1, 2)?;
                 p.client_keepalive_timeout = time(d, &a[0])?;
             }
+            "default_type" => self.default_type = one(d)?.value.clone(),
             "proxy_ssl_verify" => p.ssl_verify = on_off(d)?,
             "proxy_ssl_server_name" => p.ssl_server_name = on_off(d)?,
             "proxy_ssl_trusted_certificate" => {

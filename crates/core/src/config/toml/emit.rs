@@ -325,6 +325,7 @@ fn ret(r: &Return) -> RawReturn {
     RawReturn {
         code: r.code,
         text: r.text.clone(),
+        content_type: (r.content_type != "text/plain").then(|| r.content_type.clone()),
     }
 }
 

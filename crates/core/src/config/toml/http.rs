@@ -191,6 +191,10 @@ fn ret(raw: Option<&RawReturn>, at: &At<'_>) -> Result<Option<Return>, ConfigErr
     Ok(Some(Return {
         code: r.code,
         text: r.text.clone(),
+        content_type: r
+            .content_type
+            .clone()
+            .unwrap_or_else(|| "text/plain".to_string()),
     }))
 }
 

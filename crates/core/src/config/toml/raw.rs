@@ -428,4 +428,7 @@ pub(crate) struct RawReturn {
     /// The body, or the URL of a redirecting code.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) text: Option<String>,
+    /// nginx's `default_type` for the text, default `text/plain`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) content_type: Option<String>,
 }
