@@ -51,6 +51,8 @@ async fn every_form_of_return_in_a_location_answers_as_nginx() {
            location /see { return 303 "x"; }
            location /close { return 444; }
            location /first { return 200 "one"; return 200 "two"; }
+           location /added { add_header X-Loc "l $status"; add_header X-Always a always;
+             return 404 "e"; }
            location /both { proxy_pass http://u; return 200 "returned"; }
            location / { proxy_pass http://u; }
          }"#,
@@ -100,6 +102,20 @@ async fn every_form_of_return_in_a_location_answers_as_nginx() {
         (0, 0, 0),
         "444 closes"
     );
+    let (v, n) = both(
+        &t,
+        b"HEAD /text?a=1 HTTP/1.1\r\nHost: h.test\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!((v.status, &v.body), (200, &n.body), "HEAD: no body");
+    assert_eq!(v.header("content-length"), n.header("content-length"));
+    let (v, n) = both(&t, &get("/added", "h.test")).await;
+    assert_eq!(
+        (v.header("x-loc"), v.header("x-always")),
+        (n.header("x-loc"), n.header("x-always")),
+        "add_header on a return (only `always` on a 404)"
+    );
+    assert_eq!(v.header("x-always"), "a");
     let (v, _) = both(&t, &get("/first", "h.test")).await;
     assert_eq!(v.body, b"one");
     let (v, _) = both(&t, &get("/both", "h.test")).await;
