@@ -138,7 +138,11 @@ pub fn uri_route(data: &[u8]) {
         Err(_) => return,
     };
     let server = &f.config.servers[routed.server];
-    let location = &server.locations[routed.location];
+    // None: a server-level `return` (this conf has none).
+    let Some(li) = routed.location else {
+        panic!("no server-level return in this conf: {routed:?}");
+    };
+    let location = &server.locations[li];
     let t = &routed.target;
     let path = t.uri.path();
     // The normalised path: absolute, no dot segments, and what the

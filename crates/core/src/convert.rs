@@ -61,4 +61,45 @@ mod tests {
             .expect("converted TOML loads");
         assert_eq!(back, loaded.config);
     }
+
+    #[test]
+    fn returns_survive_the_round_trip() {
+        let src = "events { }\n\
+                   http { upstream u { server 127.0.0.1:8001; }\n\
+                   server { listen 8080; return 301 https://$host$request_uri; }\n\
+                   server { listen 8081; location /gone { return 410; }\n\
+                   location /hi { default_type application/json; return 200 \"hi $arg_a\"; }\n\
+                   location / { proxy_pass http://u; } } }";
+        let loaded = crate::config::nginx::load_str(
+            src,
+            Path::new("nginx.conf"),
+            Path::new("."),
+            &literal_resolver,
+        )
+        .expect("nginx.conf loads");
+        let text = nginx_to_toml(&loaded);
+        assert!(
+            text.contains("[server.return]") || text.contains("return ="),
+            "{text}"
+        );
+        let back = toml::load_str(&text, Path::new("out.toml"), &literal_resolver)
+            .expect("converted TOML loads");
+        assert_eq!(back, loaded.config);
+        let s = &back.servers;
+        assert_eq!(s[0].ret.as_ref().map(|r| r.code), Some(301));
+        assert_eq!(
+            s[1].locations[1]
+                .ret
+                .as_ref()
+                .and_then(|r| r.text.as_deref()),
+            Some("hi $arg_a")
+        );
+        assert_eq!(
+            s[1].locations[1]
+                .ret
+                .as_ref()
+                .map(|r| r.content_type.as_str()),
+            Some("application/json")
+        );
+    }
 }

@@ -22,7 +22,7 @@ use vigil_core::{FailureVerdict, RequestFacts, SelectKey, StatusVerdict};
 use crate::attempt::{self, Answered, Failed};
 use crate::body::{self, BodyError, Buffered, ClientBody, Streamed, UpBody};
 use crate::metrics::Outcome;
-use crate::route::{Refusal, Route};
+use crate::route::{Answer, Refusal, Reply, Route};
 use crate::server::Proxy;
 use crate::telemetry::request::RequestObserver;
 use crate::vars::VarContext;
@@ -55,15 +55,23 @@ pub(crate) async fn handle(
     mut req: Request<Incoming>,
 ) -> Response<UpBody> {
     let start = Instant::now();
+    req.extensions_mut().insert(crate::vars::RequestId::new());
     let generation = proxy.current();
     let routed = generation
         .routes
         .route(local, req.version(), req.uri(), req.headers());
     let route = match routed {
-        Ok((route, target)) => {
+        Ok((answer, target)) => {
             // $uri, $host, $server_name and the upstream URI come from here.
             req.extensions_mut().insert(target);
-            route
+            match answer {
+                Answer::Proxy(route) => route,
+                Answer::Return(reply) => {
+                    drop(generation);
+                    let (parts, _body) = req.into_parts();
+                    return returned(&reply, &parts, local, client, start);
+                }
+            }
         }
         Err(refusal) => return refused(refusal, req.headers()),
     };
@@ -114,6 +122,68 @@ fn refused(refusal: Refusal, headers: &HeaderMap) -> Response<UpBody> {
         }
         Refusal::UnknownListener => close(error_page(StatusCode::MISDIRECTED_REQUEST)),
     }
+}
+
+/// A `return`'s answer, as `ngx_http_rewrite_return` and
+/// `ngx_http_send_response` make it: 444 closes the connection; a
+/// redirecting code sends its URL as `Location` (made absolute when it
+/// starts with `/`) with the code's page; other codes send their text
+/// (`text/plain`), or with no text the code's page from 400 up and an
+/// empty body below.
+fn returned(
+    reply: &Reply,
+    parts: &Parts,
+    local: SocketAddr,
+    client: SocketAddr,
+    start: Instant,
+) -> Response<UpBody> {
+    let cx = |status: u16| VarContext {
+        parts,
+        client,
+        local,
+        proxy_host: "",
+        attempts: &[],
+        status,
+        request_time: start.elapsed().as_secs_f64(),
+    };
+    let too_large =
+        reply.max_body != 0 && content_length(&parts.headers).is_some_and(|n| n > reply.max_body);
+    let code = StatusCode::from_u16(reply.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let text = reply.text.as_ref().map(|t| t.expand(&cx(reply.code)));
+    let resp = if too_large {
+        error_page(StatusCode::PAYLOAD_TOO_LARGE)
+    } else if reply.code == 444 {
+        crate::conn::close_silently(code)
+    } else if vigil_core::config::Return::redirects(reply.code) {
+        let mut r = error_page(code);
+        let mut url = text.unwrap_or_default();
+        if url.starts_with('/') {
+            if let Some(t) = parts.extensions.get::<crate::route::Target>() {
+                url.insert_str(0, &crate::router::absolute_prefix(t, local));
+            }
+        }
+        if let Ok(v) = HeaderValue::from_str(&url) {
+            r.headers_mut().insert(header::LOCATION, v);
+        }
+        r
+    } else if text.is_some() || reply.code < 400 {
+        let mut r = Response::new(body::full(text.unwrap_or_default()));
+        *r.status_mut() = code;
+        if reply.code != 204 {
+            r.headers_mut()
+                .insert(header::CONTENT_TYPE, reply.content_type.clone());
+        }
+        r
+    } else {
+        error_page(code)
+    };
+    decorate(
+        &reply.add_headers,
+        reply.access_log.as_deref(),
+        &cx(resp.status().as_u16()),
+        parts,
+        resp,
+    )
 }
 
 /// The request, routed: walk the upstream's peers until one answers or
@@ -749,27 +819,44 @@ fn finish(
     local: SocketAddr,
     attempts: &[AttemptRecord],
     start: Instant,
-    mut resp: Response<UpBody>,
+    resp: Response<UpBody>,
 ) -> Response<UpBody> {
-    let status = resp.status().as_u16();
-    let always_only = !matches!(
-        status,
-        200 | 201 | 204 | 206 | 301 | 302 | 303 | 304 | 307 | 308
-    );
     let cx = VarContext {
         parts,
         client,
         local,
         proxy_host: &route.proxy_host,
         attempts,
-        status,
+        status: resp.status().as_u16(),
         request_time: start.elapsed().as_secs_f64(),
     };
-    for (name, tpl, always) in &route.add_headers {
+    decorate(
+        &route.add_headers,
+        route.access_log.as_deref(),
+        &cx,
+        parts,
+        resp,
+    )
+}
+
+/// `add_header`s (only `always` ones on other statuses than nginx's
+/// list) and the access log line.
+fn decorate(
+    add_headers: &[(HeaderName, crate::vars::Template, bool)],
+    access_log: Option<&crate::log::AccessLogWriter>,
+    cx: &VarContext<'_>,
+    parts: &Parts,
+    mut resp: Response<UpBody>,
+) -> Response<UpBody> {
+    let always_only = !matches!(
+        cx.status,
+        200 | 201 | 204 | 206 | 301 | 302 | 303 | 304 | 307 | 308
+    );
+    for (name, tpl, always) in add_headers {
         if always_only && !always {
             continue;
         }
-        let v = tpl.expand(&cx);
+        let v = tpl.expand(cx);
         if v.is_empty() {
             continue;
         }
@@ -777,8 +864,8 @@ fn finish(
             resp.headers_mut().append(name.clone(), v);
         }
     }
-    if let Some(log) = route.access_log.as_ref() {
-        log.write(&cx, parts);
+    if let Some(log) = access_log {
+        log.write(cx, parts);
     }
     resp
 }

@@ -107,6 +107,7 @@ mod tests {
             matcher,
             path: path.to_string(),
             proxy: Default::default(),
+            ret: None,
             origin: Default::default(),
         };
         if pass {

@@ -92,6 +92,7 @@ fn json(cx: &VarContext<'_>, parts: &Parts) -> String {
         "upstream_addr": join(cx, |a| a.addr.to_string()),
         "upstream_status": join(cx, |a| a.status),
         "upstream_response_time": join(cx, |a| a.response_time),
+        "request_id": parts.extensions.get::<crate::vars::RequestId>().map(|r| r.0.as_str()),
     });
     format!("{v}\n")
 }

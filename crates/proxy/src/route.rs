@@ -22,7 +22,35 @@ use crate::vars::Template;
 pub struct Routes {
     router: Router,
     /// By server block, then location (None: the location proxies nowhere).
-    routes: Vec<Vec<Option<Arc<Route>>>>,
+    routes: Vec<Vec<Option<Answer>>>,
+    /// By server block: its own `return`, if any.
+    server_returns: Vec<Option<Answer>>,
+}
+
+/// What a routed request gets.
+#[derive(Clone)]
+pub enum Answer {
+    /// Proxied by this route.
+    Proxy(Arc<Route>),
+    /// Answered by a `return`.
+    Return(Arc<Reply>),
+}
+
+/// A compiled `return`.
+pub struct Reply {
+    /// The status; 444 closes the connection without a response.
+    pub code: u16,
+    /// The body, or the `Location` of a redirecting code.
+    pub text: Option<Template>,
+    /// The body's `Content-Type` (`default_type`).
+    pub content_type: http::HeaderValue,
+    /// The location's `client_max_body_size` (nginx checks it when the
+    /// location is found, before its `return` runs); 0 for a server's.
+    pub max_body: u64,
+    /// The location's `add_header`s (none for a server's `return`).
+    pub add_headers: Vec<(HeaderName, Template, bool)>,
+    /// The location's access log (none for a server's `return`).
+    pub access_log: Option<Arc<crate::log::AccessLogWriter>>,
 }
 
 /// One location, ready to serve.
@@ -64,15 +92,35 @@ impl Routes {
         let mut logs: HashMap<std::path::PathBuf, Arc<crate::log::AccessLogWriter>> =
             HashMap::new();
         let mut routes = Vec::new();
+        let mut server_returns = Vec::new();
         for s in &config.servers {
             let mut compiled = Vec::new();
             for loc in &s.locations {
-                compiled
-                    .push(Route::build(loc, &s.client, registry, pools, &mut logs)?.map(Arc::new));
+                let answer = match &loc.ret {
+                    Some(r) => Some(Answer::Return(Arc::new(Reply::build(
+                        r,
+                        Some(loc),
+                        &loc.origin,
+                        &mut logs,
+                    )?))),
+                    None => Route::build(loc, &s.client, registry, pools, &mut logs)?
+                        .map(|r| Answer::Proxy(Arc::new(r))),
+                };
+                compiled.push(answer);
             }
             routes.push(compiled);
+            server_returns.push(match &s.ret {
+                Some(r) => Some(Answer::Return(Arc::new(Reply::build(
+                    r, None, &s.origin, &mut logs,
+                )?))),
+                None => None,
+            });
         }
-        Ok(Self { router, routes })
+        Ok(Self {
+            router,
+            routes,
+            server_returns,
+        })
     }
 
     /// The index (into `Config::servers`) of the default server of `listener`.
@@ -87,15 +135,14 @@ impl Routes {
         version: Version,
         uri: &Uri,
         headers: &HeaderMap,
-    ) -> Result<(Arc<Route>, Target), Refusal> {
+    ) -> Result<(Answer, Target), Refusal> {
         let r = self.router.route(listener, version, uri, headers)?;
-        let route = self
-            .routes
-            .get(r.server)
-            .and_then(|s| s.get(r.location))
-            .and_then(Option::clone)
-            .ok_or(Refusal::NotFound)?;
-        Ok((route, r.target))
+        let answer = match r.location {
+            Some(l) => self.routes.get(r.server).and_then(|s| s.get(l)),
+            None => self.server_returns.get(r.server),
+        };
+        let answer = answer.and_then(Option::clone).ok_or(Refusal::NotFound)?;
+        Ok((answer, r.target))
     }
 
     /// Every listen address.
@@ -140,6 +187,88 @@ pub fn upstream_target(location: &Location, uri: &RequestUri) -> String {
     out
 }
 
+// === impl Answer ===
+
+impl Answer {
+    /// The route, when the request is proxied.
+    pub fn proxy(&self) -> Option<&Arc<Route>> {
+        match self {
+            Answer::Proxy(r) => Some(r),
+            Answer::Return(_) => None,
+        }
+    }
+}
+
+// === impl Reply ===
+
+impl Reply {
+    fn build(
+        ret: &vigil_core::config::Return,
+        loc: Option<&Location>,
+        origin: &vigil_core::config::Origin,
+        logs: &mut HashMap<std::path::PathBuf, Arc<crate::log::AccessLogWriter>>,
+    ) -> Result<Self, RouteError> {
+        let err = |message: String| RouteError {
+            at: origin.to_string(),
+            message,
+        };
+        let text = match &ret.text {
+            Some(t) => Some(Template::parse(t).map_err(|e| err(e.to_string()))?),
+            None => None,
+        };
+        let (add_headers, access_log) = match loc {
+            Some(l) => (add_headers(l, &err)?, access_log(l, logs, &err)?),
+            None => (Vec::new(), None),
+        };
+        let content_type = http::HeaderValue::from_str(&ret.content_type)
+            .map_err(|_| err(format!("invalid default_type \"{}\"", ret.content_type)))?;
+        Ok(Self {
+            code: ret.code,
+            text,
+            content_type,
+            max_body: loc.map_or(0, |l| l.proxy.client_max_body_size),
+            add_headers,
+            access_log,
+        })
+    }
+}
+
+fn add_headers(
+    loc: &Location,
+    err: &impl Fn(String) -> RouteError,
+) -> Result<Vec<(HeaderName, Template, bool)>, RouteError> {
+    let mut out = Vec::new();
+    for h in &loc.proxy.add_headers {
+        let name = HeaderName::from_bytes(h.name.as_bytes())
+            .map_err(|_| err(format!("invalid header name \"{}\"", h.name)))?;
+        out.push((
+            name,
+            Template::parse(&h.value).map_err(|e| err(e.to_string()))?,
+            h.always,
+        ));
+    }
+    Ok(out)
+}
+
+fn access_log(
+    loc: &Location,
+    logs: &mut HashMap<std::path::PathBuf, Arc<crate::log::AccessLogWriter>>,
+    err: &impl Fn(String) -> RouteError,
+) -> Result<Option<Arc<crate::log::AccessLogWriter>>, RouteError> {
+    let Some(a) = &loc.proxy.access_log else {
+        return Ok(None);
+    };
+    if let Some(w) = logs.get(&a.path) {
+        return Ok(Some(w.clone()));
+    }
+    let w = Arc::new(
+        crate::log::AccessLogWriter::open(&a.path, a.format)
+            .map_err(|e| err(format!("cannot open access log {}: {e}", a.path.display())))?,
+    );
+    logs.insert(a.path.clone(), w.clone());
+    Ok(Some(w))
+}
+
 // === impl Route ===
 
 impl Route {
@@ -176,37 +305,14 @@ impl Route {
             };
             set_headers.push((name, value));
         }
-        let mut add_headers = Vec::new();
-        for h in &loc.proxy.add_headers {
-            let name = HeaderName::from_bytes(h.name.as_bytes())
-                .map_err(|_| err(format!("invalid header name \"{}\"", h.name)))?;
-            add_headers.push((
-                name,
-                Template::parse(&h.value).map_err(|e| err(e.to_string()))?,
-                h.always,
-            ));
-        }
+        let add_headers = add_headers(loc, &err)?;
         let hash_key = match &upstream.config().balancer {
             vigil_core::config::Balancer::Hash { key, .. } => {
                 Some(Template::parse(key).map_err(|e| err(format!("hash key: {e}")))?)
             }
             _ => None,
         };
-        let access_log = match &loc.proxy.access_log {
-            None => None,
-            Some(a) => Some(match logs.get(&a.path) {
-                Some(w) => w.clone(),
-                None => {
-                    let w = Arc::new(
-                        crate::log::AccessLogWriter::open(&a.path, a.format).map_err(|e| {
-                            err(format!("cannot open access log {}: {e}", a.path.display()))
-                        })?,
-                    );
-                    logs.insert(a.path.clone(), w.clone());
-                    w
-                }
-            }),
-        };
+        let access_log = access_log(loc, logs, &err)?;
         Ok(Some(Self {
             client: client.clone(),
             access_log,

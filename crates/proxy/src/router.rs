@@ -41,6 +41,8 @@ struct Server {
     locations: Locations,
     /// Each location's `client_max_body_size` (a 413 comes before a 301).
     max_body: Vec<u64>,
+    /// A server-level `return` answers before any location is looked up.
+    returns: bool,
 }
 
 /// A routed request: the block and location indices (into
@@ -49,8 +51,9 @@ struct Server {
 pub struct Routed {
     /// Index of the server block.
     pub server: usize,
-    /// Index of the location in that block.
-    pub location: usize,
+    /// Index of the location in that block; None when the block's own
+    /// `return` answers (nginx's server rewrite phase, before locations).
+    pub location: Option<usize>,
     /// The request's URI and host as nginx holds them.
     pub target: Target,
 }
@@ -166,6 +169,7 @@ impl Router {
                     .iter()
                     .map(|l| l.proxy.client_max_body_size)
                     .collect(),
+                returns: s.ret.is_some(),
             });
         }
         Ok(Self { addresses, servers })
@@ -216,10 +220,17 @@ impl Router {
             host,
             server_name: s.name.clone(),
         };
+        if s.returns {
+            return Ok(Routed {
+                server,
+                location: None,
+                target,
+            });
+        }
         match s.locations.find(target.uri.path()) {
             Found::Location(location) => Ok(Routed {
                 server,
-                location,
+                location: Some(location),
                 target,
             }),
             Found::Redirect(i) => Err(Refusal::Redirect {
@@ -311,6 +322,20 @@ fn request_host(version: Version, uri: &Uri, headers: &HeaderMap) -> Result<Stri
 /// address (an IPv6 one without brackets, as nginx writes it), and the
 /// port unless it is 80.
 fn redirect_location(target: &Target, listener: SocketAddr, path: &str) -> String {
+    let mut out = absolute_prefix(target, listener);
+    escape_uri(&mut out, path.as_bytes());
+    if !target.uri.args().is_empty() {
+        out.push('?');
+        out.push_str(target.uri.args());
+    }
+    out
+}
+
+/// What nginx's header filter puts before a `Location` that starts with
+/// `/` (`absolute_redirect on`, `server_name_in_redirect off`,
+/// `port_in_redirect on`): `http://`, the request's host (else the
+/// listener's address) and the listener's port unless it is 80.
+pub(crate) fn absolute_prefix(target: &Target, listener: SocketAddr) -> String {
     let mut out = String::from("http://");
     if target.host.is_empty() {
         out.push_str(&listener.ip().to_string());
@@ -320,11 +345,6 @@ fn redirect_location(target: &Target, listener: SocketAddr, path: &str) -> Strin
     if listener.port() != 80 {
         out.push(':');
         out.push_str(&listener.port().to_string());
-    }
-    escape_uri(&mut out, path.as_bytes());
-    if !target.uri.args().is_empty() {
-        out.push('?');
-        out.push_str(target.uri.args());
     }
     out
 }

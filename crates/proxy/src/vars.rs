@@ -36,6 +36,9 @@ pub(crate) enum Var {
     ProxyHost,
     Http(String),
     Arg(String),
+    Cookie(String),
+    RequestId,
+    Request,
     UpstreamAddr,
     UpstreamStatus,
     UpstreamResponseTime,
@@ -149,6 +152,9 @@ impl Var {
             "status" => Var::Status,
             n if n.starts_with("http_") => Var::Http(n[5..].replace('_', "-")),
             n if n.starts_with("arg_") => Var::Arg(n[4..].to_string()),
+            n if n.starts_with("cookie_") => Var::Cookie(n[7..].to_string()),
+            "request_id" => Var::RequestId,
+            "request" => Var::Request,
             n => return Err(UnknownVariable(n.to_string())),
         })
     }
@@ -220,16 +226,41 @@ impl Var {
                 }
             }
             Var::Arg(name) => {
-                if let Some(q) = p.uri.query() {
-                    if let Some(v) = q
-                        .split('&')
-                        .filter_map(|kv| kv.split_once('=').or(Some((kv, ""))))
-                        .find(|(k, _)| k.eq_ignore_ascii_case(name))
-                        .map(|(_, v)| v)
-                    {
-                        out.push_str(v);
-                    }
+                if let Some(v) = p.uri.query().and_then(|q| arg(q, name)) {
+                    out.push_str(v);
                 }
+            }
+            Var::Cookie(name) => {
+                let lines = p
+                    .headers
+                    .get_all(http::header::COOKIE)
+                    .iter()
+                    .map(|v| v.as_bytes());
+                if let Some(v) = cookie(lines, name.as_bytes()) {
+                    out.push_str(&String::from_utf8_lossy(v));
+                }
+            }
+            Var::RequestId => match p.extensions.get::<RequestId>() {
+                Some(id) => out.push_str(&id.0),
+                None => out.push_str(&RequestId::new().0),
+            },
+            Var::Request => {
+                // nginx's request line; hyper keeps its parts, not its bytes.
+                let target = if p.uri.scheme().is_some() {
+                    p.uri.to_string()
+                } else {
+                    p.uri
+                        .path_and_query()
+                        .map_or("/", |pq| pq.as_str())
+                        .to_string()
+                };
+                let version = match p.version {
+                    http::Version::HTTP_09 => "HTTP/0.9",
+                    http::Version::HTTP_10 => "HTTP/1.0",
+                    http::Version::HTTP_2 => "HTTP/2.0",
+                    _ => "HTTP/1.1",
+                };
+                let _ = write!(out, "{} {target} {version}", p.method);
             }
             Var::UpstreamAddr => join(out, cx.attempts, |a, o| o.push_str(&a.addr)),
             Var::UpstreamStatus => join(out, cx.attempts, |a, o| match a.status {
@@ -255,6 +286,69 @@ impl Var {
             }
         }
     }
+}
+
+/// `$request_id`: 16 random bytes in hex, made once per request (the
+/// handler puts it in the request's extensions) as nginx makes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RequestId(pub(crate) String);
+
+impl RequestId {
+    pub(crate) fn new() -> Self {
+        Self(format!("{:032x}", rand::random::<u128>()))
+    }
+}
+
+/// `$arg_NAME` as `ngx_http_arg` finds it: the first `NAME=` (name
+/// case-insensitive) at the start of the query or after `&`; a bare `NAME`
+/// without `=` does not count.
+fn arg<'q>(query: &'q str, name: &str) -> Option<&'q str> {
+    query.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        k.eq_ignore_ascii_case(name).then_some(v)
+    })
+}
+
+/// `$cookie_NAME` as nginx 1.22's `ngx_http_parse_multi_header_lines`
+/// finds it in the Cookie lines: pairs split at `;` or `,`, the name
+/// matched case-insensitively, spaces allowed around `=`, the value up to
+/// the next `;`.
+fn cookie<'c>(lines: impl Iterator<Item = &'c [u8]>, name: &[u8]) -> Option<&'c [u8]> {
+    for line in lines {
+        let mut i = 0;
+        while i < line.len() {
+            let rest = &line[i..];
+            if rest.len() >= name.len() && rest[..name.len()].eq_ignore_ascii_case(name) {
+                let mut j = i + name.len();
+                while line.get(j) == Some(&b' ') {
+                    j += 1;
+                }
+                if line.get(j) == Some(&b'=') {
+                    j += 1;
+                    while line.get(j) == Some(&b' ') {
+                        j += 1;
+                    }
+                    let end = line[j..]
+                        .iter()
+                        .position(|&b| b == b';')
+                        .map_or(line.len(), |e| j + e);
+                    return Some(&line[j..end]);
+                }
+            }
+            // Skip to the next pair.
+            while i < line.len() {
+                let b = line[i];
+                i += 1;
+                if b == b';' || b == b',' {
+                    break;
+                }
+            }
+            while line.get(i) == Some(&b' ') {
+                i += 1;
+            }
+        }
+    }
+    None
 }
 
 /// What routing found, when the handler routed the request.
@@ -313,5 +407,24 @@ mod tests {
         assert_eq!(t("cost: 5$"), "cost: 5$");
         assert!(Template::parse("$nope").is_err());
         assert!(Template::parse("plain").expect("parse").is_literal());
+    }
+
+    #[test]
+    fn args_and_cookies_are_found_as_nginx_finds_them() {
+        assert_eq!(arg("a&a=2", "a"), Some("2"));
+        assert_eq!(arg("xa=1&A=5", "a"), Some("5"));
+        assert_eq!(arg("b=1", "a"), None);
+        let c = |lines: &[&str], n: &str| {
+            cookie(lines.iter().map(|l| l.as_bytes()), n.as_bytes())
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+        };
+        assert_eq!(c(&["a=1; b=2"], "b").as_deref(), Some("2"));
+        assert_eq!(c(&["xb=1; b = 4 ; c=5"], "b").as_deref(), Some("4 "));
+        assert_eq!(c(&["a=1, b=7"], "b").as_deref(), Some("7"));
+        assert_eq!(c(&["c=1", "B=9;d"], "b").as_deref(), Some("9"));
+        assert_eq!(c(&["bb=1;b"], "b"), None);
+        let id = RequestId::new().0;
+        assert_eq!(id.len(), 32);
+        assert_ne!(id, RequestId::new().0);
     }
 }

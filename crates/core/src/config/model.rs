@@ -455,8 +455,32 @@ pub struct ServerBlock {
     pub client: ClientSettings,
     /// Locations, in config order.
     pub locations: Vec<Location>,
+    /// A server-level `return`: answers every request of the block before
+    /// any location is looked up (nginx's server rewrite phase).
+    pub ret: Option<Return>,
     /// Where the block starts.
     pub origin: Origin,
+}
+
+/// `return CODE [TEXT|URL]` or `return URL` (ngx_http_rewrite_module).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Return {
+    /// The status (`return URL` is 302); 444 closes the connection
+    /// without a response.
+    pub code: u16,
+    /// The body, or for 301, 302, 303, 307 and 308 the `Location`, with
+    /// variables; None when only a code was written.
+    pub text: Option<String>,
+    /// The `Content-Type` of the text: the `default_type` in force
+    /// (`text/plain` unless set).
+    pub content_type: String,
+}
+
+impl Return {
+    /// Whether `code` takes a URL (sent as `Location`) rather than a body.
+    pub fn redirects(code: u16) -> bool {
+        matches!(code, 301 | 302 | 303 | 307 | 308)
+    }
 }
 
 /// How the request header is read and judged (nginx's http/server-level
@@ -515,6 +539,8 @@ pub struct Location {
     pub path: String,
     /// Proxy settings in force here (inherited from server and http levels).
     pub proxy: ProxySettings,
+    /// A `return` in the location: answered instead of proxying.
+    pub ret: Option<Return>,
     /// Where the block starts.
     pub origin: Origin,
 }

@@ -47,7 +47,8 @@ fn head(host: Option<&str>) -> HeaderMap {
 /// (location path, upstream URI) or the refusal, for an HTTP/1.1 request.
 fn get(r: &Routes, target: &str) -> Result<(String, String), Refusal> {
     let uri: Uri = target.parse().expect("uri");
-    let (route, t) = r.route(listener(), Version::HTTP_11, &uri, &head(Some("x.test")))?;
+    let (answer, t) = r.route(listener(), Version::HTTP_11, &uri, &head(Some("x.test")))?;
+    let route = answer.proxy().expect("a proxied location");
     Ok((
         route.location.path.clone(),
         upstream_target(&route.location, &t.uri),
@@ -162,8 +163,10 @@ fn server_of(
     headers: &HeaderMap,
 ) -> Result<String, Refusal> {
     let uri: Uri = uri.parse().expect("uri");
-    r.route(listener(), version, &uri, headers)
-        .map(|(route, t)| format!("{} {}", route.proxy_host, t.server_name))
+    r.route(listener(), version, &uri, headers).map(|(a, t)| {
+        let route = a.proxy().expect("a proxied location");
+        format!("{} {}", route.proxy_host, t.server_name)
+    })
 }
 
 #[test]

@@ -12,8 +12,8 @@ use crate::config::validate;
 use crate::config::value::parse_size;
 use crate::config::{
     AccessLog, AddHeader, ClientSettings, ConfigError, HttpVersion, Listen, Location,
-    LocationMatch, LogFormat, ProxyPass, ProxySettings, ServerBlock, ServerConfig, SetHeader,
-    UpstreamConfig,
+    LocationMatch, LogFormat, ProxyPass, ProxySettings, Return, ServerBlock, ServerConfig,
+    SetHeader, UpstreamConfig,
 };
 use crate::outcome::NextUpstream;
 
@@ -26,6 +26,8 @@ struct Level {
     client: ClientSettings,
     own_set_headers: bool,
     own_add_headers: bool,
+    /// `default_type`: the `Content-Type` of a `return`'s text.
+    default_type: String,
     /// Where the settings in force were written.
     placed: Placements,
 }
@@ -94,6 +96,7 @@ fn server_block(
     let mut listen: Vec<Listen> = Vec::new();
     let mut server_names = Vec::new();
     let mut locations = Vec::new();
+    let mut ret = None;
     for d in body {
         match d.name.as_str() {
             "listen" => {
@@ -113,11 +116,19 @@ fn server_block(
                 }
             }
             "location" => locations.push(d),
-            "if" | "rewrite" | "return" | "try_files" | "root" | "alias" | "index"
-            | "error_page" | "set" => cx.refuse(unsupported(
-                d,
-                "vigil routes to upstreams only (no rewriting, static files or scripting)",
-            ))?,
+            "return" => {
+                let r = return_directive(d);
+                if let Some(r) = cx.keep(r)? {
+                    // nginx runs the first `return` of a block; the rest never.
+                    ret.get_or_insert(r);
+                }
+            }
+            "if" | "rewrite" | "try_files" | "root" | "alias" | "index" | "error_page" | "set" => {
+                cx.refuse(unsupported(
+                    d,
+                    "vigil routes to upstreams only (no rewriting, static files or scripting)",
+                ))?
+            }
             "ssl_certificate" | "ssl_certificate_key" => cx.refuse(unsupported(
                 d,
                 "TLS listeners are not implemented yet; terminate TLS in front of vigil",
@@ -156,6 +167,10 @@ fn server_block(
             server_names,
             client: level.client,
             locations: out,
+            ret: ret.map(|r| Return {
+                content_type: level.default_type.clone(),
+                ..r
+            }),
             origin: origin(&d.span),
         },
         placed,
@@ -203,6 +218,7 @@ fn location_block<'d>(
     }
     let mut level = parent.child();
     let mut pass = None;
+    let mut ret = None;
     let mut nested = Vec::new();
     for d in body {
         match d.name.as_str() {
@@ -217,11 +233,18 @@ fn location_block<'d>(
                 cx.refuse(unsupported(d, "nested locations are not implemented"))?;
                 nested.push(d);
             }
-            "if" | "rewrite" | "return" | "try_files" | "root" | "alias" | "index"
-            | "error_page" | "set" => cx.refuse(unsupported(
-                d,
-                "vigil routes to upstreams only (no rewriting, static files or scripting)",
-            ))?,
+            "return" => {
+                let r = return_directive(d);
+                if let Some(r) = cx.keep(r)? {
+                    ret.get_or_insert(r);
+                }
+            }
+            "if" | "rewrite" | "try_files" | "root" | "alias" | "index" | "error_page" | "set" => {
+                cx.refuse(unsupported(
+                    d,
+                    "vigil routes to upstreams only (no rewriting, static files or scripting)",
+                ))?
+            }
             _ if Level::is_client_directive(&d.name) => cx.refuse(ConfigError::invalid(
                 &d.span,
                 format!("\"{}\" directive is not allowed here", d.name),
@@ -240,6 +263,10 @@ fn location_block<'d>(
             matcher,
             path,
             proxy: level.proxy.clone(),
+            ret: ret.map(|r| Return {
+                content_type: level.default_type.clone(),
+                ..r
+            }),
             origin: origin(&d.span),
         },
         level.placed.clone(),
@@ -256,6 +283,42 @@ fn location_block<'d>(
         }
     }
     Ok(found)
+}
+
+/// `return CODE [TEXT|URL]` or `return URL`, parsed as
+/// `ngx_http_rewrite_return` parses it.
+fn return_directive(d: &Directive) -> Result<Return, ConfigError> {
+    let a = args(d, 1, 2)?;
+    let first = &a[0];
+    let code = Some(&first.value)
+        .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|v| v.parse::<u32>().ok());
+    let invalid = || {
+        ConfigError::invalid(
+            &first.span,
+            format!("invalid return code \"{}\"", first.value),
+        )
+    };
+    match code {
+        Some(n) if n > 999 => Err(invalid()),
+        Some(n) => Ok(Return {
+            code: n as u16,
+            text: a.get(1).map(|t| t.value.clone()),
+            content_type: String::new(),
+        }),
+        None if a.len() == 1
+            && ["http://", "https://", "$scheme"]
+                .iter()
+                .any(|p| first.value.starts_with(p)) =>
+        {
+            Ok(Return {
+                code: 302,
+                text: Some(first.value.clone()),
+                content_type: String::new(),
+            })
+        }
+        None => Err(invalid()),
+    }
 }
 
 /// `proxy_pass http://NAME[/uri]`: an upstream block, or an implicit
@@ -399,9 +462,10 @@ fn ignorable(cx: &mut Context<'_>, d: &Directive) -> bool {
         "tcp_nopush",
         "tcp_nodelay",
         "types",
-        "default_type",
         "server_tokens",
         "log_format",
+        // vigil writes its errors to its own log (stderr or the journal).
+        "error_log",
         "charset",
         "keepalive_requests",
         "reset_timedout_connection",
@@ -439,6 +503,7 @@ impl Level {
             client,
             own_set_headers: false,
             own_add_headers: false,
+            default_type: "text/plain".to_string(),
             placed: Placements::default(),
         }
     }
@@ -446,6 +511,7 @@ impl Level {
     fn child(&self) -> Self {
         let mut c = Self::new(self.proxy.clone(), self.client.clone());
         c.placed = self.placed.clone();
+        c.default_type = self.default_type.clone();
         c
     }
 
@@ -566,6 +632,7 @@ impl Level {
                 let a = args(d, 1, 2)?;
                 p.client_keepalive_timeout = time(d, &a[0])?;
             }
+            "default_type" => self.default_type = one(d)?.value.clone(),
             "proxy_ssl_verify" => p.ssl_verify = on_off(d)?,
             "proxy_ssl_server_name" => p.ssl_server_name = on_off(d)?,
             "proxy_ssl_trusted_certificate" => {

@@ -10,13 +10,13 @@ use super::forms::{RawAccessLog, RawAccessLogTable, RawHeaderBuffers, RawListen,
 use super::ordered::Ordered;
 use super::raw::{
     RawAddHeader, RawAdmin, RawCheck, RawConfig, RawEjectSlow, RawEjectStuck, RawLocation, RawPeer,
-    RawPenalty, RawProxy, RawServer, RawSetHeader, RawUpstream,
+    RawPenalty, RawProxy, RawReturn, RawServer, RawSetHeader, RawUpstream,
 };
 use crate::config::value::format_time;
 use crate::config::{
     AdminConfig, Balancer, CheckConfig, CheckKind, ClientSettings, Config, HealthRules,
     HttpVersion, InitialState, Listen, Location, LocationMatch, LogFormat, ProxySettings, Recovery,
-    ServerBlock, ServerConfig, UpstreamConfig,
+    Return, ServerBlock, ServerConfig, UpstreamConfig,
 };
 
 pub(super) fn config(c: &Config) -> RawConfig {
@@ -249,6 +249,7 @@ fn server(s: &ServerBlock) -> RawServer {
         listen: s.listen.iter().map(listen).collect(),
         server_name: s.server_names.clone(),
         location: s.locations.iter().map(|l| location(l, &shared)).collect(),
+        ret: s.ret.as_ref().map(ret),
         ..RawServer::default()
     };
     raw.set_proxy(diff(&shared, &ProxySettings::default()));
@@ -313,10 +314,19 @@ fn location(l: &Location, shared: &ProxySettings) -> RawLocation {
                 p.uri.as_deref().unwrap_or("")
             )
         }),
+        ret: l.ret.as_ref().map(ret),
         ..RawLocation::default()
     };
     raw.set_proxy(diff(&l.proxy, shared));
     raw
+}
+
+fn ret(r: &Return) -> RawReturn {
+    RawReturn {
+        code: r.code,
+        text: r.text.clone(),
+        content_type: (r.content_type != "text/plain").then(|| r.content_type.clone()),
+    }
 }
 
 /// The settings written once on a server: for each key, the value most of

@@ -7,13 +7,13 @@ use std::net::SocketAddr;
 
 use super::at::At;
 use super::forms::{RawAccessLog, RawHeaderBuffers, RawListen};
-use super::raw::{RawLocation, RawProxy, RawServer};
+use super::raw::{RawLocation, RawProxy, RawReturn, RawServer};
 use crate::config::addr::Use;
 use crate::config::validate;
 use crate::config::{
     AccessLog, AddHeader, ClientSettings, ConfigError, HttpVersion, Listen, Location,
-    LocationMatch, LogFormat, ProxyPass, ProxySettings, Resolver, ServerBlock, ServerConfig,
-    SetHeader, UpstreamConfig,
+    LocationMatch, LogFormat, ProxyPass, ProxySettings, Resolver, Return, ServerBlock,
+    ServerConfig, SetHeader, UpstreamConfig,
 };
 use crate::outcome::NextUpstream;
 
@@ -64,6 +64,7 @@ pub(super) fn server(
         server_names: raw.server_name.clone(),
         client: client(raw, at)?,
         locations,
+        ret: ret(raw.ret.as_ref(), at)?,
         origin: Default::default(),
     })
 }
@@ -171,8 +172,30 @@ fn location(
         matcher,
         path: raw.path.clone(),
         proxy: settings,
+        ret: ret(raw.ret.as_ref(), at)?,
         origin: Default::default(),
     })
+}
+
+/// `return = { code, text }`.
+fn ret(raw: Option<&RawReturn>, at: &At<'_>) -> Result<Option<Return>, ConfigError> {
+    let Some(r) = raw else {
+        return Ok(None);
+    };
+    if r.code > 999 {
+        return Err(at
+            .key("return")
+            .key("code")
+            .err(format!("invalid return code \"{}\"", r.code)));
+    }
+    Ok(Some(Return {
+        code: r.code,
+        text: r.text.clone(),
+        content_type: r
+            .content_type
+            .clone()
+            .unwrap_or_else(|| "text/plain".to_string()),
+    }))
 }
 
 /// `http(s)://NAME[/uri]`: an upstream, or an implicit single-server

@@ -388,6 +388,9 @@ proxy_keys!(table_with_proxy_keys! {
         /// nginx's `merge_slashes`, default true.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         merge_slashes: Option<bool>,
+        /// nginx's server-level `return`.
+        #[serde(rename = "return", default, skip_serializing_if = "Option::is_none")]
+        ret: Option<RawReturn>,
     }
     {
         /// `[[server.location]]`, in order.
@@ -408,6 +411,24 @@ proxy_keys!(table_with_proxy_keys! {
         /// `proxy_pass`: `http(s)://UPSTREAM[/uri]`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         proxy_pass: Option<String>,
+        /// nginx's `return` in a location.
+        #[serde(rename = "return", default, skip_serializing_if = "Option::is_none")]
+        ret: Option<RawReturn>,
     }
     {}
 });
+
+/// `return = { code = 301, text = "https://$host$request_uri" }`: nginx's
+/// `return CODE [TEXT|URL]`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawReturn {
+    /// The status, 0 to 999 (444 closes the connection).
+    pub(crate) code: u16,
+    /// The body, or the URL of a redirecting code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) text: Option<String>,
+    /// nginx's `default_type` for the text, default `text/plain`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) content_type: Option<String>,
+}
