@@ -8,34 +8,11 @@ use std::num::NonZeroU32;
 use std::path::Path;
 use std::time::Duration;
 
-use vigil_core::config::{
-    literal_resolver, nginx, toml, Config, ConfigError, HealthRules, PassiveCount, Penalty,
-    Recovery,
-};
+use vigil_core::config::{literal_resolver, nginx, HealthRules, PassiveCount, Penalty, Recovery};
 use vigil_core::convert::nginx_to_toml;
+
+use crate::support::{nginx_err, nginx_load, toml_err, toml_load};
 use vigil_core::lint::{lint_config, lint_error, Finding};
-
-fn nginx_load(src: &str) -> Result<Config, ConfigError> {
-    nginx::load_str(src, Path::new("t.conf"), Path::new("."), &literal_resolver).map(|l| l.config)
-}
-
-fn toml_load(src: &str) -> Result<Config, ConfigError> {
-    toml::load_str(src, Path::new("vigil.toml"), &literal_resolver)
-}
-
-fn nginx_err(src: &str) -> String {
-    match nginx_load(src) {
-        Ok(_) => panic!("loads but should not:\n{src}"),
-        Err(e) => e.to_string(),
-    }
-}
-
-fn toml_err(src: &str) -> String {
-    match toml_load(src) {
-        Ok(_) => panic!("loads but should not:\n{src}"),
-        Err(e) => e.to_string(),
-    }
-}
 
 const RULES_NGINX: &str = "http {
   upstream api {

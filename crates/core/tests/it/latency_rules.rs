@@ -7,29 +7,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use vigil_core::config::{
-    literal_resolver, nginx, preset, toml, Config, ConfigError, EjectSlow, EjectStuck, Recovery,
-};
+use vigil_core::config::{literal_resolver, nginx, preset, EjectSlow, EjectStuck, Recovery};
 use vigil_core::convert::nginx_to_toml;
+
+use crate::support::{nginx_err, nginx_load, toml_load};
 use vigil_core::event::EventBus;
 use vigil_core::lint::lint_config;
 use vigil_core::registry::Registry;
 use vigil_core::ManualClock;
-
-fn nginx_load(src: &str) -> Result<Config, ConfigError> {
-    nginx::load_str(src, Path::new("t.conf"), Path::new("."), &literal_resolver).map(|l| l.config)
-}
-
-fn toml_load(src: &str) -> Result<Config, ConfigError> {
-    toml::load_str(src, Path::new("vigil.toml"), &literal_resolver)
-}
-
-fn nginx_err(src: &str) -> String {
-    match nginx_load(src) {
-        Ok(_) => panic!("loads but should not:\n{src}"),
-        Err(e) => e.to_string(),
-    }
-}
 
 fn up(body: &str) -> String {
     format!("upstream u {{\n  server 127.0.0.1:1;\n  server 127.0.0.1:2;\n  {body}\n}}\n")

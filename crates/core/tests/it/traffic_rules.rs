@@ -6,19 +6,11 @@ use std::num::NonZeroU32;
 use std::path::Path;
 use std::time::Duration;
 
-use vigil_core::config::{
-    literal_resolver, nginx, toml, Config, ConfigError, Hedge, HedgeAfter, RetryBudget,
-};
+use vigil_core::config::{literal_resolver, nginx, Hedge, HedgeAfter, RetryBudget};
 use vigil_core::convert::nginx_to_toml;
+
+use crate::support::{nginx_load, toml_load};
 use vigil_core::lint::lint_config;
-
-fn nginx_load(src: &str) -> Result<Config, ConfigError> {
-    nginx::load_str(src, Path::new("t.conf"), Path::new("."), &literal_resolver).map(|l| l.config)
-}
-
-fn toml_load(src: &str) -> Result<Config, ConfigError> {
-    toml::load_str(src, Path::new("vigil.toml"), &literal_resolver)
-}
 
 const NGINX: &str = "http {
   upstream api {
