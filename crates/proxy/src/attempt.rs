@@ -49,16 +49,17 @@ pub(crate) struct Race {
 
 /// Run one attempt. `make_request` is called only once a connection is
 /// ready, so a refused connect leaves a streamed body unread for the next
-/// peer. `once`, for a request that cannot be sent twice (shared by its
-/// attempts): the first attempt whose connection is ready takes it and
-/// sends; a later one puts its fresh connection in the pool and ends with
-/// `race.lost` set.
+/// peer. `race`: what the handler watches while hedges may race (None
+/// without `hedge`). `once`, for such a request that cannot be sent twice
+/// (shared by its attempts): the first attempt whose connection is ready
+/// takes it and sends; a later one puts its fresh connection in the pool
+/// and ends with `race.lost` set.
 pub(crate) async fn run(
     route: &Route,
     peer: &Peer,
     tls: Option<&TlsSettings>,
     replayable: bool,
-    race: &Race,
+    race: Option<&Race>,
     once: Option<&AtomicBool>,
     make_request: impl FnOnce() -> Result<Request<UpBody>, String>,
 ) -> Result<Answered, Failed> {
@@ -96,27 +97,27 @@ pub(crate) async fn run(
             connect_time: Some(connect_time),
         });
     }
-    race.connected.store(true, Ordering::Release);
-    if let Some(o) = once {
-        if !o.swap(true, Ordering::AcqRel) {
+    if let Some(race) = race {
+        race.connected.store(true, Ordering::Release);
+        if let Some(once) = once {
+            if once.swap(true, Ordering::AcqRel) {
+                race.lost.store(true, Ordering::Release);
+                route.pool.checkin(conn);
+                return Err(Failed {
+                    failure: TransportFailure {
+                        class: FailureClass::Error,
+                        request_sent: false,
+                        cached_connection: cached,
+                    },
+                    detail: format!(
+                        "connected to {} after another attempt had the request",
+                        peer.name()
+                    ),
+                    connect_time: Some(connect_time),
+                });
+            }
             race.claimed.store(true, Ordering::Release);
         }
-    }
-    if once.is_some() && !race.claimed.load(Ordering::Acquire) {
-        race.lost.store(true, Ordering::Release);
-        route.pool.checkin(conn);
-        return Err(Failed {
-            failure: TransportFailure {
-                class: FailureClass::Error,
-                request_sent: false,
-                cached_connection: cached,
-            },
-            detail: format!(
-                "connected to {} after another attempt had the request",
-                peer.name()
-            ),
-            connect_time: Some(connect_time),
-        });
     }
     let request = make_request().map_err(|detail| Failed {
         failure: TransportFailure {

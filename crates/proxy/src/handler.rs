@@ -284,12 +284,14 @@ async fn proxy_request(
         local,
         upgrade,
         replayable: facts.body_replayable,
-        once: (facts.non_idempotent || !facts.body_replayable)
+        hedged: upstream.config().rules.hedge.is_some(),
+        once: (upstream.config().rules.hedge.is_some()
+            && (facts.non_idempotent || !facts.body_replayable))
             .then(|| Arc::new(std::sync::atomic::AtomicBool::new(false))),
     };
     // The attempts in flight: one, or more while hedges race.
     let mut flights: Vec<Flight<'_>> = Vec::new();
-    let mut hedging = upstream.config().rules.hedge.is_some();
+    let mut hedging = job.hedged;
     loop {
         if flights.is_empty() {
             let guard = match upstream.select(&mut sel, clock.now()) {
@@ -323,9 +325,11 @@ async fn proxy_request(
         // every attempt is still connecting, even a request that cannot be
         // sent twice may race a connect (it is sent once, by the first).
         let connecting = |flights: &[Flight<'_>]| {
-            flights
-                .iter()
-                .all(|f| !f.race.connected.load(std::sync::atomic::Ordering::Acquire))
+            flights.iter().all(|f| {
+                f.race
+                    .as_ref()
+                    .is_none_or(|r| !r.connected.load(std::sync::atomic::Ordering::Acquire))
+            })
         };
         let hedge_at = if hedging {
             flights
@@ -359,8 +363,8 @@ async fn proxy_request(
             Raced::Done(i, _)
                 if flights[i]
                     .race
-                    .lost
-                    .load(std::sync::atomic::Ordering::Acquire) =>
+                    .as_ref()
+                    .is_some_and(|r| r.lost.load(std::sync::atomic::Ordering::Acquire)) =>
             {
                 // Lost a connect race: the request goes out on the other
                 // connection; this one sent nothing and is not charged.
@@ -385,7 +389,10 @@ async fn proxy_request(
         // send: the next attempt may send it (nginx's `non_idempotent`).
         let release_send = || {
             if let Some(o) = &job.once {
-                if ran.claimed.load(std::sync::atomic::Ordering::Acquire) {
+                if ran
+                    .as_ref()
+                    .is_some_and(|r| r.claimed.load(std::sync::atomic::Ordering::Acquire))
+                {
                     o.store(false, std::sync::atomic::Ordering::Release);
                 }
             }
@@ -560,8 +567,11 @@ struct Job<'a> {
     local: SocketAddr,
     upgrade: bool,
     replayable: bool,
+    /// The upstream has `hedge`: attempts may race.
+    hedged: bool,
     /// For a request that cannot be sent twice (POST, LOCK, PATCH, or a
-    /// streamed body): taken by the first of its attempts to connect.
+    /// streamed body) that may be hedged: taken by the first of its
+    /// attempts to connect.
     once: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
@@ -572,7 +582,8 @@ struct Flight<'a> {
     peer: Arc<Peer>,
     t0: Instant,
     record: usize,
-    race: Arc<attempt::Race>,
+    /// Watched while hedges may race (None without `hedge`).
+    race: Option<Arc<attempt::Race>>,
     run: Pin<Box<dyn Future<Output = Result<Answered, Failed>> + Send + 'a>>,
 }
 
@@ -616,7 +627,7 @@ impl<'a> Job<'a> {
         let (client, local, upgrade, replayable) =
             (self.client, self.local, self.upgrade, self.replayable);
         let p = peer.clone();
-        let race = Arc::new(attempt::Race::default());
+        let race = self.hedged.then(|| Arc::new(attempt::Race::default()));
         let (r, once) = (race.clone(), self.once.clone());
         let run = Box::pin(async move {
             attempt::run(
@@ -624,7 +635,7 @@ impl<'a> Job<'a> {
                 &p,
                 route.tls.as_ref(),
                 replayable,
-                &r,
+                r.as_deref(),
                 once.as_deref(),
                 move || {
                     let b = match replay {
