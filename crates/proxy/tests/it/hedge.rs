@@ -21,14 +21,14 @@ use crate::support::{eventually, load, request, send, Backend, Got};
 
 /// A backend that reads each request head and never answers; it notes the
 /// request line and when the proxy closes the connection.
-struct Hang {
-    addr: SocketAddr,
+pub(crate) struct Hang {
+    pub(crate) addr: SocketAddr,
     lines: Arc<Mutex<Vec<String>>>,
     closed: Arc<AtomicUsize>,
 }
 
 impl Hang {
-    async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");

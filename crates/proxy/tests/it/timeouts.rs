@@ -436,30 +436,13 @@ async fn the_whole_header_may_not_exceed_large_client_header_buffers() {
     );
 }
 
-/// A backend that reads whatever comes and never answers.
-async fn hanging_backend() -> SocketAddr {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = l.local_addr().expect("addr");
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
-            tokio::spawn(async move {
-                let mut buf = [0u8; 4096];
-                while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
-            });
-        }
-    });
-    addr
-}
-
 /// A request with a body, sent in full to a peer that never answers, gets
 /// 504 after `proxy_read_timeout` as a GET does (nginx arms the read timer
 /// once the whole request is sent), whether the body was buffered in
 /// memory, spooled to a file, or streamed.
 #[tokio::test(start_paused = true)]
 async fn a_post_to_a_peer_that_never_answers_gets_504_after_read_timeout() {
-    let hang = hanging_backend().await;
+    let hang = crate::hedge::Hang::start().await.addr;
     for (buffering, body) in [
         ("on", "x=1".to_string()),
         ("on", "y".repeat(200_000)),
