@@ -15,8 +15,16 @@ use vigil_core::{Clock, ManualClock};
 use super::{Admin, Route};
 
 fn setup(token: Option<&str>) -> (Admin, Arc<Registry>) {
-    let conf = "upstream api { server 10.0.0.1:80; server 10.0.0.2:80 max_fails=2; }
-                upstream solo { server 10.0.0.9:80; }";
+    setup_with(
+        "upstream api { server 10.0.0.1:80; server 10.0.0.2:80 max_fails=2; }
+         upstream solo { server 10.0.0.9:80; }",
+        token,
+    )
+}
+
+/// An admin API over `conf` (nginx.conf text) on a manual clock, with
+/// `token` for mutations; the dashboard's tests use it too.
+pub(crate) fn setup_with(conf: &str, token: Option<&str>) -> (Admin, Arc<Registry>) {
     let loaded =
         nginx::load_str(conf, "t.conf".as_ref(), ".".as_ref(), &literal_resolver).expect("conf");
     let clock = Arc::new(ManualClock::at(1_700_000_000_000));

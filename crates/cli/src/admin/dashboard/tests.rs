@@ -6,9 +6,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{header, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use vigil_checker::status::StatusPage;
-use vigil_core::config::{literal_resolver, nginx};
-use vigil_core::event::EventBus;
 use vigil_core::peer::{AdminState, PeerId};
 use vigil_core::registry::Registry;
 use vigil_core::{Clock, ManualClock};
@@ -19,26 +16,7 @@ use crate::admin::{Admin, DashboardAsset, Route};
 const HOSTILE: &str = "<script>alert(1)</script>";
 
 fn setup(conf: &str, token: Option<&str>) -> (Admin, Arc<Registry>) {
-    let loaded =
-        nginx::load_str(conf, "t.conf".as_ref(), ".".as_ref(), &literal_resolver).expect("conf");
-    let clock = Arc::new(ManualClock::at(1_700_000_000_000));
-    let events = Arc::new(EventBus::default());
-    let reg = Arc::new(Registry::build(
-        &loaded.config,
-        None,
-        events.clone(),
-        clock.clone(),
-    ));
-    let r2 = reg.clone();
-    let r3 = reg.clone();
-    let admin = Admin::new(
-        move || r3.clone(),
-        clock,
-        events,
-        token.map(String::from),
-        StatusPage::new(move || r2.clone()),
-    );
-    (admin, reg)
+    crate::admin::tests::setup_with(conf, token)
 }
 
 fn plain() -> &'static str {
