@@ -2,12 +2,13 @@
 //! Prometheus text. Peer state metrics (tengine's `nginx_upstream_*` and
 //! vigil's state gauge) are read from the registry by [`crate::status`].
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use dashmap::DashMap;
 use vigil_core::health::ProbePhase;
 
 use crate::TargetKey;
@@ -29,7 +30,10 @@ const PHASES: [ProbePhase; 6] = [
 /// The checker's own counters.
 #[derive(Default)]
 pub struct Metrics {
-    targets: Mutex<HashMap<TargetKey, Arc<TargetStats>>>,
+    /// Every probe task looks its target up here when it starts (and after
+    /// a reload), while the metrics endpoint reads them all: a sharded
+    /// concurrent map, so neither waits on the other.
+    targets: DashMap<TargetKey, Arc<TargetStats>>,
     transitions_up: AtomicU64,
     transitions_down: AtomicU64,
 }
@@ -58,19 +62,18 @@ struct Sum {
 impl Metrics {
     /// The counters of `key`, made on first use.
     pub(crate) fn target(&self, key: &TargetKey) -> Arc<TargetStats> {
-        let Ok(mut map) = self.targets.lock() else {
-            return Arc::new(TargetStats::new(key));
-        };
-        map.entry(key.clone())
+        if let Some(stats) = self.targets.get(key) {
+            return Arc::clone(&stats);
+        }
+        self.targets
+            .entry(key.clone())
             .or_insert_with(|| Arc::new(TargetStats::new(key)))
             .clone()
     }
 
     /// Forget targets that are no longer probed.
     pub(crate) fn retain(&self, keys: &HashSet<TargetKey>) {
-        if let Ok(mut map) = self.targets.lock() {
-            map.retain(|k, _| keys.contains(k));
-        }
+        self.targets.retain(|k, _| keys.contains(k));
     }
 
     pub(crate) fn transition(&self, up: bool) {
@@ -84,33 +87,32 @@ impl Metrics {
 
     /// Targets being probed.
     pub fn targets(&self) -> usize {
-        self.targets.lock().map_or(0, |m| m.len())
+        self.targets.len()
     }
 
     /// Probes run so far, over all targets.
     pub fn probes(&self) -> u64 {
-        self.targets.lock().map_or(0, |m| {
-            m.values().map(|s| s.count.load(Ordering::Relaxed)).sum()
-        })
+        self.targets
+            .iter()
+            .map(|s| s.count.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// Append the checker's metrics in Prometheus text format. Targets
     /// with the same address and type (dedup off) are summed.
     pub fn write_prometheus(&self, out: &mut String) {
         let mut sums: BTreeMap<String, Sum> = BTreeMap::new();
-        if let Ok(map) = self.targets.lock() {
-            for s in map.values() {
-                let sum = sums.entry(s.label.clone()).or_default();
-                sum.ok += s.ok.load(Ordering::Relaxed);
-                for (a, b) in sum.failed.iter_mut().zip(&s.failed) {
-                    *a += b.load(Ordering::Relaxed);
-                }
-                for (a, b) in sum.buckets.iter_mut().zip(&s.buckets) {
-                    *a += b.load(Ordering::Relaxed);
-                }
-                sum.sum_us += s.sum_us.load(Ordering::Relaxed);
-                sum.count += s.count.load(Ordering::Relaxed);
+        for s in self.targets.iter() {
+            let sum = sums.entry(s.label.clone()).or_default();
+            sum.ok += s.ok.load(Ordering::Relaxed);
+            for (a, b) in sum.failed.iter_mut().zip(&s.failed) {
+                *a += b.load(Ordering::Relaxed);
             }
+            for (a, b) in sum.buckets.iter_mut().zip(&s.buckets) {
+                *a += b.load(Ordering::Relaxed);
+            }
+            sum.sum_us += s.sum_us.load(Ordering::Relaxed);
+            sum.count += s.count.load(Ordering::Relaxed);
         }
         header(
             out,
