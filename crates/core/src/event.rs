@@ -13,8 +13,24 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use serde::{Deserialize, Serialize};
+
 use crate::clock::Timestamp;
 use crate::outcome::FailureClass;
+
+/// How a server is written in a file rendered for nginx (`vigil check`):
+/// carried by render events and by the API's `NginxView`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NginxGiven {
+    /// As in the source (up, or `down` there).
+    AsWritten,
+    /// Marked ` down`: nginx sends it nothing.
+    Down,
+    /// Ejected by core's rules but kept up by `max_ejected` (`--min-healthy`):
+    /// nginx sends it traffic.
+    Kept,
+}
 
 /// One transition of one peer.
 #[derive(Clone, Debug, PartialEq)]
@@ -156,7 +172,7 @@ pub enum EventKind {
         /// The file (`NAME.conf` in the render directory).
         file: String,
         /// How the server is written now (None: the whole file).
-        given: Option<crate::api::NginxGiven>,
+        given: Option<NginxGiven>,
         /// Why: the comment vigil wrote on the line (the cause), or what
         /// happened to the file.
         note: String,
@@ -385,7 +401,6 @@ impl fmt::Display for EventKind {
                 note,
                 timing,
             } => {
-                use crate::api::NginxGiven;
                 let what = match given {
                     Some(NginxGiven::Down) => format!("marked `down` ({note})"),
                     Some(NginxGiven::Kept) => format!("left up although failing ({note})"),
@@ -593,7 +608,7 @@ mod tests {
         );
         let render = EventKind::Render {
             file: "app.conf".into(),
-            given: Some(crate::api::NginxGiven::Down),
+            given: Some(NginxGiven::Down),
             note: "down by active check".into(),
             timing: Timing::AtOnce,
         };

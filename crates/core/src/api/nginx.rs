@@ -8,19 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::PeerView;
-
-/// How a server is written in a rendered file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum NginxGiven {
-    /// As in the source (up, or `down` there).
-    AsWritten,
-    /// Marked ` down`: nginx sends it nothing.
-    Down,
-    /// Ejected by core's rules but kept up by `max_ejected` (`--min-healthy`):
-    /// nginx sends it traffic.
-    Kept,
-}
+pub use crate::event::NginxGiven;
 
 /// What nginx runs for one server, and what vigil decided.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -11,7 +11,8 @@ use crate::health::{ActiveHealth, HealthPolicy};
 use crate::peer::{Peer, PeerId};
 
 use super::budget::RetryBudgetState;
-use super::tier::{self, Tier};
+use super::slot;
+use super::tier::Tier;
 use super::Upstream;
 
 impl Upstream {
@@ -106,13 +107,13 @@ impl Upstream {
             if !same_rules {
                 // The rule state means nothing under other rules: nginx's
                 // fields stay, vigil's start afresh.
-                slot = tier::Slot {
+                slot = slot::Slot {
                     current: slot.current,
                     effective: slot.effective,
                     fails: slot.fails,
                     accessed: slot.accessed,
                     checked: slot.checked,
-                    ..tier::Slot::default()
+                    ..slot::Slot::default()
                 };
             }
             let _ = peer.set_admin(old.admin(), old.admin_since());

@@ -31,6 +31,7 @@ mod latency;
 mod pick;
 mod policy;
 mod selection;
+mod slot;
 mod status;
 mod tier;
 mod tried;

@@ -13,7 +13,8 @@ use crate::health::ProbeReport;
 use crate::peer::{Peer, PeerId};
 
 use super::policy::{self, ramp, Ineligible};
-use super::tier::{Slot, Tier};
+use super::slot::Slot;
+use super::tier::Tier;
 use super::{PassiveView, PeerFigure, Upstream};
 
 /// Everything known about one peer at one moment.

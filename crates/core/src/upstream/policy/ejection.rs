@@ -35,7 +35,7 @@ use crate::config::HealthRules;
 use crate::peer::{AdminState, Peer};
 
 use super::super::latency::Latency;
-use super::super::tier::Slot;
+use super::super::slot::Slot;
 use super::super::Tried;
 use super::passive_reason;
 

@@ -27,7 +27,7 @@ use crate::config::{HealthRules, Recovery};
 use crate::peer::{AdminState, Peer};
 
 use super::latency::Latency;
-use super::tier::Slot;
+use super::slot::Slot;
 use super::Tried;
 
 /// Why a peer gets no new requests right now.

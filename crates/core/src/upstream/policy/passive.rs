@@ -13,7 +13,7 @@ use crate::event::EventKind;
 use crate::outcome::FailureClass;
 use crate::peer::Peer;
 
-use super::super::tier::Slot;
+use super::super::slot::Slot;
 use super::{over_max_fails, ramp, window_ms, window_over};
 
 type Events = Vec<(u32, EventKind)>;

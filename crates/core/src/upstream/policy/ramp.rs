@@ -10,7 +10,7 @@
 use crate::clock::{duration_ms, Timestamp};
 use crate::peer::Peer;
 
-use super::super::tier::Slot;
+use super::super::slot::Slot;
 
 /// The weight smooth round robin adds for `peer` now: nginx's
 /// `effective_weight` (lowered by failures, regained one step per pick),

@@ -112,7 +112,7 @@ impl Upstream {
                     events: &mut events,
                 }
                 .slow(figure, median, requests, now, || self.jitter());
-                peer.set_fails_hint(super::super::tier::hint(&st[i]));
+                peer.set_fails_hint(super::super::slot::hint(&st[i]));
                 tier.refresh(&mut st, i, peer);
                 forget.push(g);
             }
