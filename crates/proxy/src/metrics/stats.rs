@@ -12,8 +12,6 @@ use vigil_core::peer::PeerId;
 use vigil_core::upstream::{Accounting, CountRule};
 use vigil_core::{FailureClass, RetryDenied, Upstream};
 
-use super::render::escape;
-
 /// Upper bounds of the request-duration buckets, in seconds (the last,
 /// 60 s, is nginx's default `proxy_read_timeout`).
 pub(crate) const BUCKETS: [f64; 14] = [
@@ -279,4 +277,18 @@ pub(crate) fn rule_index(rule: CountRule) -> usize {
         CountRule::AfterHeader => 0,
         CountRule::LastTry => 1,
     }
+}
+
+/// A Prometheus label value, escaped (`\`, `"` and newline).
+pub(crate) fn escape(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
 }

@@ -8,8 +8,8 @@ use vigil_core::registry::Registry;
 use vigil_core::upstream::Accounting;
 use vigil_core::{Clock, FailureClass, ManualClock, Timestamp};
 
-use super::render::escape;
 use super::stats::class_index;
+use super::stats::escape;
 use super::{Outcome, ProxyMetrics};
 
 fn registry(conf: &str, previous: Option<&Registry>) -> Arc<Registry> {
