@@ -219,6 +219,36 @@ def run_one(target, path, d, pin, duration):
             "rss_mib": rss / 1024, "non_2xx": errs, "socket_errors": sock}
 
 
+def start_backends(d, pin="split"):
+    """Write the backends' and the proxies' confs into d and start the backends."""
+    # nginx's workers run as nobody when started by root: they must read www/.
+    os.chmod(d, 0o755)
+    os.makedirs(os.path.join(d, "www"))
+    with open(os.path.join(d, "www", "16k"), "wb") as f:
+        f.write(b"x" * 16384)
+    servers = "\n".join(BACKEND_SERVER.format(port=p, d=d) for p in BACKEND_PORTS)
+    with open(os.path.join(d, "backend.conf"), "w") as f:
+        f.write(BACKEND_CONF.format(d=d, servers=servers))
+    with open(os.path.join(d, "proxy.conf"), "w") as f:
+        f.write(PROXY_CONF.format(d=d))
+    with open(os.path.join(d, "proxy-preset.conf"), "w") as f:
+        f.write(PROXY_CONF.format(d=d).replace("keepalive 64;", "keepalive 64;\n    " + PRESET))
+    backend = subprocess.Popen(taskset(1, pin) + [nginx_bin(), "-p", d + "/", "-e", d + "/backend.err", "-c", os.path.join(d, "backend.conf")],
+                               start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for port in BACKEND_PORTS:
+            wait_http(f"http://127.0.0.1:{port}/")
+    except RuntimeError:
+        stop_backends(backend)
+        raise
+    return backend
+
+
+def stop_backends(backend):
+    os.killpg(backend.pid, signal.SIGTERM)
+    backend.wait(timeout=10)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
@@ -232,24 +262,9 @@ def main():
     if not os.path.exists(VIGIL):
         sys.exit("build first: cargo build --release -p vigil")
     d = tempfile.mkdtemp(prefix="vigil-load-")
-    # nginx's workers run as nobody when started by root: they must read www/.
-    os.chmod(d, 0o755)
-    os.makedirs(os.path.join(d, "www"))
-    with open(os.path.join(d, "www", "16k"), "wb") as f:
-        f.write(b"x" * 16384)
-    servers = "\n".join(BACKEND_SERVER.format(port=p, d=d) for p in BACKEND_PORTS)
-    with open(os.path.join(d, "backend.conf"), "w") as f:
-        f.write(BACKEND_CONF.format(d=d, servers=servers))
-    with open(os.path.join(d, "proxy.conf"), "w") as f:
-        f.write(PROXY_CONF.format(d=d))
-    with open(os.path.join(d, "proxy-preset.conf"), "w") as f:
-        f.write(PROXY_CONF.format(d=d).replace("keepalive 64;", "keepalive 64;\n    " + PRESET))
-    backend = subprocess.Popen(taskset(1, a.pin) + [nginx_bin(), "-p", d + "/", "-e", d + "/backend.err", "-c", os.path.join(d, "backend.conf")],
-                               start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    backend = start_backends(d, a.pin)
     results = []
     try:
-        for port in BACKEND_PORTS:
-            wait_http(f"http://127.0.0.1:{port}/")
         targets = a.targets.split(",")
         for rnd in range(a.rounds):
             for path in a.paths.split(","):
@@ -259,8 +274,7 @@ def main():
                     results.append(r)
                     print(json.dumps(r), file=sys.stderr, flush=True)
     finally:
-        os.killpg(backend.pid, signal.SIGTERM)
-        backend.wait(timeout=10)
+        stop_backends(backend)
     if a.json:
         with open(a.json, "a") as f:
             for r in results:

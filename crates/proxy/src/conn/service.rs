@@ -87,7 +87,12 @@ where
     hyper::service::service_fn(move |req: Request<Incoming>| {
         let version = req.version();
         let guard = RequestGuard::new(&state, version);
-        let served = CURRENT.scope(state.clone(), handle(req));
+        // Boxed per request: hyper keeps one slot for the service's future
+        // per connection for as long as it lives, idle or not, so an inline
+        // handler future (several KiB) would be held by every idle
+        // keep-alive connection. nginx, too, allocates a request's memory
+        // per request and frees it when the connection goes idle.
+        let served = CURRENT.scope(state.clone(), Box::pin(handle(req)));
         async move {
             let resp = served.await;
             respond(resp, guard, version)
