@@ -11,7 +11,7 @@ with paired ratios against nginx from the same round.
     python3 benches/load/compare.py [--rounds 3] [--duration 10] [--pin split|none]
         [--targets nginx,vigil:1,vigil:2] [--base nginx]
 
-`vigil:N@NAME` runs the binary $VIGIL_BIN_NAME instead (two builds side by
+`nginx:N` runs nginx with N worker processes. `vigil:N@NAME` runs the binary $VIGIL_BIN_NAME instead (two builds side by
 side). A target `vigil+preset:N` is vigil with `health_preset recommended;` and a
 500 ms http check in the upstream (the cost of vigil's health plane);
 `--base vigil:2` gives its ratios against plain vigil instead of nginx.
@@ -174,7 +174,14 @@ PRESET = (
 
 def start_proxy(target, d, pin):
     conf = os.path.join(d, "proxy-preset.conf" if "+preset" in target else "proxy.conf")
-    if target == "nginx":
+    if target.startswith("nginx"):
+        # `nginx:N` runs N worker processes (`nginx` alone: 1).
+        workers = target.partition(":")[2] or "1"
+        if workers != "1":
+            text = open(conf).read().replace("worker_processes 1;", f"worker_processes {workers};")
+            conf = os.path.join(d, f"proxy-nginx{workers}.conf")
+            with open(conf, "w") as f:
+                f.write(text)
         cmd = taskset(0, pin) + [nginx_bin(), "-p", d + "/", "-e", d + "/proxy.err", "-c", conf]
     else:
         # `vigil:2@NAME` runs the binary named by $VIGIL_BIN_NAME (an A/B of builds).
