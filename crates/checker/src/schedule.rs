@@ -322,8 +322,11 @@ impl Checker {
 
     /// Record a result that another instance probed (see [`Sharing`]) into
     /// every peer of the target `id`, exactly as a local result is recorded
-    /// (rise/fall, events). Returns whether `id` is a target here.
-    pub fn record_remote(&self, id: &str, report: ProbeReport) -> bool {
+    /// (rise/fall, events), as of now on this checker's clock (`report.at`
+    /// is replaced: another process's clock means nothing here). Returns
+    /// whether `id` is a target here.
+    pub fn record_remote(&self, id: &str, mut report: ProbeReport) -> bool {
+        report.at = self.shared.clock.now();
         let members = match self.state.lock() {
             Ok(s) => s.by_id.get(id).cloned(),
             Err(_) => None,

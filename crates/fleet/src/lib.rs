@@ -34,7 +34,6 @@ use std::sync::Arc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use vigil_checker::{Checker, Sharing};
-use vigil_core::Clock;
 
 pub use error::FleetError;
 pub use options::{
@@ -47,7 +46,7 @@ pub use view::{FleetView, HistoryView, TargetView, VerdictView};
 pub struct Fleet {
     shared: Arc<state::Shared>,
     cancel: CancellationToken,
-    task: Option<JoinHandle<()>>,
+    task: std::sync::Mutex<Option<JoinHandle<()>>>,
 }
 
 // === impl Fleet ===
@@ -56,10 +55,10 @@ impl Fleet {
     /// Start the session with etcd (in the background: until it has joined,
     /// this instance probes every target). Must be called inside a tokio
     /// runtime. Fails only on bad options or unreadable TLS files.
-    pub fn start(options: FleetOptions, clock: Arc<dyn Clock>) -> Result<Self, FleetError> {
+    pub fn start(options: FleetOptions) -> Result<Self, FleetError> {
         options.validate()?;
         let connect = session::connect_options(&options)?;
-        let (shared, outbox) = state::Shared::new(options, clock);
+        let (shared, outbox) = state::Shared::new(options);
         let cancel = CancellationToken::new();
         let task = tokio::spawn(session::run(
             shared.clone(),
@@ -70,7 +69,7 @@ impl Fleet {
         Ok(Self {
             shared,
             cancel,
-            task: Some(task),
+            task: std::sync::Mutex::new(Some(task)),
         })
     }
 
@@ -91,9 +90,10 @@ impl Fleet {
 
     /// Leave the fleet: revoke the lease (the others take over this
     /// member's targets at once) and stop.
-    pub async fn leave(mut self) {
+    pub async fn leave(&self) {
         self.cancel.cancel();
-        if let Some(t) = self.task.take() {
+        let task = self.task.lock().ok().and_then(|mut t| t.take());
+        if let Some(t) = task {
             let _ = t.await;
         }
     }

@@ -213,7 +213,7 @@ mod tests {
     #[test]
     fn defaults_are_valid_and_keys_are_per_fleet_name() {
         let o = opts();
-        o.validate().unwrap();
+        o.validate().expect("test step");
         assert_eq!(o.root(), "/vigil/fleet/edge/");
         assert_eq!(o.ttl, Duration::from_secs(5));
         assert_eq!(o.replicas, 1);
@@ -321,6 +321,6 @@ mod tests {
 
     #[test]
     fn the_default_member_name_is_a_valid_key_part() {
-        name_ok("m", &FleetOptions::default_member()).unwrap();
+        name_ok("m", &FleetOptions::default_member()).expect("test step");
     }
 }

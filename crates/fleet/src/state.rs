@@ -10,7 +10,6 @@ use arc_swap::ArcSwap;
 use tokio::sync::mpsc;
 use vigil_checker::{Checker, Sharing};
 use vigil_core::health::ProbeReport;
-use vigil_core::Clock;
 
 use crate::rendezvous;
 use crate::view::{FleetView, HistoryView, TargetView, VerdictView};
@@ -33,7 +32,6 @@ pub(crate) struct Outgoing {
 pub(crate) struct Shared {
     pub(crate) opts: FleetOptions,
     pub(crate) root: String,
-    clock: Arc<dyn Clock>,
     /// Live members, sorted.
     members: ArcSwap<Vec<String>>,
     /// In the fleet: probe only owned targets. Off while joining and
@@ -61,16 +59,12 @@ pub(crate) fn unix_ms() -> u64 {
 // === impl Shared ===
 
 impl Shared {
-    pub(crate) fn new(
-        opts: FleetOptions,
-        clock: Arc<dyn Clock>,
-    ) -> (Arc<Self>, mpsc::Receiver<Outgoing>) {
+    pub(crate) fn new(opts: FleetOptions) -> (Arc<Self>, mpsc::Receiver<Outgoing>) {
         let (tx, rx) = mpsc::channel(OUTBOX);
         let root = opts.root();
         let shared = Arc::new(Self {
             opts,
             root,
-            clock,
             members: ArcSwap::from_pointee(Vec::new()),
             joined: AtomicBool::new(false),
             status: Mutex::new(Status {
@@ -174,7 +168,7 @@ impl Shared {
         let Some(checker) = self.checker.get().and_then(Weak::upgrade) else {
             return;
         };
-        let report = value.report(member, self.clock.now());
+        let report = value.report(member);
         let verdict = VerdictView {
             member: member.to_string(),
             ok: value.ok,
