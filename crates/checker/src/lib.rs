@@ -28,5 +28,5 @@ pub use error::CheckerError;
 pub use metrics::Metrics;
 pub use probe::tls::{TlsOptions, TlsPolicy};
 pub use probe::{NetProber, ProbeFailure, Prober, Target};
-pub use schedule::{Checker, CheckerOptions, UpdateSummary};
+pub use schedule::{Checker, CheckerOptions, Sharing, UpdateSummary};
 pub use target::TargetKey;

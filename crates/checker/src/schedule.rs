@@ -51,6 +51,23 @@ pub struct CheckerOptions {
     /// start down), before the regular schedule: see
     /// [`Checker::start_round`] (default off; `vigil serve` turns it on).
     pub start_round: bool,
+    /// Who probes what, shared with other instances (the fleet,
+    /// `crates/fleet`); default none: every target is probed here.
+    pub sharing: Option<Arc<dyn Sharing>>,
+}
+
+/// The hook through which a fleet of instances shares the probing: it
+/// chooses nothing about health (core does), only whether this instance
+/// probes a target this round, and it hears every local result. Results
+/// probed elsewhere come back in through [`Checker::record_remote`], the
+/// same path a local result takes.
+pub trait Sharing: Send + Sync + std::fmt::Debug {
+    /// Whether this instance probes the target `id` ([`TargetKey::id`])
+    /// now; asked before every regular probe (the start round probes
+    /// every target).
+    fn owns(&self, id: &str) -> bool;
+    /// A probe of `id` ran here with this result (already recorded).
+    fn probed(&self, id: &str, report: &ProbeReport);
 }
 
 /// What an [`Checker::update`] did.
@@ -92,10 +109,13 @@ struct Shared {
     /// Woken on every passive exclusion: under `passive_recovery probe` the
     /// loops probe an excluded peer when its exclusion ends.
     exclusions: Arc<tokio::sync::Notify>,
+    sharing: Option<Arc<dyn Sharing>>,
 }
 
 struct State {
     loops: HashMap<TargetKey, Loop>,
+    /// The members of each loop by [`TargetKey::id`] (remote results).
+    by_id: HashMap<String, Arc<ArcSwap<Vec<Member>>>>,
     tls: TlsPolicy,
 }
 
@@ -115,6 +135,7 @@ impl Default for CheckerOptions {
             log_transitions: true,
             tls: TlsPolicy::default(),
             start_round: false,
+            sharing: None,
         }
     }
 }
@@ -147,10 +168,12 @@ impl Checker {
                 metrics: Arc::new(Metrics::default()),
                 log_transitions: options.log_transitions,
                 exclusions: Arc::new(tokio::sync::Notify::new()),
+                sharing: options.sharing,
             }),
             root: CancellationToken::new(),
             state: Mutex::new(State {
                 loops: HashMap::new(),
+                by_id: HashMap::new(),
                 tls: options.tls,
             }),
             registry: ArcSwap::new(registry.clone()),
@@ -220,10 +243,12 @@ impl Checker {
         let mut summary = UpdateSummary::default();
         let mut loops = HashMap::with_capacity(planned.len());
         let mut keys = HashSet::with_capacity(planned.len());
+        let mut by_id = HashMap::with_capacity(planned.len());
         for p in planned {
             keys.insert(p.key.clone());
             if let Some(l) = state.loops.remove(&p.key) {
                 l.members.store(Arc::new(p.members));
+                by_id.insert(p.key.id(), l.members.clone());
                 loops.insert(p.key, l);
                 summary.kept += 1;
                 continue;
@@ -237,9 +262,10 @@ impl Checker {
                 .lock()
                 .ok()
                 .and_then(|tx| tx.as_ref().cloned());
+            by_id.insert(p.key.id(), members.clone());
             tokio::spawn(probe_loop(
                 self.shared.clone(),
-                p.target,
+                (p.key.id(), p.target),
                 members.clone(),
                 stats,
                 cancel.clone(),
@@ -254,6 +280,7 @@ impl Checker {
             summary.stopped += 1;
         }
         state.loops = loops;
+        state.by_id = by_id;
         state.tls = tls;
         self.shared.metrics.retain(&keys);
         self.registry.store(registry);
@@ -284,6 +311,33 @@ impl Checker {
     /// Distinct targets being probed.
     pub fn targets(&self) -> usize {
         self.state.lock().map_or(0, |s| s.loops.len())
+    }
+
+    /// Every target's key, in no particular order.
+    pub fn target_keys(&self) -> Vec<TargetKey> {
+        self.state
+            .lock()
+            .map_or_else(|_| Vec::new(), |s| s.loops.keys().cloned().collect())
+    }
+
+    /// Record a result that another instance probed (see [`Sharing`]) into
+    /// every peer of the target `id`, exactly as a local result is recorded
+    /// (rise/fall, events), as of now on this checker's clock (`report.at`
+    /// is replaced: another process's clock means nothing here). Returns
+    /// whether `id` is a target here.
+    pub fn record_remote(&self, id: &str, mut report: ProbeReport) -> bool {
+        report.at = self.shared.clock.now();
+        let members = match self.state.lock() {
+            Ok(s) => s.by_id.get(id).cloned(),
+            Err(_) => None,
+        };
+        let Some(members) = members else {
+            return false;
+        };
+        for m in members.load().iter() {
+            record(&self.shared, m, report.clone());
+        }
+        true
     }
 
     /// Wait, at most `within`, until every target of the first registry has
@@ -338,9 +392,10 @@ fn up_to(rng: &mut StdRng, d: Duration) -> Duration {
     Duration::from_nanos(rng.random_range(0..=n))
 }
 
+/// The loop of one target, named by its [`TargetKey::id`].
 async fn probe_loop(
     shared: Arc<Shared>,
-    target: Arc<Target>,
+    (id, target): (String, Arc<Target>),
     members: Arc<ArcSwap<Vec<Member>>>,
     stats: Arc<TargetStats>,
     cancel: CancellationToken,
@@ -365,7 +420,8 @@ async fn probe_loop(
             .max()
             .unwrap_or(1);
         for _ in 0..rounds {
-            let Some((ok, _, _)) = probe_once(&shared, &target, &members, &stats, &cancel).await
+            let Some((ok, _, _)) =
+                probe_once(&shared, &id, &target, &members, &stats, &cancel).await
             else {
                 return;
             };
@@ -391,7 +447,14 @@ async fn probe_loop(
             _ = shared.exclusions.notified() => continue,
             _ = tokio::time::sleep_until(wake) => {}
         }
-        let Some((_, started, at)) = probe_once(&shared, &target, &members, &stats, &cancel).await
+        if shared.sharing.as_ref().is_some_and(|s| !s.owns(&id)) {
+            // Another instance probes it this round; its results come in
+            // through `record_remote`. Ask again at the next round.
+            next = Instant::now() + target.interval + up_to(&mut rng, target.jitter);
+            continue;
+        }
+        let Some((_, started, at)) =
+            probe_once(&shared, &id, &target, &members, &stats, &cancel).await
         else {
             return;
         };
@@ -405,6 +468,7 @@ async fn probe_loop(
 /// clocks. `None` when cancelled.
 async fn probe_once(
     shared: &Shared,
+    id: &str,
     target: &Target,
     members: &ArcSwap<Vec<Member>>,
     stats: &TargetStats,
@@ -438,6 +502,9 @@ async fn probe_once(
     };
     for m in members.load().iter() {
         record(shared, m, report.clone());
+    }
+    if let Some(s) = &shared.sharing {
+        s.probed(id, &report);
     }
     Some((ok, started, at))
 }

@@ -161,6 +161,31 @@ fn key_of(
 }
 
 impl TargetKey {
+    /// A name of this target that is the same in every instance running
+    /// the same check definition (the fleet's key for it): the check type,
+    /// the address, and a CRC-32 of everything else that makes the probe,
+    /// e.g. `http-127.0.0.1:8080-1c291ca3`.
+    pub fn id(&self) -> String {
+        let rest = format!(
+            "{}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
+            self.server_name,
+            self.send,
+            self.expect,
+            self.body_contains,
+            self.timeout,
+            self.interval,
+            self.jitter,
+            self.tls,
+            self.owner
+        );
+        format!(
+            "{}-{}-{:08x}",
+            self.kind_name(),
+            self.addr,
+            crc32fast::hash(rest.as_bytes())
+        )
+    }
+
     /// The check type's name (`tcp`, `http`, `https`).
     pub fn kind_name(&self) -> &'static str {
         match self.kind {

@@ -9,6 +9,7 @@
 
 mod client;
 mod cmd;
+mod fleet;
 mod load;
 mod stack;
 
@@ -30,7 +31,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the reverse proxy (nginx-compatible passive accounting and retries).
-    Serve(cmd::serve::Args),
+    Serve(Box<cmd::serve::Args>),
     /// Explain the traps in an nginx.conf or vigil TOML file.
     Lint(cmd::lint::Args),
     /// Print the vigil TOML equivalent of an nginx.conf.
@@ -54,7 +55,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve(a) => cmd::serve::run(a),
+        Command::Serve(a) => cmd::serve::run(*a),
         Command::Lint(a) => cmd::lint::run(a),
         Command::Convert(a) => cmd::convert::run(a),
         Command::Check(a) => cmd::check::run(*a),

@@ -30,6 +30,8 @@ pub(crate) struct Options {
     /// Serve the endpoint list on `GET /` instead of the dashboard (else
     /// the config's `admin.dashboard` decides).
     pub(crate) no_dashboard: bool,
+    /// Fleet mode: join this fleet (`--fleet-etcd`, `[fleet]`).
+    pub(crate) fleet: Option<crate::fleet::Settings>,
 }
 
 /// A running stack.
@@ -39,6 +41,7 @@ pub(crate) struct Stack {
     pub(crate) admin: Option<Admin>,
     pub(crate) admin_addr: Option<SocketAddr>,
     pub(crate) shutdown: CancellationToken,
+    pub(crate) fleet: Option<Arc<crate::fleet::Member>>,
     workers: vigil_proxy::worker::Workers,
     telemetry: Option<Telemetry>,
 }
@@ -101,6 +104,12 @@ pub(crate) async fn start(config: Config, opts: Options) -> anyhow::Result<Stack
     }
     let admin_cfg = config.admin.clone();
     let generation = Generation::build(config, None, events.clone(), clock.clone())?;
+    // Fleet mode: the fleet chooses who probes what (joining runs in the
+    // background; until then every target is probed here).
+    let fleet = match &opts.fleet {
+        Some(s) => Some(Arc::new(crate::fleet::Member::start(s)?)),
+        None => None,
+    };
     // Active checks write into the same peer records the proxy reads;
     // transitions are logged by the event-bus subscriber above.
     let checker = Arc::new(vigil_checker::Checker::start(
@@ -110,9 +119,13 @@ pub(crate) async fn start(config: Config, opts: Options) -> anyhow::Result<Stack
             log_transitions: false,
             tls: vigil_checker::TlsPolicy::from_config(&generation.config),
             start_round: true,
+            sharing: fleet.as_ref().and_then(|f| f.sharing()),
             ..vigil_checker::CheckerOptions::default()
         },
     )?);
+    if let Some(f) = &fleet {
+        f.attach(&checker);
+    }
     // No 502 window at start: the first probe round (up to `rise` probes
     // back to back while they pass) runs before the listeners open, for at
     // most the longest check timeout (docs/checker.md).
@@ -141,7 +154,7 @@ pub(crate) async fn start(config: Config, opts: Options) -> anyhow::Result<Stack
             .with_metrics(checker.metrics().clone())
             .with_extra_metrics(move |out| m.write_prometheus(out));
         let p2 = proxy.clone();
-        let a = Admin::new(
+        let mut a = Admin::new(
             move || p2.current().registry.clone(),
             clock.clone(),
             events.clone(),
@@ -149,6 +162,9 @@ pub(crate) async fn start(config: Config, opts: Options) -> anyhow::Result<Stack
             status,
         )
         .with_dashboard(admin_cfg.dashboard && !opts.no_dashboard);
+        if let Some(f) = fleet.clone() {
+            a = a.with_fleet(move || f.view_json());
+        }
         match a.clone().listen(addr, shutdown.clone()).await {
             Ok(bound) => {
                 admin = Some(a);
@@ -182,6 +198,7 @@ pub(crate) async fn start(config: Config, opts: Options) -> anyhow::Result<Stack
         admin,
         admin_addr,
         shutdown,
+        fleet,
         workers,
         telemetry,
     })
@@ -214,6 +231,9 @@ impl Stack {
         tracing::info!("shutting down");
         self.shutdown.cancel();
         self.checker.shutdown();
+        if let Some(f) = &self.fleet {
+            f.leave().await;
+        }
         let workers = self.workers;
         let _ = tokio::task::spawn_blocking(move || workers.join()).await;
         if let Some(t) = self.telemetry {

@@ -5,6 +5,7 @@ mod probe;
 mod render;
 mod schedule;
 mod serve;
+mod sharing;
 mod status;
 mod stock;
 mod support;

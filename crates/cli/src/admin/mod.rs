@@ -9,6 +9,7 @@
 //! | `GET /api/explain?upstream=U[&peer=P]` | the sentences of `vigil explain` |
 //! | `GET /api/events?since=SEQ&limit=N[&upstream=U]` | the transition log |
 //! | `GET /api/config` | generation and the last reload's result |
+//! | `GET /api/fleet` | fleet mode: members, who probes what, where each verdict came from |
 //! | `POST /api/peers/UPSTREAM/PEER/{up,down,drain}` | admin state (bearer token) |
 //! | `POST /api/reload` | reload the configuration (bearer token) |
 //! | `GET /status`, `GET /metrics` | tengine's status page, Prometheus |
@@ -54,6 +55,7 @@ type RegistryFn = Arc<dyn Fn() -> Arc<Registry> + Send + Sync>;
 type ReloadFn = Arc<dyn Fn() -> Result<u64, String> + Send + Sync>;
 type AnnotateFn = Arc<dyn Fn(&mut api::UpstreamView) + Send + Sync>;
 type NginxStatusFn = Arc<dyn Fn() -> api::NginxSyncView + Send + Sync>;
+type FleetFn = Arc<dyn Fn() -> serde_json::Value + Send + Sync>;
 
 /// Everything the admin API reads and acts on.
 #[derive(Clone)]
@@ -73,6 +75,8 @@ pub struct Admin {
     nginx_status: Option<NginxStatusFn>,
     /// `GET /` serves the dashboard (else the endpoint list).
     dashboard: bool,
+    /// Fleet mode: the fleet's view for `GET /api/fleet`.
+    fleet: Option<FleetFn>,
 }
 
 type ReloadResult = api::ReloadView;
@@ -195,7 +199,14 @@ impl Admin {
             annotate: None,
             nginx_status: None,
             dashboard: true,
+            fleet: None,
         }
+    }
+
+    /// Fleet mode: serve `f()` on `GET /api/fleet`.
+    pub fn with_fleet(mut self, f: impl Fn() -> serde_json::Value + Send + Sync + 'static) -> Self {
+        self.fleet = Some(Arc::new(f));
+        self
     }
 
     /// `vigil check`: add the render and reload loop's state (`nginx`) to
@@ -325,6 +336,13 @@ impl Admin {
                 upstream,
             } => self.events(since, limit, upstream.as_deref()),
             Route::Config => self.config(self.authorize(req).is_ok()),
+            Route::Fleet => match &self.fleet {
+                Some(f) => json(StatusCode::OK, &f()),
+                None => error(
+                    StatusCode::NOT_FOUND,
+                    "this vigil is not in a fleet (see --fleet-etcd)".into(),
+                ),
+            },
             Route::SetAdmin {
                 upstream,
                 peer,

@@ -54,6 +54,8 @@ pub enum Route {
     },
     /// `GET /api/config`.
     Config,
+    /// `GET /api/fleet`: the fleet as this member sees it.
+    Fleet,
     /// `POST /api/peers/UPSTREAM/PEER/ACTION` (bearer token).
     SetAdmin {
         /// The upstream.
@@ -122,6 +124,7 @@ impl Route {
                 upstream: q.remove("upstream"),
             },
             (&Method::GET, ["api", "config"]) => Route::Config,
+            (&Method::GET, ["api", "fleet"]) => Route::Fleet,
             (&Method::POST, ["api", "peers", upstream, peer, action]) => Route::SetAdmin {
                 upstream: (*upstream).to_string(),
                 peer: (*peer).to_string(),

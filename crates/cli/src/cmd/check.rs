@@ -128,11 +128,14 @@ pub(crate) struct Args {
     /// Render the files as written in SRC, test them, and exit (before nginx first starts).
     #[arg(long)]
     once: bool,
+    #[command(flatten)]
+    fleet: crate::fleet::FleetArgs,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     crate::cmd::init_logging();
-    let options = options(&args)?;
+    let mut options = options(&args)?;
+    let fleet = crate::fleet::Settings::gather(&args.fleet, Some(&args.upstreams))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -144,7 +147,17 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             tracing::info!(dir = %options.sync.render_dir.display(), "files rendered and tested");
             return Ok(ExitCode::SUCCESS);
         }
+        // Fleet mode: the fleet chooses who probes what (joining runs in
+        // the background; until then every target is probed here).
+        let fleet = match &fleet {
+            Some(s) if !args.once => Some(std::sync::Arc::new(crate::fleet::Member::start(s)?)),
+            _ => None,
+        };
+        options.checker.sharing = fleet.as_ref().and_then(|f| f.sharing());
         let running = CheckOnly::start(options).await?;
+        if let Some(f) = &fleet {
+            f.attach(running.checker());
+        }
         if let Some(addr) = running.status_addr() {
             tracing::info!(%addr, "status page on /status and /metrics");
         }
@@ -166,6 +179,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             .with_annotate(move |view| annotator.annotate(view))
             .with_nginx_status(move || sync.sync_view())
             .with_dashboard(!args.no_dashboard);
+            let admin = match fleet.clone() {
+                Some(f) => admin.with_fleet(move || f.view_json()),
+                None => admin,
+            };
             let reloader = running.source_reloader();
             admin.set_reload(move || source_reload(&reloader));
             let explicit = args.admin_listen.is_some();
@@ -181,6 +198,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         tracing::info!(targets = running.checker().targets(), "probing");
         signals(&running, serving.as_ref()).await?;
         stop_admin.cancel();
+        if let Some(f) = &fleet {
+            f.leave().await;
+        }
         running.shutdown().await;
         Ok(ExitCode::SUCCESS)
     })

@@ -174,6 +174,7 @@ async fn demo(args: Args) -> anyhow::Result<ExitCode> {
             admin_token: Some(token.clone()),
             no_admin: false,
             no_dashboard: false,
+            fleet: None,
         },
     )
     .await?;

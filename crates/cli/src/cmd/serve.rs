@@ -48,12 +48,15 @@ pub(crate) struct Args {
     /// lists the endpoints instead; also `[admin] dashboard = false`).
     #[arg(long)]
     no_dashboard: bool,
+    #[command(flatten)]
+    fleet: crate::fleet::FleetArgs,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     crate::cmd::init_logging();
     let (path, kind) = load::pick(args.nginx_conf.clone(), args.config.clone())?;
     let loaded = load_with_override(&path, kind, args.listen)?;
+    let fleet = crate::fleet::Settings::gather(&args.fleet, Some(&path))?;
     // Before any listener or connection takes a descriptor.
     crate::raise_nofile_limit();
     for (name, at) in &loaded.ignored {
@@ -66,7 +69,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the runtime")?;
-    runtime.block_on(serve(args, path, kind, loaded.config))
+    runtime.block_on(serve(args, path, kind, loaded.config, fleet))
 }
 
 fn load_with_override(
@@ -97,6 +100,7 @@ async fn serve(
     path: PathBuf,
     kind: Kind,
     config: vigil_core::config::Config,
+    fleet: Option<crate::fleet::Settings>,
 ) -> anyhow::Result<ExitCode> {
     let threads = args
         .threads
@@ -112,6 +116,7 @@ async fn serve(
                 admin_token: args.admin_token.clone(),
                 no_admin: args.no_admin,
                 no_dashboard: args.no_dashboard,
+                fleet,
             },
         )
         .await
@@ -132,6 +137,9 @@ async fn serve(
             // The admin API still holds a reference: stop the parts it does not own.
             stack.shutdown.cancel();
             stack.checker.shutdown();
+            if let Some(f) = &stack.fleet {
+                f.leave().await;
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -27,6 +27,10 @@ pub(crate) struct Args {
     /// Bearer token of the admin API: with it, a failed reload's error text is shown.
     #[arg(long, env = "VIGIL_ADMIN_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// Show the fleet instead (`GET /api/fleet`): members, who probes each
+    /// target, and which member's probe gave its last verdict.
+    #[arg(long)]
+    fleet: bool,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -35,10 +39,20 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .build()?;
     rt.block_on(async {
         loop {
-            let v = client::get_with(args.admin, "/api/status", args.token.as_deref()).await?;
+            let path = if args.fleet {
+                "/api/fleet"
+            } else {
+                "/api/status"
+            };
+            let v = client::get_with(args.admin, path, args.token.as_deref()).await?;
             let mut out = std::io::stdout().lock();
             if args.json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+            } else if args.fleet {
+                if args.watch {
+                    write!(out, "\x1b[H\x1b[2J")?;
+                }
+                write!(out, "{}", crate::fleet::render(&v))?;
             } else {
                 let doc: StatusDoc = serde_json::from_value(v)?;
                 let colour =

@@ -3,5 +3,7 @@
 mod conformance;
 mod dashboard;
 mod demo;
+#[cfg(feature = "fleet")]
+mod fleet;
 mod health;
 mod serve;

@@ -33,6 +33,7 @@ pub(super) fn config(c: &Config) -> RawConfig {
         ),
         server: c.servers.iter().map(server).collect(),
         telemetry: super::telemetry::emit(&c.telemetry),
+        fleet: None,
     }
 }
 

@@ -23,6 +23,9 @@ pub(crate) struct RawConfig {
     /// `[telemetry]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) telemetry: Option<RawTelemetry>,
+    /// `[fleet]`: read by the binary (fleet mode), not by core.
+    #[serde(default, skip_serializing)]
+    pub(crate) fleet: Option<::toml::Table>,
 }
 
 /// `[telemetry]`: OpenTelemetry export.

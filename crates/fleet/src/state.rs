@@ -1,0 +1,275 @@
+//! What the session with etcd and the checker share: the live member list,
+//! whether this member is in the fleet, the last verdict of each target and
+//! where it came from, and the queue of results to publish.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use arc_swap::ArcSwap;
+use tokio::sync::mpsc;
+use vigil_checker::{Checker, Sharing};
+use vigil_core::health::ProbeReport;
+
+use crate::rendezvous;
+use crate::view::{FleetView, HistoryView, TargetView, VerdictView};
+use crate::wire::ResultValue;
+use crate::FleetOptions;
+
+/// Results waiting to be published at most (a slow etcd drops the
+/// newest: the next probe publishes again).
+const OUTBOX: usize = 4096;
+/// State changes kept for the view.
+const HISTORY: usize = 32;
+
+/// One result to publish.
+#[derive(Debug)]
+pub(crate) struct Outgoing {
+    pub(crate) target: String,
+    pub(crate) value: ResultValue,
+}
+
+pub(crate) struct Shared {
+    pub(crate) opts: FleetOptions,
+    pub(crate) root: String,
+    /// Live members, sorted.
+    members: ArcSwap<Vec<String>>,
+    /// In the fleet: probe only owned targets. Off while joining and
+    /// degraded: probe everything here.
+    joined: AtomicBool,
+    status: Mutex<Status>,
+    verdicts: Mutex<HashMap<String, VerdictView>>,
+    outbox: mpsc::Sender<Outgoing>,
+    checker: OnceLock<Weak<Checker>>,
+}
+
+struct Status {
+    state: &'static str,
+    since: u64,
+    reason: Option<String>,
+    history: VecDeque<HistoryView>,
+}
+
+pub(crate) fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+// === impl Shared ===
+
+impl Shared {
+    pub(crate) fn new(opts: FleetOptions) -> (Arc<Self>, mpsc::Receiver<Outgoing>) {
+        let (tx, rx) = mpsc::channel(OUTBOX);
+        let root = opts.root();
+        let shared = Arc::new(Self {
+            opts,
+            root,
+            members: ArcSwap::from_pointee(Vec::new()),
+            joined: AtomicBool::new(false),
+            status: Mutex::new(Status {
+                state: "joining",
+                since: unix_ms(),
+                reason: None,
+                history: VecDeque::new(),
+            }),
+            verdicts: Mutex::new(HashMap::new()),
+            outbox: tx,
+            checker: OnceLock::new(),
+        });
+        (shared, rx)
+    }
+
+    pub(crate) fn attach(&self, checker: &Arc<Checker>) {
+        let _ = self.checker.set(Arc::downgrade(checker));
+    }
+
+    pub(crate) fn me(&self) -> &str {
+        &self.opts.member
+    }
+
+    pub(crate) fn is_joined(&self) -> bool {
+        self.joined.load(Ordering::Acquire)
+    }
+
+    /// The live member list changed.
+    pub(crate) fn set_members(&self, mut members: Vec<String>) {
+        members.sort();
+        members.dedup();
+        self.members.store(Arc::new(members));
+    }
+
+    pub(crate) fn members(&self) -> Arc<Vec<String>> {
+        self.members.load_full()
+    }
+
+    /// In the fleet (again): from now on only owned targets are probed.
+    pub(crate) fn joined(&self) {
+        let n = self.members.load().len();
+        let was = self.status_of();
+        self.joined.store(true, Ordering::Release);
+        let detail = format!("{n} member(s) live; probing this member's share of the targets");
+        if was == "degraded" {
+            tracing::info!(target: "vigil::fleet", fleet = %self.opts.name, member = %self.me(), members = n, "fleet: etcd is back; rejoined, probing this member's share of the targets again");
+        } else {
+            tracing::info!(target: "vigil::fleet", fleet = %self.opts.name, member = %self.me(), members = n, "fleet: joined");
+        }
+        self.change("joined", None, detail);
+    }
+
+    /// etcd unreachable or slow: probe every target here until it is back.
+    pub(crate) fn degraded(&self, reason: &str) {
+        self.joined.store(false, Ordering::Release);
+        if self.status_of() == "degraded" {
+            if let Ok(mut s) = self.status.lock() {
+                s.reason = Some(reason.to_string());
+            }
+            return;
+        }
+        tracing::warn!(target: "vigil::fleet", fleet = %self.opts.name, member = %self.me(), error = %reason, "fleet: etcd unreachable or slow; probing every target here until it is back (traffic is not affected)");
+        self.change("degraded", Some(reason.to_string()), reason.to_string());
+    }
+
+    /// Left the fleet (shutdown).
+    pub(crate) fn left(&self) {
+        self.joined.store(false, Ordering::Release);
+        tracing::info!(target: "vigil::fleet", fleet = %self.opts.name, member = %self.me(), "fleet: left");
+        self.change("left", None, "lease revoked".into());
+    }
+
+    fn status_of(&self) -> &'static str {
+        self.status.lock().map_or("joining", |s| s.state)
+    }
+
+    fn change(&self, state: &'static str, reason: Option<String>, detail: String) {
+        let Ok(mut s) = self.status.lock() else {
+            return;
+        };
+        let now = unix_ms();
+        s.state = state;
+        s.since = now;
+        s.reason = reason;
+        if s.history.len() == HISTORY {
+            s.history.pop_front();
+        }
+        s.history.push_back(HistoryView {
+            at_unix_ms: now,
+            state: state.into(),
+            detail,
+        });
+    }
+
+    /// A result another member published: record it here as active
+    /// evidence, through the checker's own path.
+    pub(crate) fn remote_result(&self, member: &str, target: &str, value: ResultValue) {
+        if member == self.me() {
+            return;
+        }
+        let Some(checker) = self.checker.get().and_then(Weak::upgrade) else {
+            return;
+        };
+        let report = value.report(member);
+        let verdict = VerdictView {
+            member: member.to_string(),
+            ok: value.ok,
+            detail: value.detail,
+            at_unix_ms: value.at_unix_ms,
+        };
+        if checker.record_remote(target, report) {
+            if let Ok(mut v) = self.verdicts.lock() {
+                v.insert(target.to_string(), verdict);
+            }
+        }
+    }
+
+    pub(crate) fn view(&self) -> FleetView {
+        let members = self.members();
+        let joined = self.is_joined();
+        let mut ids: Vec<String> = self
+            .checker
+            .get()
+            .and_then(Weak::upgrade)
+            .map(|c| c.target_keys().iter().map(|k| k.id()).collect())
+            .unwrap_or_default();
+        ids.sort();
+        let verdicts = self.verdicts.lock().map(|v| v.clone()).unwrap_or_default();
+        let targets = ids
+            .into_iter()
+            .map(|id| {
+                let owners: Vec<String> = rendezvous::owners(&id, &members, self.opts.replicas)
+                    .into_iter()
+                    .map(str::to_string)
+                    .collect();
+                TargetView {
+                    probed_here: !joined || owners.iter().any(|o| o == self.me()),
+                    owners,
+                    last: verdicts.get(&id).cloned(),
+                    id,
+                }
+            })
+            .collect();
+        let (state, since, reason, history) = match self.status.lock() {
+            Ok(s) => (
+                s.state.to_string(),
+                s.since,
+                s.reason.clone(),
+                s.history.iter().cloned().collect(),
+            ),
+            Err(_) => ("joining".into(), 0, None, Vec::new()),
+        };
+        FleetView {
+            fleet: self.opts.name.clone(),
+            member: self.me().to_string(),
+            state,
+            since_unix_ms: since,
+            reason,
+            replicas: self.opts.replicas,
+            ttl_ms: u64::try_from(self.opts.ttl.as_millis()).unwrap_or(u64::MAX),
+            members: members.as_ref().clone(),
+            targets,
+            history,
+        }
+    }
+}
+
+impl Sharing for Shared {
+    fn owns(&self, id: &str) -> bool {
+        // Not in the fleet (joining, degraded): probe everything here.
+        !self.is_joined()
+            || rendezvous::owns(self.me(), id, &self.members.load(), self.opts.replicas)
+    }
+
+    fn probed(&self, id: &str, report: &ProbeReport) {
+        let now = unix_ms();
+        let value = ResultValue::of(report, now);
+        if let Ok(mut v) = self.verdicts.lock() {
+            v.insert(
+                id.to_string(),
+                VerdictView {
+                    member: self.me().to_string(),
+                    ok: report.ok,
+                    detail: report.detail.clone(),
+                    at_unix_ms: now,
+                },
+            );
+        }
+        if self.is_joined() && self.owns(id) {
+            // Full: etcd is slow; this result is lost, the next is sent.
+            let _ = self.outbox.try_send(Outgoing {
+                target: id.to_string(),
+                value,
+            });
+        }
+    }
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fleet")
+            .field("fleet", &self.opts.name)
+            .field("member", &self.opts.member)
+            .field("joined", &self.is_joined())
+            .field("members", &self.members.load().len())
+            .finish()
+    }
+}
