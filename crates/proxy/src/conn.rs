@@ -89,10 +89,18 @@ fn ms(d: Duration) -> u64 {
 
 impl ConnState {
     /// A connection accepted now.
+    #[cfg(test)]
     pub(crate) fn new(t: Timeouts) -> Arc<Self> {
+        Self::since(t, Instant::now())
+    }
+
+    /// As [`ConnState::new`] for a connection accepted at `origin` (a TLS
+    /// handshake since then counts against `client_header_timeout`, as
+    /// in nginx).
+    pub(crate) fn since(t: Timeouts, origin: Instant) -> Arc<Self> {
         let header_ms = ms(t.header);
         Arc::new(Self {
-            origin: Instant::now(),
+            origin,
             phase: AtomicU8::new(HEADER),
             phase_deadline: AtomicU64::new(header_ms),
             write_deadline: AtomicU64::new(NONE),

@@ -74,41 +74,13 @@ impl TlsSettings {
     /// Build from a location's settings: system roots plus an optional CA
     /// file, or no verification when `verify` is off.
     pub fn new(verify: bool, ca_file: Option<&std::path::Path>, sni: bool) -> Result<Self, String> {
-        use rustls::pki_types::pem::PemObject;
-        use rustls::pki_types::CertificateDer;
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?;
-        let mut config = if verify {
-            let mut roots = rustls::RootCertStore::empty();
-            let native = rustls_native_certs::load_native_certs();
-            for c in native.certs {
-                let _ = roots.add(c);
-            }
-            if let Some(path) = ca_file {
-                // A regular file of bounded size only (not a device or FIFO).
-                let pem = vigil_core::config::read::read_regular_file(path)
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
-                let certs = CertificateDer::pem_slice_iter(&pem)
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
-                if certs.is_empty() {
-                    return Err(format!("{}: no certificates", path.display()));
-                }
-                for c in certs {
-                    roots
-                        .add(c)
-                        .map_err(|e| format!("{}: {e}", path.display()))?;
-                }
-            }
-            builder.with_root_certificates(roots).with_no_client_auth()
-        } else {
-            builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
-                .with_no_client_auth()
-        };
+        let mut config = vigil_net::tls::client::ClientTls {
+            verify,
+            ca_file,
+            client_auth: None,
+        }
+        .build()
+        .map_err(|e| e.to_string())?;
         // proxy_ssl_server_name off: no SNI (vigil's default is on).
         config.enable_sni = sni;
         Ok(Self {
@@ -217,54 +189,5 @@ impl Service<Uri> for Fixed {
             let _ = tcp.set_nodelay(true);
             Ok(TokioIo::new(tcp))
         })
-    }
-}
-
-/// `proxy_ssl_verify off`: accept any certificate (still a TLS handshake).
-#[derive(Debug)]
-struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for NoVerify {
-    fn verify_server_cert(
-        &self,
-        _: &rustls::pki_types::CertificateDer<'_>,
-        _: &[rustls::pki_types::CertificateDer<'_>],
-        _: &rustls::pki_types::ServerName<'_>,
-        _: &[u8],
-        _: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
     }
 }

@@ -5,7 +5,6 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
-mod accept;
 mod attempt;
 pub mod body;
 mod conn;
@@ -22,6 +21,7 @@ pub mod route;
 mod router;
 pub mod server;
 pub mod telemetry;
+mod tls;
 mod tunnel;
 pub mod uri;
 pub mod vars;

@@ -1,23 +1,30 @@
-//! The accept loop of one listen address: each connection's request heads
-//! are judged as nginx judges them ([`crate::request_check`]), then served by
-//! hyper under its deadline ([`crate::conn`]); a failed accept backs off
-//! ([`crate::accept`]), and on stop the open connections finish their
-//! requests and close.
+//! The accept loop of one listen address ([`vigil_net::accept_loop`]): each
+//! connection's request heads are judged as nginx judges them
+//! ([`crate::request_check`]), then served by hyper under its deadline
+//! ([`crate::conn`]); on stop the open connections finish their requests
+//! and close.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::header::{self, HeaderValue};
+use http::{Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use vigil_net::tls::server;
 
-use crate::accept::AcceptBackoff;
+use crate::body::UpBody;
+
 use crate::conn::{self, Closed, ConnState, Drain, TimedIo, Watched};
 use crate::request_check::{gate, HeadLimits, Verdict};
 use crate::server::{Generation, Proxy};
+use crate::tls::{Secure, TlsSite};
 
 /// Accept on `listener` until `shutdown`, then let open connections finish
 /// for at most `grace`.
@@ -49,58 +56,98 @@ pub(crate) async fn serve_on(
     shutdown: CancellationToken,
     grace: Duration,
 ) {
-    // Each connection holds a sender: recv() returns None once all closed.
-    let (open, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);
+    let open = TaskTracker::new();
     let drain = Arc::new(Drain::default());
-    let mut backoff = AcceptBackoff::new();
     let mut site = Site::of(&proxy.current(), addr);
-    let stopped = stop.cancelled();
-    tokio::pin!(stopped);
-    loop {
-        let accepted = tokio::select! {
-            biased;
-            _ = &mut stopped => break,
-            a = listener.accept() => a,
-        };
-        let (stream, client) = match accepted {
-            Ok(a) => a,
-            Err(e) => {
-                let r = backoff.on_error(&e, tokio::time::Instant::now());
-                if let Some(suppressed) = r.log {
-                    tracing::error!(%addr, error = %e, suppressed, retry_in = ?r.wait, "accept failed");
-                } else if r.wait.is_zero() {
-                    tracing::debug!(%addr, error = %e, "accept failed");
-                }
-                if !r.wait.is_zero() {
-                    tokio::select! {
-                        _ = &mut stopped => break,
-                        _ = tokio::time::sleep(r.wait) => {}
-                    }
-                }
-                continue;
-            }
-        };
-        if let Some(suppressed) = backoff.on_accept(tokio::time::Instant::now()) {
-            tracing::warn!(%addr, suppressed, "accepting again");
-        }
-        site.refresh(&proxy, addr);
-        let _ = stream.set_nodelay(true);
-        let served = connection(&site, proxy.clone(), stream, addr, client, drain.clone());
-        let open = open.clone();
-        tokio::spawn(async move {
-            log_closed(client, served.await);
-            drop(open);
-        });
-    }
+    vigil_net::accept_loop(&listener, "proxy", addr, &stop, &open, |stream, client| {
+        Site::refresh(&mut site, &proxy, addr);
+        let (site, proxy, drain) = (site.clone(), proxy.clone(), drain.clone());
+        Some(async move { accepted(site, proxy, stream, addr, client, drain).await })
+    })
+    .await;
     drop(listener);
     drain.start();
-    drop(open);
+    open.close();
     tokio::select! {
-        _ = all_closed.recv() => {}
+        _ = open.wait() => {}
         _ = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
             tracing::warn!(%addr, "grace period over; closing remaining connections");
         }
     }
+}
+
+/// Serve one accepted connection: plain HTTP, or on a TLS address the
+/// handshake first. nginx's order: peek at the first byte; plain HTTP on
+/// a TLS port is read and answered 400 "The plain HTTP request was sent to
+/// HTTPS port"; the handshake counts against `client_header_timeout`.
+async fn accepted(
+    site: Arc<Site>,
+    proxy: Arc<Proxy>,
+    stream: TcpStream,
+    addr: SocketAddr,
+    client: SocketAddr,
+    drain: Arc<Drain>,
+) {
+    let origin = Instant::now();
+    let Some(tls) = site.tls.clone() else {
+        let served = connection(
+            &site,
+            &site.builder,
+            Kind::Plain,
+            proxy,
+            stream,
+            addr,
+            client,
+            drain,
+            origin,
+        );
+        return log_closed(client, served.await);
+    };
+    let deadline = origin + site.timeouts.header;
+    let is_tls = match tokio::time::timeout_at(deadline, server::sniff(&stream)).await {
+        Ok(Ok(Some(is_tls))) => is_tls,
+        Ok(Ok(None)) => return,
+        Ok(Err(e)) => return tracing::debug!(%client, error = %e, "client connection ended"),
+        Err(_) => return tracing::debug!(%client, "client timed out before the TLS handshake"),
+    };
+    if !is_tls {
+        let served = connection(
+            &site,
+            &site.h1,
+            Kind::PlainOnTls,
+            proxy,
+            stream,
+            addr,
+            client,
+            drain,
+            origin,
+        );
+        return log_closed(client, served.await);
+    }
+    let handshake = server::handshake(stream, |sni| tls.choose(sni));
+    let stream = match tokio::time::timeout_at(deadline, handshake).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return tracing::debug!(%client, error = %e, "TLS handshake failed"),
+        Err(_) => return tracing::debug!(%client, "client timed out in the TLS handshake"),
+    };
+    // As nginx: HTTP/2 only when ALPN chose it, else HTTP/1.x.
+    let builder = if server::is_h2(&stream) {
+        &site.h2
+    } else {
+        &site.h1
+    };
+    let served = connection(
+        &site,
+        builder,
+        Kind::Tls,
+        proxy,
+        stream,
+        addr,
+        client,
+        drain,
+        origin,
+    );
+    log_closed(client, served.await);
 }
 
 /// Serve one client connection on `io` (any byte stream: a socket, or one
@@ -113,24 +160,50 @@ where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let site = Site::of(&proxy.current(), local);
-    let served = connection(&site, proxy, io, local, client, Arc::new(Drain::default()));
+    let drain = Arc::new(Drain::default());
+    let served = connection(
+        &site,
+        &site.builder,
+        Kind::Plain,
+        proxy,
+        io,
+        local,
+        client,
+        drain,
+        Instant::now(),
+    );
     log_closed(client, served.await);
 }
 
-/// One connection: the gate (nginx's head rules) over the timed socket
-/// (its deadlines), hyper over both, every request tracked.
+/// What a connection carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// HTTP on a plain address.
+    Plain,
+    /// HTTP inside TLS.
+    Tls,
+    /// Plain HTTP sent to a TLS address: every request is answered 400.
+    PlainOnTls,
+}
+
+/// One connection accepted at `origin`: the gate (nginx's head rules) over
+/// the timed socket (its deadlines), hyper over both, every request tracked.
+#[allow(clippy::too_many_arguments)]
 fn connection<I>(
     site: &Site,
+    builder: &auto::Builder<TokioExecutor>,
+    kind: Kind,
     proxy: Arc<Proxy>,
     io: I,
     addr: SocketAddr,
     client: SocketAddr,
     drain: Arc<Drain>,
+    origin: Instant,
 ) -> impl std::future::Future<Output = Closed<ConnError>> + Send + 'static
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let state = ConnState::new(site.timeouts);
+    let state = ConnState::since(site.timeouts, origin);
     let verdicts = gate::Verdicts::default();
     let io = gate::Gate::new(
         TimedIo::new(io, state.clone()),
@@ -141,21 +214,45 @@ where
         let proxy = proxy.clone();
         let admitted = verdicts.admit(req);
         async move {
-            let req = match admitted {
+            let mut req = match admitted {
                 Ok(req) => req,
                 Err(status) => return gate::refused(status),
             };
+            match kind {
+                Kind::Plain => {}
+                Kind::Tls => {
+                    req.extensions_mut().insert(Secure);
+                }
+                Kind::PlainOnTls => {
+                    tracing::debug!(%client, "client sent plain HTTP request to HTTPS port");
+                    return plain_to_https();
+                }
+            }
             let verdict = req.extensions().get::<Verdict>().copied();
             let mut resp = crate::handler::handle(proxy, addr, client, req).await;
             gate::close_if_blind(verdict.as_ref(), &mut resp);
             resp
         }
     });
-    let conn = site
-        .builder
+    let conn = builder
         .serve_connection_with_upgrades(TokioIo::new(io), svc)
         .into_owned();
     Watched::new(conn, state, drain)
+}
+
+/// nginx's answer to plain HTTP on a TLS port (its code 497, sent as 400);
+/// the connection closes after it.
+fn plain_to_https() -> Response<UpBody> {
+    const TEXT: &str = "The plain HTTP request was sent to HTTPS port";
+    let page = format!(
+        "<html>\r\n<head><title>400 {TEXT}</title></head>\r\n<body>\r\n<center><h1>400 Bad Request</h1></center>\r\n<center>{TEXT}</center>\r\n<hr><center>vigil</center>\r\n</body>\r\n</html>\r\n"
+    );
+    let mut resp = Response::new(crate::body::full(page));
+    *resp.status_mut() = StatusCode::BAD_REQUEST;
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html"));
+    h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    resp
 }
 
 fn log_closed(client: SocketAddr, closed: Closed<ConnError>) {
@@ -174,35 +271,47 @@ type ConnError = Box<dyn std::error::Error + Send + Sync>;
 
 /// How connections on one address are served under one generation: its
 /// default server's timeouts and head limits (nginx applies them before the
-/// Host is known).
+/// Host is known), and its TLS settings on a TLS address.
 struct Site {
     generation: u64,
+    /// HTTP/1.x, or HTTP/2 with prior knowledge (plain addresses).
     builder: auto::Builder<TokioExecutor>,
+    /// HTTP/1.x only (TLS without ALPN `h2`, plain HTTP on a TLS port).
+    h1: auto::Builder<TokioExecutor>,
+    /// HTTP/2 only (ALPN `h2`).
+    h2: auto::Builder<TokioExecutor>,
     timeouts: conn::Timeouts,
     limits: HeadLimits,
+    tls: Option<Arc<TlsSite>>,
 }
 
 impl Site {
-    fn of(generation: &Generation, addr: SocketAddr) -> Self {
+    fn of(generation: &Generation, addr: SocketAddr) -> Arc<Self> {
         let d = generation.default_server(addr);
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        // The gate bounds the head by large_client_header_buffers; hyper's
-        // own limit sits above it. No header_read_timeout: the connection's
-        // deadline (crate::conn) covers the header, from accept.
-        builder.http1().max_buf_size(d.max_buf());
-        Self {
+        let builder = || {
+            let mut b = auto::Builder::new(TokioExecutor::new());
+            // The gate bounds the head by large_client_header_buffers; hyper's
+            // own limit sits above it. No header_read_timeout: the connection's
+            // deadline (crate::conn) covers the header, from accept.
+            b.http1().max_buf_size(d.max_buf());
+            b
+        };
+        Arc::new(Self {
             generation: generation.registry.generation(),
-            builder,
+            builder: builder(),
+            h1: builder().http1_only(),
+            h2: builder().http2_only(),
             timeouts: d.timeouts,
             limits: d.limits,
-        }
+            tls: generation.tls_site(addr),
+        })
     }
 
     /// Follow a reload.
-    fn refresh(&mut self, proxy: &Proxy, addr: SocketAddr) {
+    fn refresh(site: &mut Arc<Self>, proxy: &Proxy, addr: SocketAddr) {
         let g = proxy.current();
-        if g.registry.generation() != self.generation {
-            *self = Site::of(&g, addr);
+        if g.registry.generation() != site.generation {
+            *site = Site::of(&g, addr);
         }
     }
 }

@@ -19,6 +19,7 @@ use crate::metrics::{GenerationStats, ProxyMetrics};
 use crate::pool::Pool;
 use crate::route::{RouteError, Routes};
 use crate::telemetry::RequestTracer;
+use crate::tls::{TlsSite, TlsSites};
 
 /// One configuration, compiled: upstreams with their state, pools, routes.
 pub struct Generation {
@@ -29,7 +30,8 @@ pub struct Generation {
     /// Its routes.
     pub routes: Routes,
     pools: HashMap<String, Arc<Pool>>,
-    /// Per listen address, the limits of its default server.
+    /// Its TLS addresses, certificates loaded.
+    tls: TlsSites,
     /// Its counters, once the proxy has metrics.
     stats: OnceLock<Arc<GenerationStats>>,
 }
@@ -49,7 +51,9 @@ pub struct Proxy {
 
 impl Generation {
     /// Compile `config`. With `previous`, unchanged peers keep their state
-    /// and unchanged upstreams keep their idle connections.
+    /// and unchanged upstreams keep their idle connections. Certificates
+    /// are loaded here: a bad one fails the build (a reload keeps the
+    /// generation in force).
     pub fn build(
         config: Config,
         previous: Option<&Generation>,
@@ -77,11 +81,13 @@ impl Generation {
             })
             .collect();
         let routes = Routes::build(&config, &registry, &pools)?;
+        let tls = TlsSites::build(&config)?;
         Ok(Self {
             config,
             registry,
             routes,
             pools,
+            tls,
             stats: OnceLock::new(),
         })
     }
@@ -93,6 +99,11 @@ impl Generation {
             .default_server(addr)
             .and_then(|i| self.config.servers.get(i));
         DefaultServer::of(block)
+    }
+
+    /// The TLS settings of `addr`, when it is a TLS address.
+    pub(crate) fn tls_site(&self, addr: SocketAddr) -> Option<Arc<TlsSite>> {
+        self.tls.site(addr)
     }
 
     /// Its counters (None when the proxy has no metrics).

@@ -27,6 +27,7 @@ pub(crate) enum Var {
     RemotePort,
     ProxyAddXForwardedFor,
     Scheme,
+    Https,
     RequestUri,
     Uri,
     Args,
@@ -137,6 +138,7 @@ impl Var {
             "remote_port" => Var::RemotePort,
             "proxy_add_x_forwarded_for" => Var::ProxyAddXForwardedFor,
             "scheme" => Var::Scheme,
+            "https" => Var::Https,
             "request_uri" => Var::RequestUri,
             "uri" | "document_uri" => Var::Uri,
             "args" | "query_string" => Var::Args,
@@ -188,7 +190,8 @@ impl Var {
                 }
                 let _ = write!(out, "{}", cx.client.ip());
             }
-            Var::Scheme => out.push_str("http"),
+            Var::Scheme => out.push_str(if secure(p) { "https" } else { "http" }),
+            Var::Https => out.push_str(if secure(p) { "on" } else { "" }),
             Var::RequestUri => out.push_str(p.uri.path_and_query().map_or("/", |pq| pq.as_str())),
             // The normalised URI (decoded bytes; shown lossily if not UTF-8).
             Var::Uri => match target(p) {
@@ -349,6 +352,11 @@ fn cookie<'c>(lines: impl Iterator<Item = &'c [u8]>, name: &[u8]) -> Option<&'c 
         }
     }
     None
+}
+
+/// Whether the request came over TLS (`$scheme`, `$https`).
+fn secure(p: &Parts) -> bool {
+    p.extensions.get::<crate::tls::Secure>().is_some()
 }
 
 /// What routing found, when the handler routed the request.

@@ -9,11 +9,10 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use vigil_core::config::Config;
@@ -66,61 +65,26 @@ impl Default for TlsOptions {
 impl TlsOptions {
     /// Build the rustls client configuration.
     pub fn client_config(&self) -> Result<rustls::ClientConfig, CheckerError> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| CheckerError::Tls(e.to_string()))?;
-        let builder = if self.verify {
-            let mut roots = rustls::RootCertStore::empty();
-            for c in rustls_native_certs::load_native_certs().certs {
-                let _ = roots.add(c);
+        let client_auth = match (&self.client_cert, &self.client_key) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => Some((cert.as_path(), key.as_path())),
+            (Some(p), None) | (None, Some(p)) => {
+                return Err(CheckerError::TlsFile {
+                    path: p.clone(),
+                    message: "a client certificate needs both the certificate and the key".into(),
+                })
             }
-            if let Some(path) = &self.ca_file {
-                for c in read_certs(path)? {
-                    roots.add(c).map_err(|e| file_error(path, e))?;
-                }
-            }
-            builder.with_root_certificates(roots)
-        } else {
-            builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
         };
-        match (&self.client_cert, &self.client_key) {
-            (None, None) => Ok(builder.with_no_client_auth()),
-            (Some(cert), Some(key)) => {
-                let chain = read_certs(cert)?;
-                let pem = vigil_core::config::read::read_regular_file(key)
-                    .map_err(|e| file_error(key, e))?;
-                let key = PrivateKeyDer::from_pem_slice(&pem).map_err(|e| file_error(key, e))?;
-                builder
-                    .with_client_auth_cert(chain, key)
-                    .map_err(|e| file_error(cert, e))
-            }
-            (Some(p), None) | (None, Some(p)) => Err(CheckerError::TlsFile {
-                path: p.clone(),
-                message: "a client certificate needs both the certificate and the key".into(),
-            }),
+        vigil_net::tls::client::ClientTls {
+            verify: self.verify,
+            ca_file: self.ca_file.as_deref(),
+            client_auth,
         }
-    }
-}
-
-fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, CheckerError> {
-    // A regular file of bounded size only (not a device or FIFO).
-    let pem = vigil_core::config::read::read_regular_file(path).map_err(|e| file_error(path, e))?;
-    let certs = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| file_error(path, e))?;
-    if certs.is_empty() {
-        return Err(file_error(path, "no certificates in the file"));
-    }
-    Ok(certs)
-}
-
-fn file_error(path: &Path, e: impl std::fmt::Display) -> CheckerError {
-    CheckerError::TlsFile {
-        path: path.to_path_buf(),
-        message: e.to_string(),
+        .build()
+        .map_err(|e| match e {
+            vigil_net::TlsError::File { path, message } => CheckerError::TlsFile { path, message },
+            e => CheckerError::Tls(e.to_string()),
+        })
     }
 }
 
@@ -229,55 +193,6 @@ pub(super) async fn handshake(
             Some(inner) => fail(format!("TLS handshake failed: {inner}")),
             None => ProbeFailure::io(ProbePhase::Tls, &e),
         })
-}
-
-/// Verification off: any certificate (still a real handshake).
-#[derive(Debug)]
-struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for NoVerify {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use vigil_core::health::HealthState;
 use vigil_core::registry::Registry;
 
@@ -195,21 +196,18 @@ impl StatusPage {
         out
     }
 
-    /// Serve on `listener` until `shutdown`.
+    /// Serve on `listener` until `shutdown` (open connections close then too).
     pub async fn serve(self, listener: TcpListener, shutdown: CancellationToken) {
         let builder = auto::Builder::new(TokioExecutor::new());
-        loop {
-            let (stream, _) = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                r = listener.accept() => match r {
-                    Ok(x) => x,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "status listener: accept failed");
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-            };
+        let addr = match listener.local_addr() {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::error!(error = %e, "status listener has no address");
+                return;
+            }
+        };
+        let open = TaskTracker::new();
+        vigil_net::accept_loop(&listener, "status", addr, &shutdown, &open, |stream, _| {
             let page = self.clone();
             let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
                 let page = page.clone();
@@ -219,13 +217,14 @@ impl StatusPage {
                 .serve_connection(TokioIo::new(stream), svc)
                 .into_owned();
             let stop = shutdown.clone();
-            tokio::spawn(async move {
+            Some(async move {
                 tokio::select! {
                     _ = conn => {}
                     _ = stop.cancelled() => {}
                 }
-            });
-        }
+            })
+        })
+        .await;
     }
 }
 

@@ -31,6 +31,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::Admin;
 
@@ -74,7 +75,7 @@ impl Refused {
     }
 }
 
-/// Serve on `listener` until `shutdown`.
+/// Serve on `listener` until `shutdown` (open connections close then too).
 pub(super) async fn serve(admin: Admin, listener: TcpListener, shutdown: CancellationToken) {
     let limits = admin.limits;
     let permits = Arc::new(Semaphore::new(limits.max_connections));
@@ -85,56 +86,60 @@ pub(super) async fn serve(admin: Admin, listener: TcpListener, shutdown: Cancell
         .keep_alive(true);
     let mut unlogged = 0u64;
     let mut last_log: Option<Instant> = None;
-    loop {
-        let (stream, peer) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    // EMFILE and friends: back off instead of spinning.
-                    tracing::warn!(error = %e, "admin accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
+    let addr = match listener.local_addr() {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::error!(error = %e, "admin listener has no address");
+            return;
+        }
+    };
+    let open = TaskTracker::new();
+    vigil_net::accept_loop(
+        &listener,
+        "admin",
+        addr,
+        &shutdown,
+        &open,
+        |stream, peer| {
+            let Ok(permit) = permits.clone().try_acquire_owned() else {
+                drop(stream);
+                admin.refused.0.fetch_add(1, Ordering::Relaxed);
+                unlogged += 1;
+                if last_log.is_none_or(|t| t.elapsed() >= REFUSED_LOG_INTERVAL) {
+                    tracing::warn!(
+                        refused = unlogged,
+                        max = limits.max_connections,
+                        last = %peer,
+                        "admin API connection limit reached; new connections are closed at once"
+                    );
+                    unlogged = 0;
+                    last_log = Some(Instant::now());
                 }
-            },
-            _ = shutdown.cancelled() => return,
-        };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            drop(stream);
-            admin.refused.0.fetch_add(1, Ordering::Relaxed);
-            unlogged += 1;
-            if last_log.is_none_or(|t| t.elapsed() >= REFUSED_LOG_INTERVAL) {
-                tracing::warn!(
-                    refused = unlogged,
-                    max = limits.max_connections,
-                    last = %peer,
-                    "admin API connection limit reached; new connections are closed at once"
-                );
-                unlogged = 0;
-                last_log = Some(Instant::now());
-            }
-            continue;
-        };
-        let a = admin.clone();
-        let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
-            let a = a.clone();
-            async move { Ok::<_, std::convert::Infallible>(a.handle(&req)) }
-        });
-        let io = TokioIo::new(SendTimeout::new(stream, limits.send_timeout));
-        let conn = builder.serve_connection(io, svc);
-        let stop = shutdown.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            tokio::pin!(conn);
-            tokio::select! {
-                r = conn.as_mut() => {
-                    if let Err(e) = r {
-                        tracing::debug!(%peer, error = %e, "admin connection closed");
+                return None;
+            };
+            let a = admin.clone();
+            let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                let a = a.clone();
+                async move { Ok::<_, std::convert::Infallible>(a.handle(&req)) }
+            });
+            let io = TokioIo::new(SendTimeout::new(stream, limits.send_timeout));
+            let conn = builder.serve_connection(io, svc);
+            let stop = shutdown.clone();
+            Some(async move {
+                let _permit = permit;
+                tokio::pin!(conn);
+                tokio::select! {
+                    r = conn.as_mut() => {
+                        if let Err(e) = r {
+                            tracing::debug!(%peer, error = %e, "admin connection closed");
+                        }
                     }
+                    _ = stop.cancelled() => {}
                 }
-                _ = stop.cancelled() => {}
-            }
-        });
-    }
+            })
+        },
+    )
+    .await;
 }
 
 /// An I/O stream whose writes fail with `TimedOut` after making no progress

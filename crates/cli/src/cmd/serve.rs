@@ -89,6 +89,8 @@ fn load_with_override(
                 default_server: false,
                 reuseport: false,
                 backlog: None,
+                ssl: false,
+                http2: false,
             }),
         }
     }

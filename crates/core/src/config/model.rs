@@ -460,6 +460,80 @@ pub struct ServerBlock {
     pub ret: Option<Return>,
     /// Where the block starts.
     pub origin: Origin,
+    /// The block's TLS settings (`ssl_*`, inherited from `http`), used
+    /// when it listens on a TLS address.
+    pub tls: ServerTls,
+}
+
+/// The `ssl_*` settings of a `server` block (ngx_http_ssl_module).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerTls {
+    /// `ssl_certificate` / `ssl_certificate_key` pairs, in order (nginx
+    /// pairs the Nth certificate with the Nth key); none by default.
+    pub certificates: Vec<CertificatePair>,
+    /// `ssl_protocols`: offer TLS 1.2. Default on.
+    pub tls12: bool,
+    /// `ssl_protocols`: offer TLS 1.3. Default off: nginx 1.22's default
+    /// is `TLSv1 TLSv1.1 TLSv1.2` (1.23.4 added TLSv1.3 to it).
+    pub tls13: bool,
+    /// `ssl_protocols` names written that rustls does not implement
+    /// (`SSLv2`, `SSLv3`, `TLSv1`, `TLSv1.1`): accepted, not offered.
+    pub not_offered: Vec<String>,
+    /// `ssl_session_cache`; default `none`.
+    pub session_cache: SessionCache,
+    /// `ssl_session_timeout`; default 5m.
+    pub session_timeout: Duration,
+    /// `ssl_session_tickets`; default on.
+    pub session_tickets: bool,
+    /// `ssl_ciphers` as written (None: nginx's default `HIGH:!aNULL:!MD5`);
+    /// rustls's own suites are offered whatever it says.
+    pub ciphers: Option<String>,
+    /// `ssl_prefer_server_ciphers`; default off.
+    pub prefer_server_ciphers: bool,
+    /// Where `ssl_protocols` was written, if it was.
+    pub protocols_origin: Origin,
+}
+
+/// One `ssl_certificate` and its `ssl_certificate_key`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CertificatePair {
+    /// The PEM certificate chain.
+    pub certificate: PathBuf,
+    /// The PEM private key.
+    pub key: PathBuf,
+    /// Where `ssl_certificate` was written.
+    pub certificate_origin: Origin,
+    /// Where `ssl_certificate_key` was written.
+    pub key_origin: Origin,
+}
+
+/// `ssl_session_cache`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionCache {
+    /// `off`: no session is resumed.
+    Off,
+    /// `none` (the default): nginx keeps no session either.
+    None,
+    /// `builtin[:N]` and/or `shared:NAME:SIZE`: about this many sessions
+    /// (N, plus 4000 per megabyte of SIZE as nginx's documentation counts).
+    Sessions(u64),
+}
+
+impl Default for ServerTls {
+    fn default() -> Self {
+        Self {
+            certificates: Vec::new(),
+            tls12: true,
+            tls13: false,
+            not_offered: Vec::new(),
+            session_cache: SessionCache::None,
+            session_timeout: Duration::from_secs(300),
+            session_tickets: true,
+            ciphers: None,
+            prefer_server_ciphers: false,
+            protocols_origin: Origin::default(),
+        }
+    }
 }
 
 /// `return CODE [TEXT|URL]` or `return URL` (ngx_http_rewrite_module).
@@ -517,6 +591,12 @@ pub struct Listen {
     pub reuseport: bool,
     /// `backlog=N`.
     pub backlog: Option<u32>,
+    /// `ssl`: a TLS listener. As in nginx, one `listen ... ssl` makes the
+    /// address a TLS address for every block on it.
+    pub ssl: bool,
+    /// `http2`: on a TLS address, ALPN offers `h2` (any `listen` of the
+    /// address with `http2` turns it on for the address, as nginx).
+    pub http2: bool,
 }
 
 /// How a location matches the request path.

@@ -312,3 +312,88 @@ async fn the_twin_serves_one_conf_under_both() {
         )
     );
 }
+
+/// What a TLS client saw: the handshake and the first response.
+#[derive(Debug)]
+pub(crate) struct TlsRaw {
+    /// The served leaf certificate (DER).
+    pub(crate) cert: Vec<u8>,
+    /// The protocol ALPN chose.
+    pub(crate) alpn: Option<String>,
+    /// The TLS version, as rustls names it (`TLSv1_3`).
+    pub(crate) version: String,
+    /// The response to the bytes sent (status 0 when none were).
+    pub(crate) raw: Raw,
+}
+
+/// A TLS handshake with `addr`, any certificate accepted: SNI `sni` (none
+/// when None), ALPN `alpn`; then `bytes` written (when not empty) and the
+/// response read until the peer closes or 5 s pass.
+pub(crate) async fn tls_raw(
+    addr: SocketAddr,
+    sni: Option<&str>,
+    alpn: &[&str],
+    bytes: &[u8],
+) -> TlsRaw {
+    use tokio_rustls::rustls::pki_types::ServerName;
+    let mut config = vigil_net::tls::client::ClientTls {
+        verify: false,
+        ca_file: None,
+        client_auth: None,
+    }
+    .build()
+    .expect("client config");
+    config.alpn_protocols = alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+    // An IP address as the name: rustls sends no SNI.
+    let name = match sni {
+        Some(n) => ServerName::try_from(n.to_string()).expect("server name"),
+        None => ServerName::IpAddress(addr.ip().into()),
+    };
+    let tcp = TcpStream::connect(addr).await.expect("connect");
+    let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .expect("TLS handshake");
+    let (_, conn) = tls.get_ref();
+    let cert = conn.peer_certificates().expect("a certificate")[0].to_vec();
+    let alpn = conn
+        .alpn_protocol()
+        .map(|p| String::from_utf8_lossy(p).into_owned());
+    let version = format!("{:?}", conn.protocol_version().expect("version"));
+    let mut buf = Vec::new();
+    if !bytes.is_empty() {
+        tls.write_all(bytes).await.expect("write request");
+        let read = async {
+            let mut chunk = [0u8; 4096];
+            // Until EOF or an error (a close without close_notify).
+            while let Ok(n) = tls.read(&mut chunk).await {
+                if n == 0 {
+                    break;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(5), read).await;
+    }
+    TlsRaw {
+        cert,
+        alpn,
+        version,
+        raw: parse(&buf),
+    }
+}
+
+impl Twin {
+    /// [`tls_raw`] to both (vigil's, nginx's).
+    pub(crate) async fn send_tls(
+        &self,
+        sni: Option<&str>,
+        alpn: &[&str],
+        bytes: &[u8],
+    ) -> (TlsRaw, TlsRaw) {
+        (
+            tls_raw(self.vigil.addr, sni, alpn, bytes).await,
+            tls_raw(self.nginx.addr, sni, alpn, bytes).await,
+        )
+    }
+}

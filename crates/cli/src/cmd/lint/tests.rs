@@ -218,7 +218,7 @@ fn serve_startup_errors_are_among_the_lint_findings_for_the_corpus() {
     // reverse-proxy confs start at once).
     for (name, rounds) in [
         ("debian/nginx.conf", 4),
-        ("tls_reverse_proxy.conf", 12),
+        ("tls_reverse_proxy.conf", 8),
         ("wordpress.conf", 7),
         ("load_balancing.conf", 0),
         ("app_proxy.conf", 0),

@@ -30,6 +30,8 @@ struct Level {
     default_type: String,
     /// Where the settings in force were written.
     placed: Placements,
+    /// The `ssl_*` settings in force.
+    tls: super::ssl::TlsLevel,
 }
 
 pub(super) fn http_block(cx: &mut Context<'_>, body: &[&Directive]) -> Result<(), ConfigError> {
@@ -62,7 +64,7 @@ pub(super) fn http_block(cx: &mut Context<'_>, body: &[&Directive]) -> Result<()
             cx.sources.add_server_block(placed);
         }
     }
-    Ok(())
+    super::ssl::check_listeners(cx)
 }
 
 /// An http- or server-level directive that is not a block: applied to
@@ -73,6 +75,9 @@ fn level_directive(
     d: &Directive,
     context: &str,
 ) -> Result<(), ConfigError> {
+    if let Some(r) = level.tls.directive(d) {
+        return cx.keep(r).map(drop);
+    }
     let r = level.directive(cx, d).and_then(|done| {
         if done {
             return Ok(true);
@@ -129,10 +134,6 @@ fn server_block(
                     "vigil routes to upstreams only (no rewriting, static files or scripting)",
                 ))?
             }
-            "ssl_certificate" | "ssl_certificate_key" => cx.refuse(unsupported(
-                d,
-                "TLS listeners are not implemented yet; terminate TLS in front of vigil",
-            ))?,
             _ => level_directive(cx, &mut level, d, "server")?,
         }
     }
@@ -143,8 +144,11 @@ fn server_block(
             default_server: false,
             reuseport: false,
             backlog: None,
+            ssl: false,
+            http2: false,
         });
     }
+    let tls = cx.keep(level.tls.finish())?.unwrap_or_default();
     let mut out: Vec<Location> = Vec::new();
     let mut placed = Vec::new();
     for l in locations {
@@ -172,6 +176,7 @@ fn server_block(
                 ..r
             }),
             origin: origin(&d.span),
+            tls,
         },
         placed,
     ))
@@ -399,6 +404,8 @@ fn listen_directive(cx: &mut Context<'_>, d: &Directive) -> Result<(Listen, bool
         default_server: false,
         reuseport: false,
         backlog: None,
+        ssl: false,
+        http2: false,
     };
     let mut options = false;
     for p in &a[1..] {
@@ -408,7 +415,8 @@ fn listen_directive(cx: &mut Context<'_>, d: &Directive) -> Result<(Listen, bool
                 l.reuseport = true;
                 options = true;
             }
-            "http2" => {}
+            "ssl" => l.ssl = true,
+            "http2" => l.http2 = true,
             "deferred" | "bind" | "fastopen" => options = true,
             v if v.starts_with("backlog=") => {
                 let r = v[8..].parse().map_err(|_| bad(p, d, "backlog=N"));
@@ -425,7 +433,7 @@ fn listen_directive(cx: &mut Context<'_>, d: &Directive) -> Result<(Listen, bool
                 options = true
             }
             // Lenient: the listen is kept without the parameter.
-            "ssl" | "quic" | "proxy_protocol" => cx.refuse(ConfigError::invalid(
+            "quic" | "proxy_protocol" => cx.refuse(ConfigError::invalid(
                 &p.span,
                 format!(
                     "listen parameter \"{}\" is not supported by vigil yet",
@@ -480,11 +488,6 @@ fn ignorable(cx: &mut Context<'_>, d: &Directive) -> bool {
         "proxy_max_temp_file_size",
         "proxy_temp_file_write_size",
         "open_file_cache",
-        "ssl_protocols",
-        "ssl_prefer_server_ciphers",
-        "ssl_ciphers",
-        "ssl_session_cache",
-        "ssl_session_timeout",
         "include_types",
     ];
     if IGNORED.contains(&d.name.as_str()) {
@@ -505,6 +508,7 @@ impl Level {
             own_add_headers: false,
             default_type: "text/plain".to_string(),
             placed: Placements::default(),
+            tls: Default::default(),
         }
     }
 
@@ -512,6 +516,7 @@ impl Level {
         let mut c = Self::new(self.proxy.clone(), self.client.clone());
         c.placed = self.placed.clone();
         c.default_type = self.default_type.clone();
+        c.tls = self.tls.child();
         c
     }
 

@@ -18,6 +18,7 @@
 
 mod http;
 mod sources;
+mod ssl;
 pub mod syntax;
 mod upstream;
 

@@ -49,6 +49,8 @@ pub(super) fn server(
             default_server: false,
             reuseport: false,
             backlog: None,
+            ssl: false,
+            http2: false,
         });
     }
     let defaults = proxy(&raw.proxy(), ProxySettings::default(), at)?;
@@ -66,6 +68,7 @@ pub(super) fn server(
         locations,
         ret: ret(raw.ret.as_ref(), at)?,
         origin: Default::default(),
+        tls: Default::default(),
     })
 }
 
@@ -126,6 +129,8 @@ fn listen_entry(cx: &Cx<'_, '_>, raw: &RawListen, at: &At<'_>) -> Result<Listen,
         default_server: false,
         reuseport: false,
         backlog: None,
+        ssl: false,
+        http2: false,
     };
     if let RawListen::Table(t) = raw {
         l.default_server = t.default_server.unwrap_or(false);

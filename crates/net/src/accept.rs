@@ -1,25 +1,34 @@
-//! What the accept loop does when `accept()` fails. Out of descriptors or
-//! memory (EMFILE, ENFILE, ENOBUFS, ENOMEM) the error repeats until a
-//! connection closes: retrying at once would spin and log thousands of lines
-//! a second. nginx disables accept for a moment and logs each failure at
-//! `alert`; vigil backs off (10 ms doubling to 1 s, reset by a successful
-//! accept) and logs once per second with the count of failures not logged.
+//! The one accept loop of vigil's listeners (the proxy's, the admin API's,
+//! the checker's status page): accept, `TCP_NODELAY`, hand the connection
+//! to the caller's service on a [`TaskTracker`], stop on a token.
+//!
+//! When `accept()` fails: out of descriptors or memory (EMFILE, ENFILE,
+//! ENOBUFS, ENOMEM) the error repeats until a connection closes, and
+//! retrying at once would spin and log thousands of lines a second. nginx
+//! disables accept for a moment and logs each failure at `alert`; vigil
+//! backs off (10 ms doubling to 1 s, reset by a successful accept) and logs
+//! once per second with the count of failures not logged.
 
+use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::time::Duration;
 
+use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// First wait after a failed accept.
-pub(crate) const MIN_DELAY: Duration = Duration::from_millis(10);
+pub const MIN_DELAY: Duration = Duration::from_millis(10);
 /// Longest wait between two tries.
-pub(crate) const MAX_DELAY: Duration = Duration::from_secs(1);
+pub const MAX_DELAY: Duration = Duration::from_secs(1);
 /// At most one message per this interval.
-pub(crate) const LOG_INTERVAL: Duration = Duration::from_secs(1);
+pub const LOG_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The accept loop's memory of recent failures.
 #[derive(Debug)]
-pub(crate) struct AcceptBackoff {
+pub struct AcceptBackoff {
     delay: Duration,
     last_log: Option<Instant>,
     /// Failures since the last message that were not logged.
@@ -28,17 +37,24 @@ pub(crate) struct AcceptBackoff {
 
 /// What to do about one failed accept.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct OnError {
+pub struct OnError {
     /// Wait this long before accepting again (zero: try again at once).
-    pub(crate) wait: Duration,
+    pub wait: Duration,
     /// Log now, with this many earlier failures that were not logged.
-    pub(crate) log: Option<u64>,
+    pub log: Option<u64>,
 }
 
 // === impl AcceptBackoff ===
 
+impl Default for AcceptBackoff {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl AcceptBackoff {
-    pub(crate) fn new() -> Self {
+    /// No failure yet.
+    pub fn new() -> Self {
         Self {
             delay: MIN_DELAY,
             last_log: None,
@@ -47,7 +63,7 @@ impl AcceptBackoff {
     }
 
     /// `accept()` failed with `e` at `now`.
-    pub(crate) fn on_error(&mut self, e: &io::Error, now: Instant) -> OnError {
+    pub fn on_error(&mut self, e: &io::Error, now: Instant) -> OnError {
         if is_per_connection(e) {
             // The client gave up before we took its connection: the next one is fine.
             return OnError {
@@ -72,7 +88,7 @@ impl AcceptBackoff {
 
     /// A connection was accepted at `now`. Returns the failures not yet
     /// logged when it is time to say that accepting works again.
-    pub(crate) fn on_accept(&mut self, now: Instant) -> Option<u64> {
+    pub fn on_accept(&mut self, now: Instant) -> Option<u64> {
         self.delay = MIN_DELAY;
         if self.suppressed == 0 {
             return None;
@@ -96,6 +112,60 @@ fn is_per_connection(e: &io::Error) -> bool {
             | io::ErrorKind::Interrupted
             | io::ErrorKind::WouldBlock
     )
+}
+
+/// Accept on `listener` (called `name` in logs, listening on `addr`)
+/// until `stop` fires. Each connection gets `TCP_NODELAY` and goes to
+/// `on_accept`, whose future (None: the connection is dropped at once) runs
+/// on `tracker`. A failed accept backs off ([`AcceptBackoff`]). Returns
+/// when `stop` fires; the caller closes and waits on `tracker` as its
+/// graceful stop requires.
+pub async fn accept_loop<F, Fut>(
+    listener: &TcpListener,
+    name: &'static str,
+    addr: SocketAddr,
+    stop: &CancellationToken,
+    tracker: &TaskTracker,
+    mut on_accept: F,
+) where
+    F: FnMut(TcpStream, SocketAddr) -> Option<Fut>,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let mut backoff = AcceptBackoff::new();
+    let stopped = stop.cancelled();
+    tokio::pin!(stopped);
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            _ = &mut stopped => return,
+            a = listener.accept() => a,
+        };
+        let (stream, client) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                let r = backoff.on_error(&e, Instant::now());
+                if let Some(suppressed) = r.log {
+                    tracing::error!(listener = name, %addr, error = %e, suppressed, retry_in = ?r.wait, "accept failed");
+                } else if r.wait.is_zero() {
+                    tracing::debug!(listener = name, %addr, error = %e, "accept failed");
+                }
+                if !r.wait.is_zero() {
+                    tokio::select! {
+                        _ = &mut stopped => return,
+                        _ = tokio::time::sleep(r.wait) => {}
+                    }
+                }
+                continue;
+            }
+        };
+        if let Some(suppressed) = backoff.on_accept(Instant::now()) {
+            tracing::warn!(listener = name, %addr, suppressed, "accepting again");
+        }
+        let _ = stream.set_nodelay(true);
+        if let Some(served) = on_accept(stream, client) {
+            tracker.spawn(served);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -148,6 +218,37 @@ mod tests {
             logged.iter().sum::<u64>() + lines + b.suppressed,
             failures,
             "every failure is logged or counted in a later message"
+        );
+    }
+
+    #[tokio::test]
+    async fn connections_go_to_the_service_until_stop() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        let (seen, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let serving = {
+            let (stop, tracker) = (stop.clone(), tracker.clone());
+            tokio::spawn(async move {
+                accept_loop(&listener, "test", addr, &stop, &tracker, |s, _| {
+                    let seen = seen.clone();
+                    Some(async move {
+                        let _ = seen.send(s.nodelay().unwrap());
+                    })
+                })
+                .await;
+            })
+        };
+        let _c = TcpStream::connect(addr).await.unwrap();
+        assert_eq!(rx.recv().await, Some(true), "served, with TCP_NODELAY");
+        stop.cancel();
+        serving.await.unwrap();
+        tracker.close();
+        tracker.wait().await;
+        assert!(
+            TcpStream::connect(addr).await.is_err(),
+            "the listener is closed after stop"
         );
     }
 
