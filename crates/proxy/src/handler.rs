@@ -57,22 +57,20 @@ pub(crate) async fn handle(
     let start = Instant::now();
     req.extensions_mut().insert(crate::vars::RequestId::new());
     let generation = proxy.current();
-    let routed = generation
-        .routes
-        .route(local, req.version(), req.uri(), req.headers());
+    // The rewrite phases leave $uri, $host, $server_name, the captures and
+    // the upstream URI in the request's extensions.
+    let (mut parts, body) = req.into_parts();
+    let routed = generation.routes.route_parts(local, client, &mut parts);
+    let req = Request::from_parts(parts, body);
     let route = match routed {
-        Ok((answer, target)) => {
-            // $uri, $host, $server_name and the upstream URI come from here.
-            req.extensions_mut().insert(target);
-            match answer {
-                Answer::Proxy(route) => route,
-                Answer::Return(reply) => {
-                    drop(generation);
-                    let (parts, _body) = req.into_parts();
-                    return returned(&reply, &parts, local, client, start);
-                }
+        Ok(answer) => match answer {
+            Answer::Proxy(route) => route,
+            Answer::Return(reply) => {
+                drop(generation);
+                let (parts, _body) = req.into_parts();
+                return returned(&reply, &parts, local, client, start);
             }
-        }
+        },
         Err(refusal) => return refused(refusal, req.headers()),
     };
     crate::conn::on_route(&route.location.proxy);

@@ -18,6 +18,7 @@ mod log;
 pub mod metrics;
 pub mod pool;
 mod request_check;
+mod rewrite;
 pub mod route;
 mod router;
 pub mod server;
