@@ -225,8 +225,7 @@ impl Locations {
         (rc, at)
     }
 
-    /// The `@name` location (for `error_page`, not served yet).
-    #[cfg(test)]
+    /// The `@name` location (`error_page`).
     pub(crate) fn named(&self, name: &str) -> Option<usize> {
         self.named.get(name).copied()
     }

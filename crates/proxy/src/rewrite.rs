@@ -324,29 +324,68 @@ impl Routes {
             self.router
                 .select(local, parts.version, &parts.uri, &parts.headers)?;
         parts.extensions.insert(target);
-        let net = Net { local, client };
-        let internal = || Answer::Return(Arc::new(Reply::internal_error()));
+        self.phases(server, Net { local, client }, parts)
+    }
+
+    /// From the server's rewrite phase on (a request's first pass, or an
+    /// internal redirect to a URI).
+    pub(crate) fn phases(
+        &self,
+        server: usize,
+        net: Net,
+        parts: &mut Parts,
+    ) -> Result<Answer, Refusal> {
         if let Some(script) = self.server_scripts.get(server).filter(|s| !s.is_empty()) {
             match script.run(parts, net, &Reply::internal_error()) {
                 Ran::Answer(a) => return Ok(a),
                 Ran::Done | Ran::Last => {}
             }
         }
+        self.locations_from(server, None, net, parts)
+    }
+
+    /// A named location's rewrite phase and on (`error_page ... @name`).
+    pub(crate) fn location_phase(
+        &self,
+        server: usize,
+        location: usize,
+        net: Net,
+        parts: &mut Parts,
+    ) -> Result<Answer, Refusal> {
+        self.locations_from(server, Some(location), net, parts)
+    }
+
+    /// The find-config, rewrite and post-rewrite phases: search the
+    /// location (unless `first` is given), run its script, again after
+    /// `last`.
+    fn locations_from(
+        &self,
+        server: usize,
+        mut first: Option<usize>,
+        net: Net,
+        parts: &mut Parts,
+    ) -> Result<Answer, Refusal> {
         for _ in 0..=MAX_URI_CHANGES {
-            let target = parts.extensions.get::<Target>().ok_or(Refusal::NotFound)?;
-            let (li, caps) = self.router.locate(local, server, target)?;
-            if let Some(c) = caps {
-                let names = self.capture_names.get(server).and_then(|n| n.get(li));
-                let v = vars(parts);
-                if let Some(names) = names {
-                    for (name, i) in names {
-                        if let Some(Some(g)) = c.get(*i) {
-                            v.named.insert(name.clone(), g.clone());
+            let li = match first.take() {
+                Some(li) => li,
+                None => {
+                    let target = parts.extensions.get::<Target>().ok_or(Refusal::NotFound)?;
+                    let (li, caps) = self.router.locate(net.local, server, target)?;
+                    if let Some(c) = caps {
+                        let names = self.capture_names.get(server).and_then(|n| n.get(li));
+                        let v = vars(parts);
+                        if let Some(names) = names {
+                            for (name, i) in names {
+                                if let Some(Some(g)) = c.get(*i) {
+                                    v.named.insert(name.clone(), g.clone());
+                                }
+                            }
                         }
+                        v.captures = c;
                     }
+                    li
                 }
-                v.captures = c;
-            }
+            };
             let script = self.scripts.get(server).and_then(|s| s.get(li));
             let base = self.redirect_base(server, li);
             let ran = match script {
@@ -372,7 +411,7 @@ impl Routes {
             }
         }
         tracing::error!("rewrite or internal redirection cycle");
-        Ok(internal())
+        Ok(Answer::Return(Arc::new(Reply::internal_error())))
     }
 }
 

@@ -135,6 +135,8 @@ pub struct Route {
     pub client: vigil_core::config::ClientSettings,
     /// A `proxy_pass` URI part with variables (`http://u/$1`), sent as it expands.
     pub(crate) pass_template: Option<Template>,
+    /// `error_page` and `proxy_intercept_errors`.
+    pub(crate) error_pages: crate::error_page::ErrorPages,
 }
 
 // === impl Routes ===
@@ -216,7 +218,23 @@ impl Routes {
                 None => None,
             });
         }
+        for (si, s) in out.proxies.iter().enumerate() {
+            for r in s.iter().flatten() {
+                if !r.error_pages.is_empty() {
+                    let at = r.location.origin.to_string();
+                    crate::error_page::check(&out, si, &r.error_pages, &at)?;
+                }
+            }
+        }
         Ok(out)
+    }
+
+    /// Whether location `li` of `server` proxies (and has no `return`).
+    pub(crate) fn proxies_only(&self, server: usize, li: usize) -> bool {
+        matches!(
+            self.routes.get(server).and_then(|s| s.get(li)),
+            Some(Some(Answer::Proxy(_)))
+        )
     }
 
     /// The index (into `Config::servers`) of the default server of `listener`.
@@ -563,6 +581,11 @@ impl Route {
             add_headers,
             hash_key,
             pass_template,
+            error_pages: crate::error_page::ErrorPages::build(
+                &loc.proxy.error_pages,
+                loc.proxy.intercept_errors,
+                scope,
+            )?,
         }))
     }
 

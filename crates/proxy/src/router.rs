@@ -76,6 +76,8 @@ pub struct Target {
     /// nginx's `r->valid_location`: cleared by `rewrite ... break`, after
     /// which a `proxy_pass` URI part no longer replaces the location's path.
     pub valid_location: bool,
+    /// Index of the server block (in `Config::servers`).
+    pub server: usize,
 }
 
 /// A request routing answers itself.
@@ -252,6 +254,7 @@ impl Router {
             server_name: s.name.clone(),
             internal: false,
             valid_location: true,
+            server,
         };
         Ok((server, target))
     }
@@ -272,6 +275,25 @@ impl Router {
                 max_body: s.max_body.get(i).copied().unwrap_or(0),
             }),
             (Found::Nothing, _) => Err(Refusal::NotFound),
+        }
+    }
+
+    /// The `@name` location of `server`.
+    pub(crate) fn named(&self, server: usize, name: &str) -> Option<usize> {
+        self.servers.get(server)?.locations.named(name)
+    }
+
+    /// The location of `server` a literal URI path finds (no redirect).
+    pub(crate) fn static_location(&self, server: usize, path: &str) -> Option<usize> {
+        match self
+            .servers
+            .get(server)?
+            .locations
+            .search(path.as_bytes())
+            .0
+        {
+            Found::Location(i) => Some(i),
+            _ => None,
         }
     }
 

@@ -636,9 +636,7 @@ pub struct ProxySettings {
     /// an idle client connection is kept after a response; 0 disables
     /// keep-alive.
     pub client_keepalive_timeout: Duration,
-    /// `error_page`s in force (a level with its own replaces the inherited
-    /// list). The nginx.conf front end refuses `error_page` for now, so
-    /// this stays empty.
+    /// `error_page`s in force (a level with its own replaces the inherited list).
     pub error_pages: Vec<super::ErrorPage>,
     /// `proxy_intercept_errors`, default off: an upstream's answer of 300
     /// or more that has an `error_page` gets that page instead.

@@ -59,17 +59,20 @@ fn translate(pattern: &str) -> Result<String, String> {
                 Some(b'k' | b'g') if !in_class => return unsupported("a backreference"),
                 _ => {}
             }
-            out.push_str(
-                pattern
-                    .get(i..i + 1 + usize::from(next.is_some()))
-                    .unwrap_or(""),
-            );
-            i += 2;
-            // A multi-byte character after `\`: copy its remaining bytes.
-            while i < b.len() && !pattern.is_char_boundary(i) {
-                out.push_str(pattern.get(i..i + 1).unwrap_or(""));
-                i += 1;
+            i += 1;
+            match pattern.get(i..).and_then(|r| r.chars().next()) {
+                // PCRE takes `\é` as `é`; the crate refuses the escape.
+                Some(c) if !c.is_ascii() => out.push(c),
+                Some(c) => {
+                    out.push('\\');
+                    out.push(c);
+                }
+                None => out.push('\\'),
             }
+            i += pattern
+                .get(i..)
+                .and_then(|r| r.chars().next())
+                .map_or(0, char::len_utf8);
             continue;
         }
         if in_class {
@@ -136,6 +139,11 @@ mod tests {
         assert!(m(r"^/(?'id'\d+)/x", false, "/12/x"));
         assert!(m(r"[]a]", false, "]"));
         assert!(m(r"^/a{1,3}$", false, "/aa"));
+        assert!(
+            m(r"^/\é$", false, "/é"),
+            "an escaped multi-byte character is kept"
+        );
+        assert!(m(r"x\\", false, "x\\"));
         let names: Vec<_> = group_names(&compile(r"(?'id'\d+)", false).expect("re"))
             .map(str::to_string)
             .collect();

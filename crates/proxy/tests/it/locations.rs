@@ -35,7 +35,15 @@ async fn same(t: &Twin, targets: &[&str]) -> Vec<(Raw, Raw)> {
 }
 
 fn same_uris(t: &Twin) {
+    // Another test's active check may reach a port a backend here reuses.
+    let ours = |sides: Vec<Vec<String>>| -> Vec<Vec<String>> {
+        sides
+            .into_iter()
+            .map(|b| b.into_iter().filter(|u| u != "/health").collect())
+            .collect()
+    };
     let (v, n) = t.uris();
+    let (v, n) = (ours(v), ours(n));
     assert_eq!(v, n, "what the backends saw (vigil, nginx)");
 }
 
@@ -246,4 +254,53 @@ async fn maps_give_the_values_nginx_gives() {
             );
         }
     }
+}
+
+#[tokio::test]
+async fn error_pages_answer_as_nginx() {
+    use bytes::Bytes;
+    use http_body_util::Full;
+    let not_found = || async {
+        crate::support::Backend::start(|_| {
+            let mut r = hyper::Response::new(Full::new(Bytes::from("upstream 404")));
+            *r.status_mut() = hyper::StatusCode::NOT_FOUND;
+            r
+        })
+        .await
+    };
+    let (v404, n404) = (not_found().await, not_found().await);
+    let t = Twin::start_with(
+        r#"upstream dead { server 127.0.0.1:1; }
+         upstream gone { server {R0}; }
+         server { listen {LISTEN};
+           location /down/ { proxy_pass http://dead; error_page 502 =503 @maint; }
+           location @maint { return 200 "maintenance $uri"; }
+           location /down2/ { proxy_pass http://dead; error_page 502 504 /err.txt?code=5xx; }
+           location = /err.txt { return 200 "err $args $request_method $uri"; }
+           location /down3/ { proxy_pass http://dead; error_page 502 =301 http://example.test/moved; }
+           location /down4/ { proxy_pass http://dead; error_page 502 = /eq; }
+           location /down5/ { proxy_pass http://dead; error_page 502 http://example.test/tmp; }
+           location = /eq { return 201 "eq"; }
+           location /inter/ { proxy_pass http://gone; proxy_intercept_errors on; error_page 404 =200 /found; }
+           location /nointer/ { proxy_pass http://gone; error_page 404 /found; }
+           location = /found { return 200 "found"; }
+         }"#,
+        0,
+        &[("{R0}", v404.addr)],
+        &[("{R0}", n404.addr)],
+    )
+    .await;
+    same(
+        &t,
+        &[
+            "/down/x",
+            "/down2/y?a=1",
+            "/down3/z",
+            "/down4/w",
+            "/down5/v",
+            "/inter/a",
+            "/nointer/b",
+        ],
+    )
+    .await;
 }

@@ -26,6 +26,7 @@ struct Level {
     client: ClientSettings,
     own_set_headers: bool,
     own_add_headers: bool,
+    own_error_pages: bool,
     /// `default_type`: the `Content-Type` of a `return`'s text.
     default_type: String,
     /// Where the settings in force were written.
@@ -613,6 +614,7 @@ impl Level {
             client,
             own_set_headers: false,
             own_add_headers: false,
+            own_error_pages: false,
             default_type: "text/plain".to_string(),
             placed: Placements::default(),
         }
@@ -731,22 +733,15 @@ impl Level {
                 });
             }
             "error_page" => {
-                // Parsed (so its own errors are nginx's), not served yet.
-                super::rewrite::error_page(d)?;
-                return Err(unsupported(
-                    d,
-                    "error_page is not implemented yet (vigil answers its own error pages)",
-                ));
-            }
-            "proxy_intercept_errors" => {
-                p.intercept_errors = on_off(d)?;
-                if p.intercept_errors {
-                    return Err(unsupported(
-                        d,
-                        "proxy_intercept_errors on needs error_page, which is not implemented yet",
-                    ));
+                let e = super::rewrite::error_page(d)?;
+                if !self.own_error_pages {
+                    p.error_pages.clear();
+                    self.placed.clear(&d.name);
+                    self.own_error_pages = true;
                 }
+                p.error_pages.push(e);
             }
+            "proxy_intercept_errors" => p.intercept_errors = on_off(d)?,
             "client_max_body_size" => {
                 let a = one(d)?;
                 p.client_max_body_size = parse_size(&a.value)
@@ -787,7 +782,7 @@ impl Level {
             _ => return Ok(false),
         }
         match d.name.as_str() {
-            "proxy_set_header" | "add_header" => self.placed.push(d),
+            "proxy_set_header" | "add_header" | "error_page" => self.placed.push(d),
             _ => self.placed.set(d),
         }
         Ok(true)
