@@ -57,22 +57,25 @@ pub(crate) async fn handle(
     let start = Instant::now();
     req.extensions_mut().insert(crate::vars::RequestId::new());
     let generation = proxy.current();
-    let routed = generation
-        .routes
-        .route(local, req.version(), req.uri(), req.headers());
+    // The rewrite phases leave $uri, $host, $server_name, the captures and
+    // the upstream URI in the request's extensions.
+    let (mut parts, body) = req.into_parts();
+    let routed = generation.routes.route_parts(local, client, &mut parts);
+    // error_page: the request as routed (a page redirects it).
+    let saved = match &routed {
+        Ok(Answer::Proxy(r)) if !r.error_pages.is_empty() => Some(parts.clone()),
+        _ => None,
+    };
+    let req = Request::from_parts(parts, body);
     let route = match routed {
-        Ok((answer, target)) => {
-            // $uri, $host, $server_name and the upstream URI come from here.
-            req.extensions_mut().insert(target);
-            match answer {
-                Answer::Proxy(route) => route,
-                Answer::Return(reply) => {
-                    drop(generation);
-                    let (parts, _body) = req.into_parts();
-                    return returned(&reply, &parts, local, client, start);
-                }
+        Ok(answer) => match answer {
+            Answer::Proxy(route) => route,
+            Answer::Return(reply) => {
+                drop(generation);
+                let (parts, _body) = req.into_parts();
+                return returned(&reply, &parts, local, client, start);
             }
-        }
+        },
         Err(refusal) => return refused(refusal, req.headers()),
     };
     crate::conn::on_route(&route.location.proxy);
@@ -80,6 +83,8 @@ pub(crate) async fn handle(
         .stats()
         .and_then(|g| g.upstream(route.upstream.name()))
         .cloned();
+    // error_page redirects with the routes of this generation.
+    let pages = saved.map(|p| (generation.clone(), p));
     drop(generation);
     let mut obs = RequestObserver::new(
         start,
@@ -90,8 +95,47 @@ pub(crate) async fn handle(
         route.upstream.name(),
     );
     let resp = proxy_request(&proxy, &route, local, client, req, start, &mut obs).await;
+    let resp = match pages {
+        Some((g, parts)) => error_paged(&g.routes, &route, parts, local, client, start, resp),
+        None => resp,
+    };
     obs.finish(resp.status().as_u16());
     resp
+}
+
+/// `error_page` of the location for a response it got (crate::error_page).
+fn error_paged(
+    routes: &crate::route::Routes,
+    route: &Route,
+    parts: Parts,
+    local: SocketAddr,
+    client: SocketAddr,
+    start: Instant,
+    resp: Response<UpBody>,
+) -> Response<UpBody> {
+    let status = resp.status().as_u16();
+    let generated = resp
+        .extensions()
+        .get::<crate::error_page::Generated>()
+        .is_some();
+    match crate::error_page::apply(
+        routes,
+        &route.error_pages,
+        status,
+        generated,
+        parts,
+        local,
+        client,
+    ) {
+        Some((reply, parts, forced)) => {
+            let mut r = returned(&reply, &parts, local, client, start);
+            if let Some(code) = forced.and_then(|c| StatusCode::from_u16(c).ok()) {
+                *r.status_mut() = code;
+            }
+            r
+        }
+        None => resp,
+    }
 }
 
 /// A request routing answered itself, as nginx answers it (400s and 421
@@ -920,5 +964,6 @@ pub(crate) fn error_page(code: StatusCode) -> Response<UpBody> {
     *r.status_mut() = code;
     r.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html"));
+    r.extensions_mut().insert(crate::error_page::Generated);
     r
 }

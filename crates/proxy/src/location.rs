@@ -1,11 +1,15 @@
-//! The locations of one `server {}` block, matched as nginx's static
-//! location tree (`ngx_http_core_find_static_location`) matches them, on
-//! the normalised URI: `= exact` first, then the longest prefix; and when
-//! only `/api/` (with `proxy_pass`) would fit `/api`, nginx's
-//! `auto_redirect`: a 301 to the location with its slash.
+//! The locations of one `server {}` block, matched as nginx's
+//! `ngx_http_core_find_location` matches them on the normalised URI: `=
+//! exact` first, then the longest prefix (and, recursively, the locations
+//! nested in it); unless that prefix is `^~`, the regex locations of the
+//! level in file order (the first match wins, then its nested ones); else
+//! the longest prefix. When only `/api/` (with `proxy_pass`) would fit
+//! `/api`, nginx's `auto_redirect`: a 301 to the location with its slash.
+//! Named locations (`@name`) are found by name only.
 
 use std::collections::HashMap;
 
+use regex::bytes::Regex;
 use vigil_core::config::{Location, LocationMatch};
 
 /// One server block's locations, ready to match.
@@ -13,9 +17,26 @@ use vigil_core::config::{Location, LocationMatch};
 pub(crate) struct Locations {
     /// Location paths, in config order (the index is the location's).
     paths: Vec<String>,
+    /// `^~`, by location.
+    noregex: Vec<bool>,
+    /// The compiled expression of a regex location, by location.
+    regexes: Vec<Option<Regex>>,
+    /// The server level.
+    top: Level,
+    /// The locations nested in each location, by location.
+    nested: Vec<Level>,
+    /// `@name` locations.
+    named: HashMap<String, usize>,
+}
+
+/// The locations of one level (the server's, or those nested in one location).
+#[derive(Debug, Default)]
+struct Level {
     exact: HashMap<Vec<u8>, usize>,
     /// Prefix (and `^~`) locations, longest path first.
     prefixes: Vec<usize>,
+    /// Regex locations, in file order.
+    regexes: Vec<usize>,
     /// `auto_redirect` locations (a `proxy_pass` and a path ending in `/`)
     /// by their path without the slash; an exact one before a prefix one.
     redirects: HashMap<Vec<u8>, usize>,
@@ -32,35 +53,98 @@ pub(crate) enum Found {
     Nothing,
 }
 
+/// nginx's return codes of the search.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Rc {
+    /// An exact or regex match: final.
+    Ok,
+    /// auto_redirect: final.
+    Done,
+    /// A prefix matched (regexes may still win).
+    Again,
+    /// Nothing at this level.
+    Declined,
+}
+
+/// The groups of the regex that matched: group 0 first.
+pub(crate) type Captures = Vec<Option<String>>;
+
 // === impl Locations ===
 
 impl Locations {
-    /// Index `locations` (config order); an error names a duplicate.
+    /// Index `locations` (config order, each knowing its parent); an error
+    /// names a duplicate or an expression that does not compile.
     pub(crate) fn build(locations: &[Location]) -> Result<Self, String> {
-        let mut out = Self::default();
-        let mut inclusive: HashMap<&str, ()> = HashMap::new();
+        let mut out = Self {
+            nested: locations.iter().map(|_| Level::default()).collect(),
+            ..Self::default()
+        };
+        let mut inclusive: HashMap<(Option<usize>, &str), ()> = HashMap::new();
         for (i, loc) in locations.iter().enumerate() {
             out.paths.push(loc.path.clone());
-            let duplicate = match loc.matcher {
-                LocationMatch::Exact => out.exact.insert(loc.path.as_bytes().to_vec(), i).is_some(),
-                LocationMatch::Prefix | LocationMatch::PrefixNoRegex => {
-                    out.prefixes.push(i);
-                    inclusive.insert(&loc.path, ()).is_some()
+            out.noregex
+                .push(loc.matcher == LocationMatch::PrefixNoRegex);
+            out.regexes.push(match loc.matcher {
+                LocationMatch::Regex | LocationMatch::RegexCaseless => {
+                    Some(vigil_core::config::pattern::compile(
+                        &loc.path,
+                        loc.matcher == LocationMatch::RegexCaseless,
+                    )?)
                 }
+                _ => None,
+            });
+            let parent = loc.routing.parent.filter(|p| *p < i);
+            let level = match parent {
+                Some(p) => &mut out.nested[p],
+                None => &mut out.top,
+            };
+            let duplicate = match loc.matcher {
+                LocationMatch::Exact => level
+                    .exact
+                    .insert(loc.path.as_bytes().to_vec(), i)
+                    .is_some(),
+                LocationMatch::Prefix | LocationMatch::PrefixNoRegex => {
+                    level.prefixes.push(i);
+                    inclusive.insert((parent, &loc.path), ()).is_some()
+                }
+                LocationMatch::Regex | LocationMatch::RegexCaseless => {
+                    level.regexes.push(i);
+                    false
+                }
+                LocationMatch::Named => out.named.insert(loc.path.clone(), i).is_some(),
             };
             if duplicate {
                 return Err(format!("duplicate location \"{}\"", loc.path));
             }
         }
-        // Stable: equal lengths keep config order (they cannot both match).
-        out.prefixes
-            .sort_by_key(|&i| std::cmp::Reverse(locations[i].path.len()));
-        let redirecting = |l: &Location| l.proxy.pass.is_some() && l.path.ends_with('/');
-        for exact_first in [true, false] {
-            for (i, l) in locations.iter().enumerate() {
-                if (l.matcher == LocationMatch::Exact) == exact_first && redirecting(l) {
-                    let bare = &l.path.as_bytes()[..l.path.len() - 1];
-                    out.redirects.entry(bare.to_vec()).or_insert(i);
+        let redirecting = |l: &Location| {
+            l.proxy.pass.is_some()
+                && l.path.ends_with('/')
+                && matches!(
+                    l.matcher,
+                    LocationMatch::Exact | LocationMatch::Prefix | LocationMatch::PrefixNoRegex
+                )
+        };
+        for level in std::iter::once(&mut out.top).chain(out.nested.iter_mut()) {
+            // Stable: equal lengths keep config order (they cannot both match).
+            level
+                .prefixes
+                .sort_by_key(|&i| std::cmp::Reverse(locations[i].path.len()));
+            let members: Vec<usize> = level
+                .exact
+                .values()
+                .chain(level.prefixes.iter())
+                .copied()
+                .collect();
+            for exact_first in [true, false] {
+                let mut ms: Vec<usize> = members.clone();
+                ms.sort_unstable();
+                for i in ms {
+                    let l = &locations[i];
+                    if (l.matcher == LocationMatch::Exact) == exact_first && redirecting(l) {
+                        let bare = &l.path.as_bytes()[..l.path.len() - 1];
+                        level.redirects.entry(bare.to_vec()).or_insert(i);
+                    }
                 }
             }
         }
@@ -68,28 +152,123 @@ impl Locations {
     }
 
     /// The location for the normalised URI `uri`.
+    #[cfg(test)]
     pub(crate) fn find(&self, uri: &[u8]) -> Found {
-        if let Some(&i) = self.exact.get(uri) {
-            return Found::Location(i);
+        self.search(uri).0
+    }
+
+    /// The location for the normalised URI `uri`, and the groups of the
+    /// regex location that matched.
+    pub(crate) fn search(&self, uri: &[u8]) -> (Found, Option<Captures>) {
+        let mut caps = None;
+        let (rc, at) = self.find_in(&self.top, uri, &mut caps, 0);
+        let found = match (rc, at) {
+            (Rc::Done, Some(i)) => Found::Redirect(i),
+            (_, Some(i)) => Found::Location(i),
+            (_, None) => Found::Nothing,
+        };
+        (found, caps)
+    }
+
+    /// `ngx_http_core_find_location` on one level: what it returns and
+    /// where `r->loc_conf` points after it (None: not moved).
+    fn find_in(
+        &self,
+        level: &Level,
+        uri: &[u8],
+        caps: &mut Option<Captures>,
+        depth: usize,
+    ) -> (Rc, Option<usize>) {
+        // Nesting follows the configuration's blocks (at most 64 deep).
+        if depth > 64 {
+            return (Rc::Declined, None);
         }
-        let longest = self
-            .prefixes
-            .iter()
-            .copied()
-            .find(|&i| uri.starts_with(self.paths[i].as_bytes()));
-        match longest {
-            // A prefix location named exactly so is found before any redirect.
-            Some(i) if self.paths[i].len() == uri.len() => Found::Location(i),
-            _ => match self.redirects.get(uri) {
-                Some(&i) => Found::Redirect(i),
-                None => longest.map_or(Found::Nothing, Found::Location),
-            },
+        let mut at = None;
+        let mut noregex = false;
+        let mut rc = match level.find_static(&self.paths, uri) {
+            (Rc::Again, Some(i)) => {
+                at = Some(i);
+                noregex = self.noregex.get(i).copied().unwrap_or(false);
+                let (nrc, nat) = self.find_in(&self.nested[i], uri, caps, depth + 1);
+                if nat.is_some() {
+                    at = nat;
+                }
+                nrc
+            }
+            (rc, i) => {
+                at = i.or(at);
+                rc
+            }
+        };
+        if rc == Rc::Ok || rc == Rc::Done {
+            return (rc, at);
         }
+        if !noregex {
+            for &i in &level.regexes {
+                let Some(Some(re)) = self.regexes.get(i) else {
+                    continue;
+                };
+                if let Some(c) = re.captures(uri) {
+                    *caps = Some(
+                        c.iter()
+                            .map(|m| m.map(|m| String::from_utf8_lossy(m.as_bytes()).into_owned()))
+                            .collect(),
+                    );
+                    let (_, nat) = self.find_in(&self.nested[i], uri, caps, depth + 1);
+                    return (Rc::Ok, nat.or(Some(i)));
+                }
+            }
+        }
+        if rc == Rc::Declined && at.is_some() {
+            rc = Rc::Again;
+        }
+        (rc, at)
+    }
+
+    /// The `@name` location (`error_page`).
+    pub(crate) fn named(&self, name: &str) -> Option<usize> {
+        self.named.get(name).copied()
     }
 
     /// The path of location `i`.
     pub(crate) fn path(&self, i: usize) -> &str {
         self.paths.get(i).map_or("", String::as_str)
+    }
+
+    /// The named groups of every regex location (they are variables).
+    pub(crate) fn group_names(&self) -> impl Iterator<Item = &str> {
+        self.regexes
+            .iter()
+            .flatten()
+            .flat_map(vigil_core::config::pattern::group_names)
+    }
+}
+
+// === impl Level ===
+
+impl Level {
+    /// `ngx_http_core_find_static_location`: exact, else the longest
+    /// prefix, with the auto_redirect of a prefix one `/` longer.
+    fn find_static(&self, paths: &[String], uri: &[u8]) -> (Rc, Option<usize>) {
+        if let Some(&i) = self.exact.get(uri) {
+            return (Rc::Ok, Some(i));
+        }
+        let longest = self
+            .prefixes
+            .iter()
+            .copied()
+            .find(|&i| uri.starts_with(paths[i].as_bytes()));
+        match longest {
+            // A prefix location named exactly so is found before any redirect.
+            Some(i) if paths[i].len() == uri.len() => (Rc::Again, Some(i)),
+            _ => match self.redirects.get(uri) {
+                Some(&i) => (Rc::Done, Some(i)),
+                None => match longest {
+                    Some(i) => (Rc::Again, Some(i)),
+                    None => (Rc::Declined, None),
+                },
+            },
+        }
     }
 }
 
@@ -108,6 +287,7 @@ mod tests {
             path: path.to_string(),
             proxy: Default::default(),
             ret: None,
+            routing: Default::default(),
             origin: Default::default(),
         };
         if pass {
@@ -162,5 +342,10 @@ mod tests {
         assert_eq!(t.find(b"/api"), Found::Redirect(0));
         assert!(Locations::build(&[loc("/a", true), loc("/a", false)]).is_err());
         assert!(Locations::build(&[loc("= /a", true), loc("/a", false)]).is_ok());
+        let mut named = loc("@x", false);
+        named.matcher = LocationMatch::Named;
+        let t = Locations::build(&[loc("/", false), named]).expect("build");
+        assert_eq!(t.named("@x"), Some(1));
+        assert_eq!(t.find(b"/@x"), Found::Location(0), "found by name only");
     }
 }

@@ -14,18 +14,38 @@ use vigil_core::registry::Registry;
 use vigil_core::{RetryPolicy, Upstream};
 
 use crate::pool::Pool;
+use crate::rewrite::Script;
 pub use crate::router::{Refusal, RouteError, Routed, Router, Target};
 use crate::uri::{escape_uri, RequestUri};
-use crate::vars::Template;
+use crate::vars::{Scope, Template};
 
 /// The compiled routes of one configuration generation.
 pub struct Routes {
-    router: Router,
+    pub(crate) router: Router,
     /// By server block, then location (None: the location proxies nowhere).
     routes: Vec<Vec<Option<Answer>>>,
     /// By server block: its own `return`, if any.
     server_returns: Vec<Option<Answer>>,
+    /// By server block: its rewrite script.
+    pub(crate) server_scripts: Vec<Script>,
+    /// By server block, then location: its rewrite script.
+    pub(crate) scripts: Vec<Vec<Script>>,
+    /// By server block, then location: its proxy route, if it proxies.
+    pub(crate) proxies: Vec<Vec<Option<Arc<Route>>>>,
+    /// By server block, then location: the headers, log and body limit of
+    /// an answer the location's script makes (a redirect, a 500).
+    bases: Vec<Vec<Reply>>,
+    /// By server block, then location: a regex location's named groups
+    /// and their indices.
+    pub(crate) capture_names: Vec<Vec<GroupNames>>,
 }
+
+/// A regex's named groups and their indices.
+pub(crate) type GroupNames = Vec<(Arc<str>, usize)>;
+
+/// The URI a `proxy_pass` with variables made for this request.
+#[derive(Clone, Debug)]
+pub(crate) struct PassUri(pub(crate) String);
 
 /// What a routed request gets.
 #[derive(Clone)]
@@ -53,6 +73,42 @@ pub struct Reply {
     pub access_log: Option<Arc<crate::log::AccessLogWriter>>,
 }
 
+impl Reply {
+    /// This reply's headers, log and limit with another code and text.
+    pub(crate) fn with(&self, code: u16, text: Option<Template>) -> Self {
+        Self {
+            code,
+            text,
+            content_type: self.content_type.clone(),
+            max_body: self.max_body,
+            add_headers: self.add_headers.clone(),
+            access_log: self.access_log.clone(),
+        }
+    }
+
+    /// A redirect to `url` (made absolute as a `return`'s is).
+    pub(crate) fn redirect(&self, code: u16, url: &str) -> Self {
+        self.with(code, Some(Template::literal(url)))
+    }
+
+    /// The code's page.
+    pub(crate) fn status(&self, code: u16) -> Self {
+        self.with(code, None)
+    }
+
+    /// A bare 500 (a rewrite cycle).
+    pub(crate) fn internal_error() -> Self {
+        Self {
+            code: 500,
+            text: None,
+            content_type: http::HeaderValue::from_static("text/plain"),
+            max_body: 0,
+            add_headers: Vec::new(),
+            access_log: None,
+        }
+    }
+}
+
 /// One location, ready to serve.
 pub struct Route {
     /// The configured location.
@@ -77,6 +133,10 @@ pub struct Route {
     pub access_log: Option<Arc<crate::log::AccessLogWriter>>,
     /// The client-side settings of the location's server block.
     pub client: vigil_core::config::ClientSettings,
+    /// A `proxy_pass` URI part with variables (`http://u/$1`), sent as it expands.
+    pub(crate) pass_template: Option<Template>,
+    /// `error_page` and `proxy_intercept_errors`.
+    pub(crate) error_pages: crate::error_page::ErrorPages,
 }
 
 // === impl Routes ===
@@ -89,38 +149,92 @@ impl Routes {
         pools: &HashMap<String, Arc<Pool>>,
     ) -> Result<Self, RouteError> {
         let router = Router::build(config)?;
+        let mut scope = crate::rewrite::scope(config)?;
+        for n in router.group_names() {
+            scope.declare(n);
+        }
+        let scope = &scope;
         let mut logs: HashMap<std::path::PathBuf, Arc<crate::log::AccessLogWriter>> =
             HashMap::new();
-        let mut routes = Vec::new();
-        let mut server_returns = Vec::new();
+        let mut out = Self {
+            router,
+            routes: Vec::new(),
+            server_returns: Vec::new(),
+            server_scripts: Vec::new(),
+            scripts: Vec::new(),
+            proxies: Vec::new(),
+            bases: Vec::new(),
+            capture_names: Vec::new(),
+        };
         for s in &config.servers {
             let mut compiled = Vec::new();
+            let (mut scripts, mut proxies, mut bases, mut names) =
+                (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for loc in &s.locations {
+                let proxy =
+                    Route::build(loc, &s.client, registry, pools, &mut logs, scope)?.map(Arc::new);
                 let answer = match &loc.ret {
                     Some(r) => Some(Answer::Return(Arc::new(Reply::build(
                         r,
                         Some(loc),
                         &loc.origin,
                         &mut logs,
+                        scope,
                     )?))),
-                    None => Route::build(loc, &s.client, registry, pools, &mut logs)?
-                        .map(|r| Answer::Proxy(Arc::new(r))),
+                    None => proxy.clone().map(Answer::Proxy),
                 };
                 compiled.push(answer);
+                scripts.push(Script::build(&loc.routing.script, Some(loc), scope, |r| {
+                    Reply::build(r, Some(loc), &loc.origin, &mut logs, scope)
+                })?);
+                let base = vigil_core::config::Return {
+                    code: 500,
+                    text: None,
+                    content_type: "text/plain".into(),
+                };
+                bases.push(Reply::build(
+                    &base,
+                    Some(loc),
+                    &loc.origin,
+                    &mut logs,
+                    scope,
+                )?);
+                proxies.push(proxy);
+                names.push(group_indices(loc));
             }
-            routes.push(compiled);
-            server_returns.push(match &s.ret {
+            out.routes.push(compiled);
+            out.scripts.push(scripts);
+            out.proxies.push(proxies);
+            out.bases.push(bases);
+            out.capture_names.push(names);
+            out.server_scripts
+                .push(Script::build(&s.rewrite, None, scope, |r| {
+                    Reply::build(r, None, &s.origin, &mut logs, scope)
+                })?);
+            out.server_returns.push(match &s.ret {
                 Some(r) => Some(Answer::Return(Arc::new(Reply::build(
-                    r, None, &s.origin, &mut logs,
+                    r, None, &s.origin, &mut logs, scope,
                 )?))),
                 None => None,
             });
         }
-        Ok(Self {
-            router,
-            routes,
-            server_returns,
-        })
+        for (si, s) in out.proxies.iter().enumerate() {
+            for r in s.iter().flatten() {
+                if !r.error_pages.is_empty() {
+                    let at = r.location.origin.to_string();
+                    crate::error_page::check(&out, si, &r.error_pages, &at)?;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether location `li` of `server` proxies (and has no `return`).
+    pub(crate) fn proxies_only(&self, server: usize, li: usize) -> bool {
+        matches!(
+            self.routes.get(server).and_then(|s| s.get(li)),
+            Some(Some(Answer::Proxy(_)))
+        )
     }
 
     /// The index (into `Config::servers`) of the default server of `listener`.
@@ -145,6 +259,14 @@ impl Routes {
         Ok((answer, r.target))
     }
 
+    /// The reply a location's script bases its redirects on.
+    pub(crate) fn redirect_base(&self, server: usize, location: usize) -> Reply {
+        self.bases
+            .get(server)
+            .and_then(|s| s.get(location))
+            .map_or_else(Reply::internal_error, |b| b.status(500))
+    }
+
     /// Every listen address.
     pub fn listeners(config: &Config) -> Vec<vigil_core::config::Listen> {
         let mut out: Vec<vigil_core::config::Listen> = Vec::new();
@@ -159,22 +281,118 @@ impl Routes {
     }
 }
 
+/// The variables of `config` (maps, `set`, named captures) for values
+/// compiled outside [`Routes::build`] (`vigil lint`).
+pub fn scope_of(config: &Config) -> Result<Scope, RouteError> {
+    let mut scope = crate::rewrite::scope(config)?;
+    for s in &config.servers {
+        for l in &s.locations {
+            for (n, _) in group_indices(l) {
+                scope.declare(&n);
+            }
+        }
+    }
+    Ok(scope)
+}
+
+/// Every value of the rewrite phase `vigil serve` would refuse (an
+/// unknown variable in a `return` text, a `rewrite` replacement, a `set`
+/// value, a `map` value, a `proxy_pass` URI, or an `add_header` of a
+/// location that does not proxy), each at its directive (`vigil lint`).
+pub fn variable_errors(config: &Config) -> Vec<RouteError> {
+    let scope = match scope_of(config) {
+        Ok(s) => s,
+        Err(e) => return vec![e],
+    };
+    let mut out = Vec::new();
+    let mut check = |value: &str, at: &vigil_core::config::Origin, what: &str| {
+        if let Err(e) = Template::parse_with(value, &scope) {
+            out.push(RouteError {
+                at: at.to_string(),
+                message: format!("{e} in \"{what}\""),
+            });
+        }
+    };
+    let script = |steps: &[vigil_core::config::RewriteStep],
+                  at: &vigil_core::config::Origin,
+                  check: &mut dyn FnMut(&str, &vigil_core::config::Origin, &str)| {
+        for step in steps {
+            match step {
+                vigil_core::config::RewriteStep::Rewrite(r) => {
+                    check(&r.replacement, &r.origin, "rewrite")
+                }
+                vigil_core::config::RewriteStep::Set(v) => check(&v.value, &v.origin, "set"),
+                vigil_core::config::RewriteStep::Return(r) => {
+                    if let Some(t) = &r.text {
+                        check(t, at, "return");
+                    }
+                }
+            }
+        }
+    };
+    for s in &config.servers {
+        script(&s.rewrite, &s.origin, &mut check);
+        for l in &s.locations {
+            script(&l.routing.script, &l.origin, &mut check);
+            match &l.proxy.pass {
+                Some(p) => {
+                    if let Some(u) = p.uri.as_deref().filter(|u| u.contains('$')) {
+                        check(u, &l.origin, "proxy_pass");
+                    }
+                }
+                None => {
+                    for h in &l.proxy.add_headers {
+                        check(&h.value, &l.origin, "add_header");
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 /// The URI nginx sends upstream for `location` (the `proxy_pass` URI part
 /// replacing the matched location path of the *normalised* URI, re-escaped
 /// when the client's path had escapes, the query appended); without a URI
 /// part, the client's request target exactly as sent: that is nginx's
 /// behaviour (`r->unparsed_uri`), dots and escapes included.
 pub fn upstream_target(location: &Location, uri: &RequestUri) -> String {
-    let pass = location.proxy.pass.as_ref().and_then(|p| p.uri.as_deref());
-    if pass.is_none() {
+    target_uri(location, uri, false, true)
+}
+
+/// [`upstream_target`] after the rewrite phase: `internal` (the URI was
+/// rewritten: escaped, never the client's) and `valid_location` (cleared
+/// by `rewrite ... break`: the `proxy_pass` URI part is then not used and
+/// the whole rewritten URI goes upstream), as ngx_http_proxy_create_request.
+pub(crate) fn target_uri(
+    location: &Location,
+    uri: &RequestUri,
+    internal: bool,
+    valid_location: bool,
+) -> String {
+    let pass = location
+        .proxy
+        .pass
+        .as_ref()
+        .and_then(|p| p.uri.as_deref())
+        .filter(|u| !u.contains('$'));
+    if pass.is_none() && !internal {
         if let Some(raw) = uri.unparsed() {
             return raw.to_string();
         }
     }
-    let prefix = pass.map_or(0, |_| location.path.len());
+    let pass = pass.filter(|_| valid_location);
+    let prefix = match location.matcher {
+        vigil_core::config::LocationMatch::Exact
+        | vigil_core::config::LocationMatch::Prefix
+        | vigil_core::config::LocationMatch::PrefixNoRegex => {
+            pass.map_or(0, |_| location.path.len())
+        }
+        _ => 0,
+    };
     let rest = uri.path().get(prefix..).unwrap_or_default();
     let mut out = String::from(pass.unwrap_or(""));
-    if uri.is_quoted() {
+    if uri.is_quoted() || internal {
         escape_uri(&mut out, rest);
     } else {
         // Not decoded, so these are bytes of the (UTF-8) target.
@@ -202,22 +420,23 @@ impl Answer {
 // === impl Reply ===
 
 impl Reply {
-    fn build(
+    pub(crate) fn build(
         ret: &vigil_core::config::Return,
         loc: Option<&Location>,
         origin: &vigil_core::config::Origin,
         logs: &mut HashMap<std::path::PathBuf, Arc<crate::log::AccessLogWriter>>,
+        scope: &Scope,
     ) -> Result<Self, RouteError> {
         let err = |message: String| RouteError {
             at: origin.to_string(),
             message,
         };
         let text = match &ret.text {
-            Some(t) => Some(Template::parse(t).map_err(|e| err(e.to_string()))?),
+            Some(t) => Some(Template::parse_with(t, scope).map_err(|e| err(e.to_string()))?),
             None => None,
         };
         let (add_headers, access_log) = match loc {
-            Some(l) => (add_headers(l, &err)?, access_log(l, logs, &err)?),
+            Some(l) => (add_headers(l, &err, scope)?, access_log(l, logs, &err)?),
             None => (Vec::new(), None),
         };
         let content_type = http::HeaderValue::from_str(&ret.content_type)
@@ -233,9 +452,27 @@ impl Reply {
     }
 }
 
+/// A regex location's named groups, with their indices.
+fn group_indices(loc: &Location) -> GroupNames {
+    use vigil_core::config::LocationMatch;
+    let caseless = match loc.matcher {
+        LocationMatch::Regex => false,
+        LocationMatch::RegexCaseless => true,
+        _ => return Vec::new(),
+    };
+    let Ok(re) = vigil_core::config::pattern::compile(&loc.path, caseless) else {
+        return Vec::new();
+    };
+    re.capture_names()
+        .enumerate()
+        .filter_map(|(i, n)| n.map(|n| (Arc::from(n), i)))
+        .collect()
+}
+
 fn add_headers(
     loc: &Location,
     err: &impl Fn(String) -> RouteError,
+    scope: &Scope,
 ) -> Result<Vec<(HeaderName, Template, bool)>, RouteError> {
     let mut out = Vec::new();
     for h in &loc.proxy.add_headers {
@@ -243,7 +480,7 @@ fn add_headers(
             .map_err(|_| err(format!("invalid header name \"{}\"", h.name)))?;
         out.push((
             name,
-            Template::parse(&h.value).map_err(|e| err(e.to_string()))?,
+            Template::parse_with(&h.value, scope).map_err(|e| err(e.to_string()))?,
             h.always,
         ));
     }
@@ -278,6 +515,7 @@ impl Route {
         registry: &Registry,
         pools: &HashMap<String, Arc<Pool>>,
         logs: &mut HashMap<std::path::PathBuf, Arc<crate::log::AccessLogWriter>>,
+        scope: &Scope,
     ) -> Result<Option<Self>, RouteError> {
         let err = |message: String| RouteError {
             at: loc.origin.to_string(),
@@ -301,14 +539,20 @@ impl Route {
             let value = if h.value.is_empty() {
                 None
             } else {
-                Some(Template::parse(&h.value).map_err(|e| err(e.to_string()))?)
+                Some(Template::parse_with(&h.value, scope).map_err(|e| err(e.to_string()))?)
             };
             set_headers.push((name, value));
         }
-        let add_headers = add_headers(loc, &err)?;
+        let add_headers = add_headers(loc, &err, scope)?;
+        let pass_template = match pass.uri.as_deref() {
+            Some(u) if u.contains('$') => {
+                Some(Template::parse_with(u, scope).map_err(|e| err(format!("proxy_pass: {e}")))?)
+            }
+            _ => None,
+        };
         let hash_key = match &upstream.config().balancer {
             vigil_core::config::Balancer::Hash { key, .. } => {
-                Some(Template::parse(key).map_err(|e| err(format!("hash key: {e}")))?)
+                Some(Template::parse_with(key, scope).map_err(|e| err(format!("hash key: {e}")))?)
             }
             _ => None,
         };
@@ -336,14 +580,50 @@ impl Route {
             set_headers,
             add_headers,
             hash_key,
+            pass_template,
+            error_pages: crate::error_page::ErrorPages::build(
+                &loc.proxy.error_pages,
+                loc.proxy.intercept_errors,
+                scope,
+            )?,
         }))
+    }
+
+    /// Expand a `proxy_pass` with variables for this request (after the
+    /// rewrite phase), for [`Route::upstream_uri`].
+    pub(crate) fn pass_uri(&self, parts: &mut Parts, net: crate::rewrite::Net) {
+        let Some(t) = &self.pass_template else {
+            return;
+        };
+        let cx = crate::vars::VarContext {
+            parts,
+            client: net.client,
+            local: net.local,
+            proxy_host: &self.proxy_host,
+            attempts: &[],
+            status: 0,
+            request_time: 0.0,
+        };
+        let mut uri = t.expand(&cx);
+        // nginx: an evaluated URI starting with `?` gets its `/`.
+        if uri.starts_with('?') {
+            uri.insert(0, '/');
+        }
+        parts.extensions.insert(PassUri(uri));
     }
 
     /// The URI sent upstream for this request (routed by `Routes`, which
     /// left its `Target` in the extensions): see `upstream_target`.
     pub(crate) fn upstream_uri(&self, parts: &Parts) -> String {
+        if let Some(p) = parts
+            .extensions
+            .get::<PassUri>()
+            .filter(|p| !p.0.is_empty())
+        {
+            return p.0.clone();
+        }
         match parts.extensions.get::<Target>() {
-            Some(t) => upstream_target(&self.location, &t.uri),
+            Some(t) => target_uri(&self.location, &t.uri, t.internal, t.valid_location),
             // Not routed by Routes: nothing normalised to build from.
             None => parts
                 .uri

@@ -70,6 +70,14 @@ pub struct Target {
     pub host: String,
     /// `$server_name` of the chosen block.
     pub server_name: Arc<str>,
+    /// nginx's `r->internal`: a rewrite or internal redirect changed the
+    /// URI (then it goes upstream escaped, never as the client sent it).
+    pub internal: bool,
+    /// nginx's `r->valid_location`: cleared by `rewrite ... break`, after
+    /// which a `proxy_pass` URI part no longer replaces the location's path.
+    pub valid_location: bool,
+    /// Index of the server block (in `Config::servers`).
+    pub server: usize,
 }
 
 /// A request routing answers itself.
@@ -185,6 +193,31 @@ impl Router {
         uri: &Uri,
         headers: &HeaderMap,
     ) -> Result<Routed, Refusal> {
+        let (server, target) = self.select(listener, version, uri, headers)?;
+        if self.servers.get(server).is_some_and(|s| s.returns) {
+            return Ok(Routed {
+                server,
+                location: None,
+                target,
+            });
+        }
+        let (location, _) = self.locate(listener, server, &target)?;
+        Ok(Routed {
+            server,
+            location: Some(location),
+            target,
+        })
+    }
+
+    /// The server block for a request and the request as nginx holds it
+    /// (normalised URI, validated host), or what nginx answers itself.
+    pub(crate) fn select(
+        &self,
+        listener: SocketAddr,
+        version: Version,
+        uri: &Uri,
+        headers: &HeaderMap,
+    ) -> Result<(usize, Target), Refusal> {
         let address = self.address(listener).ok_or(Refusal::UnknownListener)?;
         let host = request_host(version, uri, headers)?;
         let target = uri.path_and_query().map_or("", |p| p.as_str());
@@ -219,26 +252,54 @@ impl Router {
             uri,
             host,
             server_name: s.name.clone(),
+            internal: false,
+            valid_location: true,
+            server,
         };
-        if s.returns {
-            return Ok(Routed {
-                server,
-                location: None,
-                target,
-            });
-        }
-        match s.locations.find(target.uri.path()) {
-            Found::Location(location) => Ok(Routed {
-                server,
-                location: Some(location),
-                target,
-            }),
-            Found::Redirect(i) => Err(Refusal::Redirect {
-                location: redirect_location(&target, listener, s.locations.path(i)),
+        Ok((server, target))
+    }
+
+    /// The location of `server` for `target`'s URI (nginx's find-config
+    /// phase) and the groups of the regex location that matched.
+    pub(crate) fn locate(
+        &self,
+        listener: SocketAddr,
+        server: usize,
+        target: &Target,
+    ) -> Result<(usize, Option<crate::location::Captures>), Refusal> {
+        let s = self.servers.get(server).ok_or(Refusal::NotFound)?;
+        match s.locations.search(target.uri.path()) {
+            (Found::Location(location), caps) => Ok((location, caps)),
+            (Found::Redirect(i), _) => Err(Refusal::Redirect {
+                location: redirect_location(target, listener, s.locations.path(i)),
                 max_body: s.max_body.get(i).copied().unwrap_or(0),
             }),
-            Found::Nothing => Err(Refusal::NotFound),
+            (Found::Nothing, _) => Err(Refusal::NotFound),
         }
+    }
+
+    /// The `@name` location of `server`.
+    pub(crate) fn named(&self, server: usize, name: &str) -> Option<usize> {
+        self.servers.get(server)?.locations.named(name)
+    }
+
+    /// The location of `server` a literal URI path finds (no redirect).
+    pub(crate) fn static_location(&self, server: usize, path: &str) -> Option<usize> {
+        match self
+            .servers
+            .get(server)?
+            .locations
+            .search(path.as_bytes())
+            .0
+        {
+            Found::Location(i) => Some(i),
+            _ => None,
+        }
+    }
+
+    /// The named groups of every regex location (variables of the configuration).
+    pub(crate) fn group_names(&self) -> impl Iterator<Item = &str> {
+        self.servers.iter().flat_map(|s| s.locations.group_names())
     }
 
     /// The blocks for a connection accepted on `listener`: its own address,

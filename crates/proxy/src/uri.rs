@@ -138,6 +138,17 @@ impl RequestUri {
         self.unparsed.as_deref()
     }
 
+    /// The URI after a `rewrite` (or `set $args`): the new path (taken as
+    /// is, not decoded again) and arguments. A changed path is no longer
+    /// the client's target.
+    pub(crate) fn rewrite(&mut self, path: Vec<u8>, args: String) {
+        if path != self.path {
+            self.unparsed = None;
+        }
+        self.path = path;
+        self.args = args;
+    }
+
     /// `ngx_http_parse_complex_uri`, state for state; the index where the
     /// query starts, if there is one.
     fn complex(

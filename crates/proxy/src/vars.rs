@@ -1,27 +1,44 @@
 //! nginx variables in `proxy_set_header`, `add_header` and `hash` values,
 //! parsed once when the configuration loads and expanded per request
-//! without re-parsing.
+//! without re-parsing. Besides the built-ins: regex captures (`$1`..`$9`,
+//! named groups), `set` variables and `map`s ([`Scope`], rewrite.rs).
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use http::request::Parts;
 
 /// A value with `$variables`, split into literal and variable parts.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Template {
     parts: Vec<Part>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 enum Part {
     Lit(String),
     Var(Var),
 }
 
 /// The variables vigil knows.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub(crate) enum Var {
+    /// `$1`..`$9`: the last matching regex's groups.
+    Capture(usize),
+    /// A `set` variable or a named capture.
+    Named(Arc<str>),
+    /// A `map`'s variable.
+    Map(Arc<crate::rewrite::MapCell>),
+    IsArgs,
+    ServerAddr,
+    Hostname,
+    Msec,
+    TimeIso8601,
+    TimeLocal,
+    BodyBytesSent,
+    UpstreamHeaderTime,
     Host,
     RemoteAddr,
     RemotePort,
@@ -64,11 +81,56 @@ pub(crate) struct VarContext<'a> {
     pub(crate) request_time: f64,
 }
 
+/// The variables a configuration defines beyond the built-ins: `set`
+/// names and named captures (per request, in [`RequestVars`]) and maps.
+#[derive(Clone, Debug, Default)]
+pub struct Scope {
+    pub(crate) named: HashMap<String, Arc<str>>,
+    pub(crate) maps: HashMap<String, Arc<crate::rewrite::MapCell>>,
+}
+
+/// What the rewrite phase left for a request's variables: the captures of
+/// the last regex that matched and the `set` / named-capture values.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RequestVars {
+    /// Group 0 (the whole match) first; None for a group that took no part.
+    pub(crate) captures: Vec<Option<String>>,
+    pub(crate) named: HashMap<Arc<str>, String>,
+}
+
+/// Bytes of the response body sent so far (for `$body_bytes_sent` in a
+/// log line written at the end), when the writer knows them.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct BodyBytes(pub(crate) u64);
+
+// === impl Scope ===
+
+impl Scope {
+    /// Declare a `set` variable or a named capture.
+    pub fn declare(&mut self, name: &str) {
+        self.named
+            .entry(name.to_string())
+            .or_insert_with(|| Arc::from(name));
+    }
+}
+
 // === impl Template ===
 
 impl Template {
     /// Parse `value` (`$name`, `${name}`; `$$` is not special in nginx, nor here).
     pub fn parse(value: &str) -> Result<Self, UnknownVariable> {
+        Self::parse_with(value, &Scope::default())
+    }
+
+    /// A literal value (no variables).
+    pub(crate) fn literal(value: &str) -> Self {
+        Self {
+            parts: vec![Part::Lit(value.to_string())],
+        }
+    }
+
+    /// [`Template::parse`] knowing the configuration's own variables.
+    pub fn parse_with(value: &str, scope: &Scope) -> Result<Self, UnknownVariable> {
         let mut parts = Vec::new();
         let mut lit = String::new();
         let b = value.as_bytes();
@@ -83,6 +145,15 @@ impl Template {
                 continue;
             }
             i += 1;
+            // nginx: `$1`..`$9` is one digit, a capture.
+            if let Some(d @ b'1'..=b'9') = b.get(i).copied() {
+                if !lit.is_empty() {
+                    parts.push(Part::Lit(std::mem::take(&mut lit)));
+                }
+                parts.push(Part::Var(Var::Capture(usize::from(d - b'0'))));
+                i += 1;
+                continue;
+            }
             let (name, next) = if b.get(i) == Some(&b'{') {
                 match value[i + 1..].find('}') {
                     Some(end) => (&value[i + 1..i + 1 + end], i + end + 2),
@@ -102,7 +173,12 @@ impl Template {
             if !lit.is_empty() {
                 parts.push(Part::Lit(std::mem::take(&mut lit)));
             }
-            parts.push(Part::Var(Var::parse(name)?));
+            let var = match (scope.named.get(name), scope.maps.get(name)) {
+                (_, Some(m)) => Var::Map(m.clone()),
+                (Some(n), None) => Var::Named(n.clone()),
+                (None, None) => Var::parse(name)?,
+            };
+            parts.push(Part::Var(var));
             i = next;
         }
         if !lit.is_empty() {
@@ -111,20 +187,60 @@ impl Template {
         Ok(Self { parts })
     }
 
+    /// The literal parts of the value, joined.
+    pub(crate) fn literal_text(&self) -> String {
+        self.parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Lit(s) => Some(s.as_str()),
+                Part::Var(_) => None,
+            })
+            .collect()
+    }
+
     /// Whether the value has no variables.
     pub fn is_literal(&self) -> bool {
         self.parts.iter().all(|p| matches!(p, Part::Lit(_)))
     }
 
     pub(crate) fn expand(&self, cx: &VarContext<'_>) -> String {
+        self.expand_with(cx, None)
+    }
+
+    /// Expand with `captures` standing for the request's (a map's regex).
+    pub(crate) fn expand_with(
+        &self,
+        cx: &VarContext<'_>,
+        captures: Option<&[Option<String>]>,
+    ) -> String {
         let mut out = String::new();
+        self.write(cx, captures, &mut out);
+        out
+    }
+
+    pub(crate) fn write(
+        &self,
+        cx: &VarContext<'_>,
+        captures: Option<&[Option<String>]>,
+        out: &mut String,
+    ) {
         for p in &self.parts {
             match p {
                 Part::Lit(s) => out.push_str(s),
-                Part::Var(v) => v.write(cx, &mut out),
+                Part::Var(Var::Capture(n)) => {
+                    let caps = captures.or_else(|| {
+                        cx.parts
+                            .extensions
+                            .get::<RequestVars>()
+                            .map(|v| v.captures.as_slice())
+                    });
+                    if let Some(Some(c)) = caps.and_then(|c| c.get(*n)) {
+                        out.push_str(c);
+                    }
+                }
+                Part::Var(v) => v.write(cx, out),
             }
         }
-        out
     }
 }
 
@@ -157,6 +273,14 @@ impl Var {
             n if n.starts_with("cookie_") => Var::Cookie(n[7..].to_string()),
             "request_id" => Var::RequestId,
             "request" => Var::Request,
+            "is_args" => Var::IsArgs,
+            "server_addr" => Var::ServerAddr,
+            "hostname" => Var::Hostname,
+            "msec" => Var::Msec,
+            "time_iso8601" => Var::TimeIso8601,
+            "time_local" => Var::TimeLocal,
+            "body_bytes_sent" => Var::BodyBytesSent,
+            "upstream_header_time" => Var::UpstreamHeaderTime,
             n => return Err(UnknownVariable(n.to_string())),
         })
     }
@@ -164,6 +288,53 @@ impl Var {
     fn write(&self, cx: &VarContext<'_>, out: &mut String) {
         let p = cx.parts;
         match self {
+            Var::Capture(_) => {}
+            Var::Named(name) => {
+                if let Some(v) = p
+                    .extensions
+                    .get::<RequestVars>()
+                    .and_then(|v| v.named.get(name))
+                {
+                    out.push_str(v);
+                }
+            }
+            Var::Map(m) => m.write(cx, out),
+            Var::IsArgs => {
+                if !args_of(p).is_empty() {
+                    out.push('?');
+                }
+            }
+            Var::ServerAddr => {
+                let _ = write!(out, "{}", cx.local.ip());
+            }
+            Var::Hostname => out.push_str(hostname()),
+            Var::Msec => {
+                let now = wall();
+                let _ = write!(out, "{}.{:03}", now.as_secs(), now.subsec_millis());
+            }
+            Var::TimeIso8601 => {
+                let (y, mo, d, h, mi, s) = civil(wall().as_secs());
+                let _ = write!(out, "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}+00:00");
+            }
+            Var::TimeLocal => {
+                const MONTHS: [&str; 12] = [
+                    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
+                    "Dec",
+                ];
+                let (y, mo, d, h, mi, s) = civil(wall().as_secs());
+                let m = MONTHS.get(mo.saturating_sub(1) as usize).unwrap_or(&"Jan");
+                let _ = write!(out, "{d:02}/{m}/{y:04}:{h:02}:{mi:02}:{s:02} +0000");
+            }
+            Var::BodyBytesSent => {
+                let n = p.extensions.get::<BodyBytes>().map_or(0, |b| b.0);
+                let _ = write!(out, "{n}");
+            }
+            Var::UpstreamHeaderTime => join(out, cx.attempts, |a, o| match a.status {
+                Some(_) => {
+                    let _ = write!(o, "{:.3}", a.response_time);
+                }
+                None => o.push('-'),
+            }),
             // nginx: the validated host, else the block's server_name.
             Var::Host => match target(p) {
                 Some(t) if !t.host.is_empty() => out.push_str(&t.host),
@@ -198,7 +369,7 @@ impl Var {
                 Some(t) => out.push_str(&String::from_utf8_lossy(t.uri.path())),
                 None => out.push_str(p.uri.path()),
             },
-            Var::Args => out.push_str(p.uri.query().unwrap_or("")),
+            Var::Args => out.push_str(args_of(p)),
             Var::RequestMethod => out.push_str(p.method.as_str()),
             Var::ServerPort => {
                 let _ = write!(out, "{}", cx.local.port());
@@ -359,6 +530,50 @@ fn secure(p: &Parts) -> bool {
     p.extensions.get::<crate::tls::Secure>().is_some()
 }
 
+/// `$args`: the routed (maybe rewritten) arguments, else the query.
+fn args_of(p: &Parts) -> &str {
+    match target(p) {
+        Some(t) => t.uri.args(),
+        None => p.uri.query().unwrap_or(""),
+    }
+}
+
+/// The wall clock since the epoch (`$msec`, `$time_*`).
+fn wall() -> std::time::Duration {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
+/// `$hostname`: the machine's name as gethostname() gives it, read once.
+fn hostname() -> &'static str {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|s| s.trim().to_string())
+            .ok()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "localhost".to_string())
+    })
+}
+
+/// UTC date and time of `secs` since the epoch (Howard Hinnant's
+/// days-to-civil): year, month, day, hour, minute, second.
+pub(crate) fn civil(secs: u64) -> (u64, u64, u64, u64, u64, u64) {
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + u64::from(m <= 2);
+    (y, m, d, rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
 /// What routing found, when the handler routed the request.
 fn target(p: &Parts) -> Option<&crate::route::Target> {
     p.extensions.get::<crate::route::Target>()
@@ -415,6 +630,34 @@ mod tests {
         assert_eq!(t("cost: 5$"), "cost: 5$");
         assert!(Template::parse("$nope").is_err());
         assert!(Template::parse("plain").expect("parse").is_literal());
+    }
+
+    #[test]
+    fn captures_set_variables_and_clock_variables_expand() {
+        let mut parts = cx_parts("/a?x=1");
+        parts.extensions.insert(RequestVars {
+            captures: vec![Some("/a".into()), Some("a".into()), None],
+            named: [(Arc::from("v"), "set".to_string())].into_iter().collect(),
+        });
+        let cx = VarContext {
+            parts: &parts,
+            client: "10.0.0.9:5555".parse().expect("addr"),
+            local: "127.0.0.1:8080".parse().expect("addr"),
+            proxy_host: "api",
+            attempts: &[],
+            status: 200,
+            request_time: 0.0,
+        };
+        let mut scope = Scope::default();
+        scope.declare("v");
+        let t = |s: &str| Template::parse_with(s, &scope).expect("parse").expand(&cx);
+        assert_eq!(t("$1|$2|$3|$12"), "a|||a2");
+        assert_eq!(t("[$v]$is_args$args"), "[set]?x=1");
+        assert_eq!(t("$server_addr"), "127.0.0.1");
+        assert!(Template::parse("$v").is_err(), "unknown without the scope");
+        assert_eq!(civil(0), (1970, 1, 1, 0, 0, 0));
+        assert_eq!(civil(1_796_109_178), (2026, 12, 1, 7, 12, 58));
+        assert_eq!(civil(951_782_400), (2000, 2, 29, 0, 0, 0));
     }
 
     #[test]

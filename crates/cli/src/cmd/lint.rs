@@ -166,6 +166,15 @@ fn serve_checks(loaded: &Loaded) -> Vec<Finding> {
         }
     };
     let mut hashed = BTreeSet::new();
+    // Maps, `set` names and named captures are variables too.
+    let scope = vigil_proxy::route::scope_of(config).unwrap_or_default();
+    for e in vigil_proxy::route::variable_errors(config) {
+        refuse(
+            &mut found,
+            e.at,
+            format!("{} (vigil serve does not implement it)", e.message),
+        );
+    }
     for (si, li, placed) in loaded.sources.locations() {
         let Some(loc) = config.servers.get(si).and_then(|s| s.locations.get(li)) else {
             continue;
@@ -189,7 +198,7 @@ fn serve_checks(loaded: &Loaded) -> Vec<Finding> {
                 if name == "proxy_set_header" && v.value.is_empty() {
                     continue;
                 }
-                if let Err(e) = Template::parse(&v.value) {
+                if let Err(e) = Template::parse_with(&v.value, &scope) {
                     refuse(
                         &mut found,
                         v.span.to_string(),
@@ -217,7 +226,7 @@ fn serve_checks(loaded: &Loaded) -> Vec<Finding> {
         let vigil_core::config::Balancer::Hash { key, .. } = &up.balancer else {
             continue;
         };
-        if let Err(e) = Template::parse(key) {
+        if let Err(e) = Template::parse_with(key, &scope) {
             let at = loaded
                 .sources
                 .upstream(&up.name)

@@ -5,8 +5,10 @@ mod addr;
 mod error;
 pub mod model;
 pub mod nginx;
+pub mod pattern;
 pub mod preset;
 pub mod read;
+mod routing;
 pub mod toml;
 mod traffic;
 mod validate;
@@ -14,6 +16,7 @@ pub mod value;
 
 pub use error::ConfigError;
 pub use model::*;
+pub use routing::*;
 
 use std::net::{SocketAddr, ToSocketAddrs};
 

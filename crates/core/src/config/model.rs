@@ -37,6 +37,8 @@ pub struct Config {
     pub upstreams: Vec<UpstreamConfig>,
     /// Virtual servers (nginx `server {}` blocks), in file order.
     pub servers: Vec<ServerBlock>,
+    /// `map` blocks of the http level, in file order.
+    pub maps: Vec<super::MapBlock>,
     /// The admin listener.
     pub admin: AdminConfig,
     /// OpenTelemetry export (off unless an endpoint is set).
@@ -458,6 +460,9 @@ pub struct ServerBlock {
     /// A server-level `return`: answers every request of the block before
     /// any location is looked up (nginx's server rewrite phase).
     pub ret: Option<Return>,
+    /// The server-level rewrite script (`rewrite`, `set`, `return` in
+    /// file order), run before the location is looked up.
+    pub rewrite: Vec<super::RewriteStep>,
     /// Where the block starts.
     pub origin: Origin,
     /// The block's TLS settings (`ssl_*`, inherited from `http`), used
@@ -608,6 +613,12 @@ pub enum LocationMatch {
     PrefixNoRegex,
     /// `location = /exact`.
     Exact,
+    /// `location ~ REGEX` (`path` is the expression).
+    Regex,
+    /// `location ~* REGEX`: case-insensitive.
+    RegexCaseless,
+    /// `location @name`: reached only by an internal redirect (`error_page`).
+    Named,
 }
 
 /// One `location` block.
@@ -621,6 +632,8 @@ pub struct Location {
     pub proxy: ProxySettings,
     /// A `return` in the location: answered instead of proxying.
     pub ret: Option<Return>,
+    /// Nesting and the rewrite-phase script (`rewrite`, `set`, `return`).
+    pub routing: super::LocationRouting,
     /// Where the block starts.
     pub origin: Origin,
 }
@@ -703,6 +716,11 @@ pub struct ProxySettings {
     /// an idle client connection is kept after a response; 0 disables
     /// keep-alive.
     pub client_keepalive_timeout: Duration,
+    /// `error_page`s in force (a level with its own replaces the inherited list).
+    pub error_pages: Vec<super::ErrorPage>,
+    /// `proxy_intercept_errors`, default off: an upstream's answer of 300
+    /// or more that has an `error_page` gets that page instead.
+    pub intercept_errors: bool,
 }
 
 /// HTTP version used to talk to upstreams.
@@ -926,6 +944,8 @@ impl Default for ProxySettings {
             client_body_timeout: Duration::from_secs(60),
             client_send_timeout: Duration::from_secs(60),
             client_keepalive_timeout: Duration::from_secs(75),
+            error_pages: Vec::new(),
+            intercept_errors: false,
         }
     }
 }

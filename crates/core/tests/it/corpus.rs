@@ -145,8 +145,6 @@ fn tls_reverse_proxy_gets_every_refusal_and_its_traps_in_one_run() {
             "21: gzip",
             "22: gzip_types",
             "23: gzip_min_length",
-            "25: map",
-            "84: regex location",
             "85: expires",
             "90: allow",
             "91: deny",
@@ -159,11 +157,11 @@ fn tls_reverse_proxy_gets_every_refusal_and_its_traps_in_one_run() {
         .map(|l| (l.addr.port(), l.ssl))
         .collect();
     assert_eq!(ports, [(443, true), (443, true)]);
-    // The regex location is kept (under its written text) for its traps.
+    // The regex location is served (and linted) as one.
     assert!(loaded.config.servers[1]
         .locations
         .iter()
-        .any(|l| l.path.starts_with("~* ")));
+        .any(|l| l.matcher == vigil_core::config::LocationMatch::RegexCaseless));
     let found = lint_loaded(&loaded);
     assert_eq!(
         codes(&found),
@@ -190,8 +188,9 @@ fn tls_reverse_proxy_gets_every_refusal_and_its_traps_in_one_run() {
 fn wordpress_is_all_refusals() {
     let loaded = load("wordpress.conf");
     let r = refused(&loaded);
-    // 12 in the file, 21 fastcgi_param lines of the included fastcgi_params.
-    assert_eq!(r.len(), 33, "{r:#?}");
+    // 9 in the file (its regex locations are served now), 21 fastcgi_param
+    // lines of the included fastcgi_params.
+    assert_eq!(r.len(), 30, "{r:#?}");
     assert_eq!(
         r.iter()
             .filter(|x| x.starts_with("fastcgi_params:"))
@@ -202,7 +201,6 @@ fn wordpress_is_all_refusals() {
         "root",
         "index",
         "try_files",
-        "regex location",
         "fastcgi_pass",
         "fastcgi_param",
         "expires",

@@ -297,3 +297,23 @@ fn configurations_nginx_refuses_are_route_errors() {
         assert!(refused(&format!("http {{ {bad} }}")).is_err(), "{bad}");
     }
 }
+
+#[test]
+fn an_error_page_that_proxies_is_refused_at_startup() {
+    let config = config(
+        "http { upstream u { server 127.0.0.1:9; }
+         server { listen 127.0.0.1:8080;
+           location / { proxy_pass http://u; error_page 502 @p; }
+           location @p { proxy_pass http://u; } } }",
+    );
+    let clock: Arc<dyn vigil_core::Clock> = Arc::new(vigil_core::SystemClock::new());
+    let reg = Registry::build(&config, None, Arc::new(EventBus::default()), clock);
+    let pools = reg
+        .upstreams()
+        .iter()
+        .map(|u| (u.name().to_string(), Arc::new(Pool::new(u.config()))))
+        .collect();
+    let e = Routes::build(&config, &reg, &pools).err().expect("refused");
+    assert!(e.message.contains("not implemented"), "{e}");
+    assert!(e.at.starts_with("t.conf:3:"), "{e}");
+}

@@ -5,6 +5,7 @@ mod behaviour;
 mod bodies;
 mod hardening;
 mod hedge;
+mod locations;
 mod reload;
 mod returns;
 mod routing;

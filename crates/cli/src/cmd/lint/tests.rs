@@ -218,8 +218,11 @@ fn serve_startup_errors_are_among_the_lint_findings_for_the_corpus() {
     // reverse-proxy confs start at once).
     for (name, rounds) in [
         ("debian/nginx.conf", 4),
-        ("tls_reverse_proxy.conf", 8),
-        ("wordpress.conf", 7),
+        // `map` and the regex location are served now.
+        ("tls_reverse_proxy.conf", 10),
+        // Its regex locations are served now, so each fastcgi_param in them
+        // is a round of its own (before, removing the location took them all).
+        ("wordpress.conf", 30),
         ("load_balancing.conf", 0),
         ("app_proxy.conf", 0),
     ] {
@@ -268,6 +271,32 @@ fn an_unknown_variable_is_reported_at_its_argument_once() {
         hits[0].title.contains("$geoip_country_code"),
         "{}",
         hits[0].title
+    );
+}
+
+#[test]
+fn map_set_and_capture_variables_are_known_and_return_texts_are_checked() {
+    let known = "http {\n    map $http_upgrade $conn { default upgrade; \"\" close; }\n    server {\n        listen 127.0.0.1:8080;\n        set $who w;\n        location ~ ^/(?<name>\\w+) { return 200 \"$conn $who $name $1\"; }\n        location / { proxy_set_header Connection $conn; proxy_pass http://127.0.0.1:9; }\n    }\n}\n";
+    let found = lint_for_serve(&parse(known, &BTreeMap::new()));
+    assert!(
+        found.iter().all(|f| f.code != "unsupported-variable"),
+        "{found:#?}"
+    );
+    let unknown = "http {\n    server {\n        listen 127.0.0.1:8080;\n        location /a { return 200 \"$geoip_city\"; }\n        location /b { rewrite ^ /c$geoip_x; }\n    }\n}\n";
+    let found = lint_for_serve(&parse(unknown, &BTreeMap::new()));
+    let hits: Vec<&str> = found
+        .iter()
+        .filter(|f| f.code == "unsupported-variable")
+        .map(|f| f.title.as_str())
+        .collect();
+    assert_eq!(hits.len(), 2, "{found:#?}");
+    assert!(
+        hits[0].contains("$geoip_city") && hits[0].contains("return"),
+        "{hits:?}"
+    );
+    assert!(
+        hits[1].contains("$geoip_x") && hits[1].contains("rewrite"),
+        "{hits:?}"
     );
 }
 

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 
 use super::sources::Placements;
-use super::syntax::Directive;
+use super::syntax::{Arg, Directive};
 use super::upstream::upstream_block;
 use super::{args, bad, block, number, on_off, one, origin, time, unknown, unsupported, Context};
 use crate::config::addr::Use;
@@ -12,8 +12,8 @@ use crate::config::validate;
 use crate::config::value::parse_size;
 use crate::config::{
     AccessLog, AddHeader, ClientSettings, ConfigError, HttpVersion, Listen, Location,
-    LocationMatch, LogFormat, ProxyPass, ProxySettings, Return, ServerBlock, ServerConfig,
-    SetHeader, UpstreamConfig,
+    LocationMatch, LocationRouting, LogFormat, ProxyPass, ProxySettings, Return, RewriteStep,
+    ServerBlock, ServerConfig, SetHeader, UpstreamConfig,
 };
 use crate::outcome::NextUpstream;
 
@@ -26,6 +26,7 @@ struct Level {
     client: ClientSettings,
     own_set_headers: bool,
     own_add_headers: bool,
+    own_error_pages: bool,
     /// `default_type`: the `Content-Type` of a `return`'s text.
     default_type: String,
     /// Where the settings in force were written.
@@ -53,6 +54,20 @@ pub(super) fn http_block(cx: &mut Context<'_>, body: &[&Directive]) -> Result<()
                 cx.config.upstreams.push(up);
             }
             "server" => servers.push(*d),
+            "map" => {
+                let r = super::rewrite::map(d, super::rewrite::builtin).and_then(|m| {
+                    if cx.config.maps.iter().any(|o| o.variable == m.variable) {
+                        return Err(ConfigError::invalid(
+                            &d.args[1].span,
+                            format!("the duplicate \"{}\" variable", m.variable),
+                        ));
+                    }
+                    Ok(m)
+                });
+                if let Some(m) = cx.keep(r)? {
+                    cx.config.maps.push(m);
+                }
+            }
             _ => level_directive(cx, &mut level, d, "http")?,
         }
     }
@@ -102,6 +117,7 @@ fn server_block(
     let mut server_names = Vec::new();
     let mut locations = Vec::new();
     let mut ret = None;
+    let mut script = Vec::new();
     for d in body {
         match d.name.as_str() {
             "listen" => {
@@ -125,15 +141,19 @@ fn server_block(
                 let r = return_directive(d);
                 if let Some(r) = cx.keep(r)? {
                     // nginx runs the first `return` of a block; the rest never.
-                    ret.get_or_insert(r);
+                    ret.get_or_insert(r.clone());
+                    script.push(RewriteStep::Return(r));
                 }
             }
-            "if" | "rewrite" | "try_files" | "root" | "alias" | "index" | "error_page" | "set" => {
-                cx.refuse(unsupported(
-                    d,
-                    "vigil routes to upstreams only (no rewriting, static files or scripting)",
-                ))?
+            "rewrite" | "set" => {
+                if let Some(step) = cx.keep(script_step(d))? {
+                    script.push(step);
+                }
             }
+            "if" | "try_files" | "root" | "alias" | "index" => cx.refuse(unsupported(
+                d,
+                "vigil routes to upstreams only (no `if`, static files or try_files)",
+            ))?,
             _ => level_directive(cx, &mut level, d, "server")?,
         }
     }
@@ -152,18 +172,7 @@ fn server_block(
     let mut out: Vec<Location> = Vec::new();
     let mut placed = Vec::new();
     for l in locations {
-        let r = location_block(cx, l, &level);
-        let Some(found) = cx.keep(r)? else {
-            continue;
-        };
-        for (loc, p, at) in found {
-            let dup = validate::duplicate_location(&out, &loc)
-                .map_err(|m| ConfigError::invalid(&at.span, m));
-            if cx.keep(dup)?.is_some() {
-                out.push(loc);
-                placed.push(p);
-            }
-        }
+        location_block(cx, l, &level, None, &mut out, &mut placed)?;
     }
     Ok((
         ServerBlock {
@@ -175,6 +184,7 @@ fn server_block(
                 content_type: level.default_type.clone(),
                 ..r
             }),
+            rewrite: typed(script, &level.default_type),
             origin: origin(&d.span),
             tls,
         },
@@ -182,74 +192,86 @@ fn server_block(
     ))
 }
 
-/// A location and, in lenient mode, the locations nested in it (which
-/// strict mode refuses), each with the directives in force and its
-/// `location` directive.
-type Found<'d> = Vec<(Location, Placements, &'d Directive)>;
+/// A `rewrite` or `set`.
+fn script_step(d: &Directive) -> Result<RewriteStep, ConfigError> {
+    Ok(match d.name.as_str() {
+        "rewrite" => RewriteStep::Rewrite(super::rewrite::rewrite(d)?),
+        _ => RewriteStep::Set(super::rewrite::set(d, super::rewrite::builtin)?),
+    })
+}
 
-fn location_block<'d>(
-    cx: &mut Context<'_>,
-    d: &'d Directive,
-    parent: &Level,
-) -> Result<Found<'d>, ConfigError> {
-    let body = block(d)?;
-    let (matcher, path) = match d.args.as_slice() {
-        [p] => (LocationMatch::Prefix, p.value.clone()),
-        [m, p] => match m.value.as_str() {
-            "=" => (LocationMatch::Exact, p.value.clone()),
-            "^~" => (LocationMatch::PrefixNoRegex, p.value.clone()),
-            "~" | "~*" => {
-                cx.refuse(ConfigError::invalid(
-                    &m.span,
-                    "regular-expression locations are not supported by vigil; use prefix or \"=\" locations",
-                ))?;
-                // Lenient: kept under its written text, for its traps.
-                (LocationMatch::Prefix, format!("{} {}", m.value, p.value))
-            }
-            _ => return Err(bad(m, d, "\"=\", \"^~\" or a path")),
-        },
-        _ => {
-            return Err(ConfigError::invalid(
-                &d.span,
-                "invalid number of arguments in \"location\" directive",
-            ))
+/// The script with its `return`s given the block's `default_type`.
+fn typed(mut script: Vec<RewriteStep>, default_type: &str) -> Vec<RewriteStep> {
+    for s in &mut script {
+        if let RewriteStep::Return(r) = s {
+            r.content_type = default_type.to_string();
         }
-    };
-    if path.starts_with('@') {
-        cx.refuse(ConfigError::invalid(
-            &d.args[d.args.len() - 1].span,
-            "named locations are not supported by vigil",
-        ))?;
     }
+    script
+}
+
+/// A location and the locations nested in it, pushed to `out` (with the
+/// directives in force in `placed`) in file order, each knowing its parent.
+fn location_block(
+    cx: &mut Context<'_>,
+    d: &Directive,
+    parent: &Level,
+    parent_index: Option<usize>,
+    out: &mut Vec<Location>,
+    placed: &mut Vec<Placements>,
+) -> Result<(), ConfigError> {
+    let r = location_head(d);
+    let Some((matcher, path)) = cx.keep(r)? else {
+        return Ok(());
+    };
+    let r = nesting(d, &matcher, &path, parent_index.and_then(|i| out.get(i)));
+    if cx.keep(r)?.is_none() {
+        return Ok(());
+    }
+    let Some(body) = cx.keep(block(d))? else {
+        return Ok(());
+    };
     let mut level = parent.child();
     let mut pass = None;
     let mut ret = None;
+    let mut script = Vec::new();
     let mut nested = Vec::new();
     for d in body {
         match d.name.as_str() {
             "proxy_pass" => {
-                let r = proxy_pass(cx, d);
+                let r = proxy_pass(cx, d).and_then(|p| match matcher {
+                    LocationMatch::Regex | LocationMatch::RegexCaseless | LocationMatch::Named
+                        if p.uri.as_ref().is_some_and(|u| !u.contains('$')) =>
+                    {
+                        Err(ConfigError::invalid(
+                            &d.span,
+                            "\"proxy_pass\" cannot have URI part in location given by regular expression, or inside named location, or inside \"if\" statement, or inside \"limit_except\" block",
+                        ))
+                    }
+                    _ => Ok(p),
+                });
                 if let Some(p) = cx.keep(r)? {
                     pass = Some(p);
                     level.placed.set(d);
                 }
             }
-            "location" => {
-                cx.refuse(unsupported(d, "nested locations are not implemented"))?;
-                nested.push(d);
-            }
+            "location" => nested.push(d),
             "return" => {
                 let r = return_directive(d);
                 if let Some(r) = cx.keep(r)? {
-                    ret.get_or_insert(r);
+                    ret.get_or_insert(r.clone());
+                    script.push(RewriteStep::Return(r));
                 }
             }
-            "if" | "rewrite" | "try_files" | "root" | "alias" | "index" | "error_page" | "set" => {
-                cx.refuse(unsupported(
-                    d,
-                    "vigil routes to upstreams only (no rewriting, static files or scripting)",
-                ))?
+            "rewrite" | "set" => {
+                if let Some(step) = cx.keep(script_step(d))? {
+                    script.push(step);
+                }
             }
+            "if" | "try_files" | "root" | "alias" | "index" => cx.refuse(unsupported(
+                d,
+                "vigil routes to upstreams only (no `if`, static files or try_files)",
+            ))?,
             _ if Level::is_client_directive(&d.name) => cx.refuse(ConfigError::invalid(
                 &d.span,
                 format!("\"{}\" directive is not allowed here", d.name),
@@ -263,31 +285,119 @@ fn location_block<'d>(
         }
     }
     level.proxy.pass = pass;
-    let mut found = vec![(
-        Location {
-            matcher,
-            path,
-            proxy: level.proxy.clone(),
-            ret: ret.map(|r| Return {
-                content_type: level.default_type.clone(),
-                ..r
-            }),
-            origin: origin(&d.span),
+    let loc = Location {
+        matcher,
+        path,
+        proxy: level.proxy.clone(),
+        ret: ret.map(|r| Return {
+            content_type: level.default_type.clone(),
+            ..r
+        }),
+        routing: LocationRouting {
+            parent: parent_index,
+            script: typed(script, &level.default_type),
         },
-        level.placed.clone(),
-        d,
-    )];
-    // Lenient only (strict refused them above): nested locations inherit
-    // from this one, as nginx merges them.
+        origin: origin(&d.span),
+    };
+    let siblings: Vec<Location> = out
+        .iter()
+        .filter(|o| o.routing.parent == parent_index)
+        .cloned()
+        .collect();
+    let dup =
+        validate::duplicate_location(&siblings, &loc).map_err(|m| ConfigError::invalid(&d.span, m));
+    if cx.keep(dup)?.is_none() {
+        return Ok(());
+    }
+    let index = out.len();
+    out.push(loc);
+    placed.push(level.placed.clone());
+    // Nested locations inherit from this one, as nginx merges them.
     level.placed.clear("proxy_pass");
     level.proxy.pass = None;
     for n in nested {
-        let r = location_block(cx, n, &level);
-        if let Some(more) = cx.keep(r)? {
-            found.extend(more);
-        }
+        location_block(cx, n, &level, Some(index), out, placed)?;
     }
-    Ok(found)
+    Ok(())
+}
+
+/// The match kind and path of `location [=|^~|~|~*] PATH` or `location
+/// @name` (also the one-word forms `=/x`, `^~/x`, `~\.php$`, as nginx reads them).
+fn location_head(d: &Directive) -> Result<(LocationMatch, String), ConfigError> {
+    let regex = |a: &Arg, p: &str, caseless: bool| {
+        super::rewrite::regex(a, p, caseless).map(|()| {
+            let m = if caseless {
+                LocationMatch::RegexCaseless
+            } else {
+                LocationMatch::Regex
+            };
+            (m, p.to_string())
+        })
+    };
+    match d.args.as_slice() {
+        [m, p] => match m.value.as_str() {
+            "=" => Ok((LocationMatch::Exact, p.value.clone())),
+            "^~" => Ok((LocationMatch::PrefixNoRegex, p.value.clone())),
+            "~" => regex(p, &p.value, false),
+            "~*" => regex(p, &p.value, true),
+            _ => Err(ConfigError::invalid(
+                &m.span,
+                format!("invalid location modifier \"{}\"", m.value),
+            )),
+        },
+        [p] => {
+            let v = p.value.as_str();
+            if let Some(x) = v.strip_prefix('=') {
+                Ok((LocationMatch::Exact, x.to_string()))
+            } else if let Some(x) = v.strip_prefix("^~") {
+                Ok((LocationMatch::PrefixNoRegex, x.to_string()))
+            } else if let Some(x) = v.strip_prefix("~*") {
+                regex(p, x, true)
+            } else if let Some(x) = v.strip_prefix('~') {
+                regex(p, x, false)
+            } else if v.starts_with('@') {
+                Ok((LocationMatch::Named, v.to_string()))
+            } else {
+                Ok((LocationMatch::Prefix, v.to_string()))
+            }
+        }
+        _ => Err(ConfigError::invalid(
+            &d.span,
+            "invalid number of arguments in \"location\" directive",
+        )),
+    }
+}
+
+/// nginx's rules for a location inside another (ngx_http_core_location).
+fn nesting(
+    d: &Directive,
+    matcher: &LocationMatch,
+    path: &str,
+    parent: Option<&Location>,
+) -> Result<(), ConfigError> {
+    let Some(p) = parent else {
+        return Ok(());
+    };
+    let message = match p.matcher {
+        LocationMatch::Exact => format!(
+            "location \"{path}\" cannot be inside the exact location \"{}\"",
+            p.path
+        ),
+        LocationMatch::Named => format!(
+            "location \"{path}\" cannot be inside the named location \"{}\"",
+            p.path
+        ),
+        _ if *matcher == LocationMatch::Named => {
+            format!("named location \"{path}\" can be on the server level only")
+        }
+        _ if !matches!(matcher, LocationMatch::Regex | LocationMatch::RegexCaseless)
+            && !path.starts_with(p.path.as_str()) =>
+        {
+            format!("location \"{path}\" is outside location \"{}\"", p.path)
+        }
+        _ => return Ok(()),
+    };
+    Err(ConfigError::invalid(&d.span, message))
 }
 
 /// `return CODE [TEXT|URL]` or `return URL`, parsed as
@@ -331,12 +441,6 @@ fn return_directive(d: &Directive) -> Result<Return, ConfigError> {
 fn proxy_pass(cx: &mut Context<'_>, d: &Directive) -> Result<ProxyPass, ConfigError> {
     let a = one(d)?;
     let url = a.value.as_str();
-    if url.contains('$') {
-        return Err(ConfigError::invalid(
-            &a.span,
-            "proxy_pass with variables is not supported by vigil",
-        ));
-    }
     let (tls, rest) = if let Some(r) = url.strip_prefix("http://") {
         (false, r)
     } else if let Some(r) = url.strip_prefix("https://") {
@@ -344,10 +448,17 @@ fn proxy_pass(cx: &mut Context<'_>, d: &Directive) -> Result<ProxyPass, ConfigEr
     } else {
         return Err(bad(a, d, "http://UPSTREAM[/uri] or https://UPSTREAM[/uri]"));
     };
-    let (host, uri) = match rest.find('/') {
+    // A variable right after the host starts the URI part (`http://u$request_uri`).
+    let (host, uri) = match rest.find(['/', '$']) {
         Some(i) => (&rest[..i], Some(rest[i..].to_string())),
         None => (rest, None),
     };
+    if host.is_empty() && uri.as_deref().is_some_and(|u| u.starts_with('$')) {
+        return Err(ConfigError::invalid(
+            &a.span,
+            "proxy_pass with variables in the host is not supported by vigil (variables may follow the host)",
+        ));
+    }
     if host.is_empty() {
         return Err(bad(a, d, "a host or upstream name"));
     }
@@ -506,6 +617,7 @@ impl Level {
             client,
             own_set_headers: false,
             own_add_headers: false,
+            own_error_pages: false,
             default_type: "text/plain".to_string(),
             placed: Placements::default(),
             tls: Default::default(),
@@ -625,6 +737,16 @@ impl Level {
                     always,
                 });
             }
+            "error_page" => {
+                let e = super::rewrite::error_page(d)?;
+                if !self.own_error_pages {
+                    p.error_pages.clear();
+                    self.placed.clear(&d.name);
+                    self.own_error_pages = true;
+                }
+                p.error_pages.push(e);
+            }
+            "proxy_intercept_errors" => p.intercept_errors = on_off(d)?,
             "client_max_body_size" => {
                 let a = one(d)?;
                 p.client_max_body_size = parse_size(&a.value)
@@ -665,7 +787,7 @@ impl Level {
             _ => return Ok(false),
         }
         match d.name.as_str() {
-            "proxy_set_header" | "add_header" => self.placed.push(d),
+            "proxy_set_header" | "add_header" | "error_page" => self.placed.push(d),
             _ => self.placed.set(d),
         }
         Ok(true)

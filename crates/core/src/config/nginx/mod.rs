@@ -17,6 +17,7 @@
 //! file with no refusals gives the same model in both modes.
 
 mod http;
+mod rewrite;
 mod sources;
 mod ssl;
 pub mod syntax;

@@ -306,6 +306,9 @@ fn location(l: &Location, shared: &ProxySettings) -> RawLocation {
             LocationMatch::Prefix => None,
             LocationMatch::Exact => Some("exact".to_string()),
             LocationMatch::PrefixNoRegex => Some("prefix_no_regex".to_string()),
+            LocationMatch::Regex => Some("regex".to_string()),
+            LocationMatch::RegexCaseless => Some("regex_caseless".to_string()),
+            LocationMatch::Named => Some("named".to_string()),
         },
         proxy_pass: l.proxy.pass.as_ref().map(|p| {
             let scheme = if p.tls { "https" } else { "http" };
@@ -412,6 +415,9 @@ fn diff(p: &ProxySettings, base: &ProxySettings) -> RawProxy {
         client_body_timeout,
         client_send_timeout,
         client_keepalive_timeout,
+        // The TOML front end has no error_page (an nginx.conf feature).
+        error_pages: _,
+        intercept_errors: _,
     } = p;
     fn changed<T: PartialEq + Clone>(v: &T, base: &T) -> Option<T> {
         (v != base).then(|| v.clone())

@@ -66,6 +66,7 @@ pub(super) fn server(
         server_names: raw.server_name.clone(),
         client: client(raw, at)?,
         locations,
+        rewrite: script(ret(raw.ret.as_ref(), at)?),
         ret: ret(raw.ret.as_ref(), at)?,
         origin: Default::default(),
         tls: Default::default(),
@@ -178,8 +179,19 @@ fn location(
         path: raw.path.clone(),
         proxy: settings,
         ret: ret(raw.ret.as_ref(), at)?,
+        routing: crate::config::LocationRouting {
+            parent: None,
+            script: script(ret(raw.ret.as_ref(), at)?),
+        },
         origin: Default::default(),
     })
+}
+
+/// A `return` as the block's whole rewrite script (as nginx.conf's front end has it).
+fn script(ret: Option<Return>) -> Vec<crate::config::RewriteStep> {
+    ret.map(crate::config::RewriteStep::Return)
+        .into_iter()
+        .collect()
 }
 
 /// `return = { code, text }`.

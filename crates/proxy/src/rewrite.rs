@@ -1,0 +1,518 @@
+//! nginx's rewrite module on a routed request: the server's script (its
+//! `rewrite`, `set`, `return` in file order), the location search, the
+//! location's script, and again from the search after `rewrite ... last`
+//! (at most 10 times, then 500, as `NGX_HTTP_MAX_URI_CHANGES`); and the
+//! `map` variables.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+
+use http::request::Parts;
+use regex::bytes::Regex;
+use vigil_core::config::{Location, MapBlock, MapKey, RewriteFlag, RewriteStep};
+
+use crate::route::{Answer, Refusal, Reply, RouteError, Routes, Target};
+use crate::vars::{RequestVars, Scope, Template, VarContext};
+
+/// A compiled rewrite-phase script.
+#[derive(Default)]
+pub(crate) struct Script(Vec<Step>);
+
+enum Step {
+    Rewrite {
+        re: Regex,
+        replacement: Template,
+        drop_args: bool,
+        flag: RewriteFlag,
+    },
+    Set {
+        name: Arc<str>,
+        value: Template,
+    },
+    Return(Arc<Reply>),
+}
+
+/// How a script ended.
+enum Ran {
+    /// It ran to its end (or `break`): the location's content answers.
+    Done,
+    /// `rewrite ... last`: search the location again.
+    Last,
+    /// A `return` or a redirecting `rewrite`.
+    Answer(Answer),
+}
+
+/// A `map`'s compiled table, filled once every map is known (maps may
+/// name each other in any order).
+#[derive(Debug, Default)]
+pub(crate) struct MapCell(OnceLock<MapTable>);
+
+#[derive(Debug)]
+struct MapTable {
+    source: Template,
+    hostnames: bool,
+    exact: HashMap<String, Template>,
+    /// `.x.com` / `*.x.com` keys: the suffix (with its dot), and whether
+    /// the bare name (`x.com`) matches too.
+    heads: Vec<(String, bool, Template)>,
+    /// `www.x.*` keys: the prefix (with its dot).
+    tails: Vec<(String, Template)>,
+    regexes: Vec<(Regex, Template)>,
+    default: Option<Template>,
+}
+
+/// Maps evaluating maps: nginx stops a cycle with "cycle while evaluating
+/// variable"; this bounds the depth instead.
+const MAX_MAP_DEPTH: u8 = 16;
+
+thread_local! {
+    static MAP_DEPTH: Cell<u8> = const { Cell::new(0) };
+}
+
+/// Restarts after `last` nginx allows (`NGX_HTTP_MAX_URI_CHANGES`).
+const MAX_URI_CHANGES: usize = 10;
+
+// === impl Scope building ===
+
+/// The configuration's own variables: every `set` name, the named groups
+/// of every regex (locations, `rewrite`s, map keys), every map.
+pub(crate) fn scope(config: &vigil_core::config::Config) -> Result<Scope, RouteError> {
+    let mut scope = Scope::default();
+    let names = |script: &[RewriteStep], scope: &mut Scope| {
+        for s in script {
+            match s {
+                // `set $args` changes the request's arguments, not a variable of its own.
+                RewriteStep::Set(v) if v.name == "args" => {}
+                RewriteStep::Set(v) => scope.declare(&v.name),
+                RewriteStep::Rewrite(r) => {
+                    if let Ok(re) = vigil_core::config::pattern::compile(&r.regex, false) {
+                        for n in vigil_core::config::pattern::group_names(&re) {
+                            scope.declare(n);
+                        }
+                    }
+                }
+                RewriteStep::Return(_) => {}
+            }
+        }
+    };
+    for s in &config.servers {
+        names(&s.rewrite, &mut scope);
+        for l in &s.locations {
+            names(&l.routing.script, &mut scope);
+        }
+    }
+    for m in &config.maps {
+        for e in &m.entries {
+            if let MapKey::Regex { pattern, caseless } = &e.key {
+                if let Ok(re) = vigil_core::config::pattern::compile(pattern, *caseless) {
+                    for n in vigil_core::config::pattern::group_names(&re) {
+                        scope.declare(n);
+                    }
+                }
+            }
+        }
+        scope
+            .maps
+            .insert(m.variable.clone(), Arc::new(MapCell::default()));
+    }
+    for m in &config.maps {
+        let table = MapTable::build(m, &scope).map_err(|message| RouteError {
+            at: m.origin.to_string(),
+            message,
+        })?;
+        if let Some(cell) = scope.maps.get(&m.variable) {
+            let _ = cell.0.set(table);
+        }
+    }
+    Ok(scope)
+}
+
+// === impl Script ===
+
+impl Script {
+    /// Compile `steps` (`loc`: the location they are in, for a `return`'s
+    /// headers and log).
+    pub(crate) fn build(
+        steps: &[RewriteStep],
+        loc: Option<&Location>,
+        scope: &Scope,
+        mut reply: impl FnMut(&vigil_core::config::Return) -> Result<Reply, RouteError>,
+    ) -> Result<Self, RouteError> {
+        let mut out = Vec::new();
+        for s in steps {
+            out.push(match s {
+                RewriteStep::Rewrite(r) => {
+                    let err = |message: String| RouteError {
+                        at: r.origin.to_string(),
+                        message,
+                    };
+                    Step::Rewrite {
+                        re: vigil_core::config::pattern::compile(&r.regex, false).map_err(err)?,
+                        replacement: Template::parse_with(&r.replacement, scope)
+                            .map_err(|e| err(e.to_string()))?,
+                        drop_args: r.drop_args,
+                        flag: r.flag,
+                    }
+                }
+                RewriteStep::Set(v) => Step::Set {
+                    name: Arc::from(v.name.as_str()),
+                    value: Template::parse_with(&v.value, scope).map_err(|e| RouteError {
+                        at: v.origin.to_string(),
+                        message: e.to_string(),
+                    })?,
+                },
+                RewriteStep::Return(r) => Step::Return(Arc::new(reply(r)?)),
+            });
+        }
+        let _ = loc;
+        Ok(Self(out))
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Run the script on the request (`max_body`: the location's, for a
+    /// redirect it makes).
+    fn run(&self, parts: &mut Parts, net: Net, redirect: &Reply) -> Ran {
+        for step in &self.0 {
+            match step {
+                Step::Return(r) => return Ran::Answer(Answer::Return(r.clone())),
+                Step::Set { name, value } => {
+                    let v = value.expand(&net.cx(parts));
+                    if &**name == "args" {
+                        if let Some(t) = parts.extensions.get_mut::<Target>() {
+                            let path = t.uri.path().to_vec();
+                            t.uri.rewrite(path, v);
+                        }
+                    } else {
+                        vars(parts).named.insert(name.clone(), v);
+                    }
+                }
+                Step::Rewrite {
+                    re,
+                    replacement,
+                    drop_args,
+                    flag,
+                } => {
+                    let Some(t) = parts.extensions.get::<Target>() else {
+                        continue;
+                    };
+                    let caps = re.captures(t.uri.path()).map(|c| {
+                        let names: Vec<(Arc<str>, String)> = re
+                            .capture_names()
+                            .enumerate()
+                            .filter_map(|(i, n)| {
+                                let m = c.get(i)?;
+                                Some((
+                                    Arc::from(n?),
+                                    String::from_utf8_lossy(m.as_bytes()).into_owned(),
+                                ))
+                            })
+                            .collect();
+                        let groups: Vec<Option<String>> = c
+                            .iter()
+                            .map(|m| m.map(|m| String::from_utf8_lossy(m.as_bytes()).into_owned()))
+                            .collect();
+                        (groups, names)
+                    });
+                    let Some((groups, names)) = caps else {
+                        // nginx: a regex that does not match clears the captures.
+                        vars(parts).captures.clear();
+                        continue;
+                    };
+                    let v = vars(parts);
+                    v.captures = groups;
+                    v.named.extend(names);
+                    let text = replacement.expand(&net.cx(parts));
+                    let Some(t) = parts.extensions.get_mut::<Target>() else {
+                        continue;
+                    };
+                    let args = t.uri.args().to_string();
+                    match flag {
+                        RewriteFlag::Redirect | RewriteFlag::Permanent => {
+                            let mut url = text;
+                            if !drop_args && !args.is_empty() {
+                                url.push(if url.contains('?') { '&' } else { '?' });
+                                url.push_str(&args);
+                            }
+                            let code = if *flag == RewriteFlag::Permanent {
+                                301
+                            } else {
+                                302
+                            };
+                            return Ran::Answer(Answer::Return(Arc::new(
+                                redirect.redirect(code, &url),
+                            )));
+                        }
+                        _ => {}
+                    }
+                    let (path, new_args) = match text.split_once('?') {
+                        Some((p, a)) => {
+                            let mut a = a.to_string();
+                            if !drop_args && !args.is_empty() {
+                                a.push('&');
+                                a.push_str(&args);
+                            }
+                            (p.to_string(), a)
+                        }
+                        None if *drop_args => (text, String::new()),
+                        None => (text, args),
+                    };
+                    if path.is_empty() {
+                        tracing::error!("the rewritten URI has a zero length");
+                        return Ran::Answer(Answer::Return(Arc::new(redirect.status(500))));
+                    }
+                    t.uri.rewrite(path.into_bytes(), new_args);
+                    t.internal = true;
+                    match flag {
+                        RewriteFlag::Break => {
+                            t.valid_location = false;
+                            return Ran::Done;
+                        }
+                        RewriteFlag::Last => return Ran::Last,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        Ran::Done
+    }
+}
+
+/// The addresses a variable may need while a script runs.
+#[derive(Clone, Copy)]
+pub(crate) struct Net {
+    pub(crate) local: SocketAddr,
+    pub(crate) client: SocketAddr,
+}
+
+impl Net {
+    fn cx<'a>(&self, parts: &'a Parts) -> VarContext<'a> {
+        VarContext {
+            parts,
+            client: self.client,
+            local: self.local,
+            proxy_host: "",
+            attempts: &[],
+            status: 0,
+            request_time: 0.0,
+        }
+    }
+}
+
+fn vars(parts: &mut Parts) -> &mut RequestVars {
+    parts.extensions.get_or_insert_default::<RequestVars>()
+}
+
+// === impl Routes (the rewrite phases) ===
+
+impl Routes {
+    /// Route a request as nginx's phases do: pick the server block, run
+    /// its script, find the location, run the location's script (again
+    /// from the search after `last`), and say who answers. The request's
+    /// `Target` and variables are left in `parts.extensions`.
+    pub(crate) fn route_parts(
+        &self,
+        local: SocketAddr,
+        client: SocketAddr,
+        parts: &mut Parts,
+    ) -> Result<Answer, Refusal> {
+        let (server, target) =
+            self.router
+                .select(local, parts.version, &parts.uri, &parts.headers)?;
+        parts.extensions.insert(target);
+        self.phases(server, Net { local, client }, parts)
+    }
+
+    /// From the server's rewrite phase on (a request's first pass, or an
+    /// internal redirect to a URI).
+    pub(crate) fn phases(
+        &self,
+        server: usize,
+        net: Net,
+        parts: &mut Parts,
+    ) -> Result<Answer, Refusal> {
+        if let Some(script) = self.server_scripts.get(server).filter(|s| !s.is_empty()) {
+            match script.run(parts, net, &Reply::internal_error()) {
+                Ran::Answer(a) => return Ok(a),
+                Ran::Done | Ran::Last => {}
+            }
+        }
+        self.locations_from(server, None, net, parts)
+    }
+
+    /// A named location's rewrite phase and on (`error_page ... @name`).
+    pub(crate) fn location_phase(
+        &self,
+        server: usize,
+        location: usize,
+        net: Net,
+        parts: &mut Parts,
+    ) -> Result<Answer, Refusal> {
+        self.locations_from(server, Some(location), net, parts)
+    }
+
+    /// The find-config, rewrite and post-rewrite phases: search the
+    /// location (unless `first` is given), run its script, again after
+    /// `last`.
+    fn locations_from(
+        &self,
+        server: usize,
+        mut first: Option<usize>,
+        net: Net,
+        parts: &mut Parts,
+    ) -> Result<Answer, Refusal> {
+        for _ in 0..=MAX_URI_CHANGES {
+            let li = match first.take() {
+                Some(li) => li,
+                None => {
+                    let target = parts.extensions.get::<Target>().ok_or(Refusal::NotFound)?;
+                    let (li, caps) = self.router.locate(net.local, server, target)?;
+                    if let Some(c) = caps {
+                        let names = self.capture_names.get(server).and_then(|n| n.get(li));
+                        let v = vars(parts);
+                        if let Some(names) = names {
+                            for (name, i) in names {
+                                if let Some(Some(g)) = c.get(*i) {
+                                    v.named.insert(name.clone(), g.clone());
+                                }
+                            }
+                        }
+                        v.captures = c;
+                    }
+                    li
+                }
+            };
+            let script = self.scripts.get(server).and_then(|s| s.get(li));
+            let base = self.redirect_base(server, li);
+            let ran = match script {
+                Some(s) if !s.is_empty() => s.run(parts, net, &base),
+                _ => Ran::Done,
+            };
+            match ran {
+                Ran::Answer(a) => return Ok(a),
+                Ran::Last => continue,
+                Ran::Done => {
+                    let answer = self
+                        .proxies
+                        .get(server)
+                        .and_then(|s| s.get(li))
+                        .and_then(Option::clone)
+                        .map(Answer::Proxy)
+                        .ok_or(Refusal::NotFound)?;
+                    if let Answer::Proxy(route) = &answer {
+                        route.pass_uri(parts, net);
+                    }
+                    return Ok(answer);
+                }
+            }
+        }
+        tracing::error!("rewrite or internal redirection cycle");
+        Ok(Answer::Return(Arc::new(Reply::internal_error())))
+    }
+}
+
+// === impl MapCell ===
+
+impl MapCell {
+    pub(crate) fn write(&self, cx: &VarContext<'_>, out: &mut String) {
+        let Some(t) = self.0.get() else {
+            return;
+        };
+        let depth = MAP_DEPTH.with(|d| d.get());
+        if depth >= MAX_MAP_DEPTH {
+            return;
+        }
+        MAP_DEPTH.with(|d| d.set(depth + 1));
+        t.write(cx, out);
+        MAP_DEPTH.with(|d| d.set(depth));
+    }
+}
+
+// === impl MapTable ===
+
+impl MapTable {
+    fn build(m: &MapBlock, scope: &Scope) -> Result<Self, String> {
+        let tpl = |v: &str| Template::parse_with(v, scope).map_err(|e| e.to_string());
+        let mut t = Self {
+            source: tpl(&m.source)?,
+            hostnames: m.hostnames,
+            exact: HashMap::new(),
+            heads: Vec::new(),
+            tails: Vec::new(),
+            regexes: Vec::new(),
+            default: m.default.as_deref().map(tpl).transpose()?,
+        };
+        for e in &m.entries {
+            let value = tpl(&e.value)?;
+            match &e.key {
+                MapKey::Regex { pattern, caseless } => t.regexes.push((
+                    vigil_core::config::pattern::compile(pattern, *caseless)?,
+                    value,
+                )),
+                MapKey::Exact(k) => {
+                    let k = k.to_ascii_lowercase();
+                    if m.hostnames {
+                        if let Some(rest) = k.strip_prefix("*.") {
+                            t.heads.push((format!(".{rest}"), false, value));
+                            continue;
+                        }
+                        if k.starts_with('.') {
+                            t.heads.push((k, true, value));
+                            continue;
+                        }
+                        if let Some(rest) = k.strip_suffix(".*") {
+                            t.tails.push((format!("{rest}."), value));
+                            continue;
+                        }
+                    }
+                    t.exact.entry(k).or_insert(value);
+                }
+            }
+        }
+        // The most specific wildcard wins.
+        t.heads.sort_by_key(|h| std::cmp::Reverse(h.0.len()));
+        t.tails.sort_by_key(|h| std::cmp::Reverse(h.0.len()));
+        Ok(t)
+    }
+
+    /// `ngx_http_map_find`: exact (case-insensitive), wildcards, regexes
+    /// in order, else the default.
+    fn write(&self, cx: &VarContext<'_>, out: &mut String) {
+        let mut src = self.source.expand(cx);
+        if self.hostnames && src.ends_with('.') {
+            src.pop();
+        }
+        let low = src.to_ascii_lowercase();
+        if let Some(v) = self.exact.get(&low) {
+            return v.write(cx, None, out);
+        }
+        if self.hostnames {
+            for (suffix, bare, v) in &self.heads {
+                if low.ends_with(suffix.as_str()) || (*bare && low == suffix[1..]) {
+                    return v.write(cx, None, out);
+                }
+            }
+            for (prefix, v) in &self.tails {
+                if low.starts_with(prefix.as_str()) {
+                    return v.write(cx, None, out);
+                }
+            }
+        }
+        for (re, v) in &self.regexes {
+            if let Some(c) = re.captures(src.as_bytes()) {
+                let groups: Vec<Option<String>> = c
+                    .iter()
+                    .map(|m| m.map(|m| String::from_utf8_lossy(m.as_bytes()).into_owned()))
+                    .collect();
+                return v.write(cx, Some(&groups), out);
+            }
+        }
+        if let Some(d) = &self.default {
+            d.write(cx, None, out);
+        }
+    }
+}
