@@ -875,10 +875,10 @@ fn decorate(
             resp.headers_mut().append(name.clone(), v);
         }
     }
-    if let Some(log) = access_log {
-        log.write(cx, parts);
+    match access_log {
+        Some(log) => log.attach(cx, parts, resp),
+        None => resp,
     }
-    resp
 }
 
 fn content_length(h: &HeaderMap) -> Option<u64> {

@@ -642,16 +642,46 @@ pub struct AccessLog {
     pub path: PathBuf,
     /// Line format.
     pub format: LogFormat,
+    /// `if=VALUE`: the line is written only when VALUE expands to
+    /// something other than "" and "0" (nginx's `access_log ... if=`).
+    pub condition: Option<String>,
 }
 
 /// Access log line format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub enum LogFormat {
-    /// nginx's `combined` plus the upstream fields.
+    /// nginx's `combined`, byte for byte.
     #[default]
     Combined,
-    /// One JSON object per line.
+    /// One JSON object per line (vigil's own, with every attempt).
     Json,
+    /// A `log_format` of the conf.
+    Custom(LogFormatDef),
+}
+
+/// `log_format NAME [escape=default|json|none] STRING...;`
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogFormatDef {
+    /// The format's name.
+    pub name: String,
+    /// How variable values are escaped.
+    pub escape: LogEscape,
+    /// The strings, joined (nginx concatenates them without a separator).
+    pub text: String,
+    /// Where the `log_format` is.
+    pub origin: Origin,
+}
+
+/// `log_format`'s `escape=`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum LogEscape {
+    /// `"`, `\`, bytes below 0x20 and from 0x7f as `\xHH`; a missing value as `-`.
+    #[default]
+    Default,
+    /// JSON string escaping; a missing value as nothing.
+    Json,
+    /// Values as they are; a missing value as nothing.
+    None,
 }
 
 // === impl Origin ===
@@ -668,6 +698,8 @@ impl PartialEq for Origin {
         true
     }
 }
+
+impl Eq for Origin {}
 
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -17,6 +17,7 @@
 //! file with no refusals gives the same model in both modes.
 
 mod http;
+mod log;
 mod sources;
 pub mod syntax;
 mod upstream;

@@ -472,6 +472,8 @@ fn diff(p: &ProxySettings, base: &ProxySettings) -> RawProxy {
                 format: match l.format {
                     LogFormat::Combined => None,
                     LogFormat::Json => Some("json".to_string()),
+                    // TOML has no log_format: the text (its escape= is lost).
+                    LogFormat::Custom(f) => Some(f.text.clone()),
                 },
             }),
         }),
