@@ -11,6 +11,7 @@ pub mod body;
 mod conn;
 pub mod connect;
 mod errlog;
+mod gzip;
 mod handler;
 mod listener;
 mod location;

@@ -623,6 +623,66 @@ pub struct ProxySettings {
     /// an idle client connection is kept after a response; 0 disables
     /// keep-alive.
     pub client_keepalive_timeout: Duration,
+    /// `gzip` and its `gzip_*` settings.
+    pub gzip: Gzip,
+}
+
+/// `gzip on` and the `gzip_*` directives (nginx's gzip filter, 1.22).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gzip {
+    /// `gzip`, default off.
+    pub enable: bool,
+    /// `gzip_types`: lowercase MIME types besides `text/html` (always
+    /// compressed); `*` = any. Default none.
+    pub types: Vec<String>,
+    /// `gzip_min_length` in bytes (from Content-Length), default 20.
+    pub min_length: u64,
+    /// `gzip_comp_level` 1..=9, default 1.
+    pub comp_level: u32,
+    /// `gzip_proxied` (for requests with `Via`), default off.
+    pub proxied: GzipProxied,
+    /// `gzip_vary`, default off.
+    pub vary: bool,
+    /// `gzip_http_version`: the lowest request version compressed, default 1.1.
+    pub http_version: HttpVersion,
+    /// `gzip_disable "msie6"`.
+    pub disable_msie6: bool,
+}
+
+/// `gzip_proxied`'s words (`off` = none set).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct GzipProxied {
+    /// `expired`: the response has an `Expires` in the past.
+    pub expired: bool,
+    /// `no-cache` in Cache-Control.
+    pub no_cache: bool,
+    /// `no-store` in Cache-Control.
+    pub no_store: bool,
+    /// `private` in Cache-Control.
+    pub private: bool,
+    /// `no_last_modified`: no `Last-Modified`.
+    pub no_last_modified: bool,
+    /// `no_etag`: no `ETag`.
+    pub no_etag: bool,
+    /// `auth`: the request has `Authorization`.
+    pub auth: bool,
+    /// `any`.
+    pub any: bool,
+}
+
+impl Default for Gzip {
+    fn default() -> Self {
+        Self {
+            enable: false,
+            types: Vec::new(),
+            min_length: 20,
+            comp_level: 1,
+            proxied: GzipProxied::default(),
+            vary: false,
+            http_version: HttpVersion::Http11,
+            disable_msie6: false,
+        }
+    }
 }
 
 /// HTTP version used to talk to upstreams.
@@ -878,6 +938,7 @@ impl Default for ProxySettings {
             client_body_timeout: Duration::from_secs(60),
             client_send_timeout: Duration::from_secs(60),
             client_keepalive_timeout: Duration::from_secs(75),
+            gzip: Gzip::default(),
         }
     }
 }

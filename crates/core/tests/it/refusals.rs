@@ -397,3 +397,31 @@ fn log_formats_and_access_logs_nginx_refuses() {
         same_refusal(body, None);
     }
 }
+
+#[test]
+fn gzip_settings_nginx_refuses() {
+    for (body, msg) in [
+        ("gzip_comp_level 0;", "value must be between 1 and 9"),
+        (
+            "gzip_comp_level x;",
+            "\"gzip_comp_level\" directive invalid number",
+        ),
+        (
+            "gzip_min_length 1x;",
+            "\"gzip_min_length\" directive invalid value",
+        ),
+        ("gzip_http_version 2.0;", "invalid value \"2.0\""),
+        ("gzip_proxied any bogus;", "invalid value \"bogus\""),
+    ] {
+        same_refusal(body, Some(msg));
+    }
+    for body in [
+        "gzip on; gzip_types text/css application/json; gzip_types text/xml; gzip_vary on;\n\
+         gzip_min_length 1k; gzip_comp_level 9; gzip_proxied expired no-cache no-store private auth;\n\
+         gzip_http_version 1.0; gzip_disable \"msie6\"; gzip_buffers 16 8k;",
+        "server { listen 127.0.0.1:18080; location / { gzip off; gzip_types *; } }",
+        "gzip_proxied any any;",
+    ] {
+        same_refusal(body, None);
+    }
+}

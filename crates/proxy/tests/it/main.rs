@@ -4,6 +4,7 @@
 mod access_log;
 mod behaviour;
 mod bodies;
+mod gzip;
 mod hardening;
 mod hedge;
 mod reload;

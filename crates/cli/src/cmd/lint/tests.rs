@@ -217,8 +217,8 @@ fn serve_startup_errors_are_among_the_lint_findings_for_the_corpus() {
     // The rounds of edit-and-restart that one lint run replaces (the
     // reverse-proxy confs start at once).
     for (name, rounds) in [
-        ("debian/nginx.conf", 4),
-        ("tls_reverse_proxy.conf", 12),
+        ("debian/nginx.conf", 3),
+        ("tls_reverse_proxy.conf", 9),
         ("wordpress.conf", 7),
         ("load_balancing.conf", 0),
         ("app_proxy.conf", 0),
@@ -376,10 +376,10 @@ fn unreadable_files_are_exit_2_and_syntax_errors_are_findings() {
     assert!(!found.is_empty());
     assert_eq!(super::exit_code(&found), std::process::ExitCode::SUCCESS);
     // A refusal is info for nginx (exit 0), an error for serve (exit 1).
-    let gz = dir.path().join("gzip.conf");
+    let gz = dir.path().join("root.conf");
     std::fs::write(
         &gz,
-        "http { gzip on; server { listen 127.0.0.1:8080; location / { proxy_pass http://127.0.0.1:9; } } }\n",
+        "http { root /srv; server { listen 127.0.0.1:8080; location / { proxy_pass http://127.0.0.1:9; } } }\n",
     )
     .expect("write");
     let found = super::collect(&gz, super::Kind::Nginx).expect("findings");

@@ -35,6 +35,8 @@ struct Level {
     /// This level's own `access_log`: a file (true) or `off` (false);
     /// a second file is refused.
     own_access_log: Option<bool>,
+    /// Whether this level has its own `gzip_types` (a second adds to it).
+    own_gzip_types: bool,
 }
 
 pub(super) fn http_block(cx: &mut Context<'_>, body: &[&Directive]) -> Result<(), ConfigError> {
@@ -517,6 +519,7 @@ impl Level {
             placed: Placements::default(),
             formats: Vec::new(),
             own_access_log: None,
+            own_gzip_types: false,
         }
     }
 
@@ -670,6 +673,14 @@ impl Level {
                             "a second \"access_log\" on one level is not supported by vigil (it writes one access log per location)",
                         ))
                     }
+                }
+            }
+            n if n.starts_with("gzip") || n == "gunzip" || n == "postpone_gzipping" => {
+                use crate::config::nginx::filters::{gzip, Done};
+                match gzip(&mut p.gzip, d, &mut self.own_gzip_types)? {
+                    Done::Set => {}
+                    Done::Ignored => cx.ignore(d),
+                    Done::No => return Ok(false),
                 }
             }
             "log_format" => {

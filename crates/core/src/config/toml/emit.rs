@@ -411,6 +411,9 @@ fn diff(p: &ProxySettings, base: &ProxySettings) -> RawProxy {
         client_body_timeout,
         client_send_timeout,
         client_keepalive_timeout,
+        // The TOML front end has no keys for the nginx.conf-only filters
+        // yet (gzip, allow/deny, real_ip): `convert` does not carry them.
+        gzip: _,
     } = p;
     fn changed<T: PartialEq + Clone>(v: &T, base: &T) -> Option<T> {
         (v != base).then(|| v.clone())
