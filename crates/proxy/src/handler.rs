@@ -223,6 +223,7 @@ fn returned(
     };
     decorate(
         &reply.add_headers,
+        None,
         reply.access_log.as_deref(),
         &cx(resp.status().as_u16()),
         parts,
@@ -887,6 +888,7 @@ fn finish(
     };
     decorate(
         &route.add_headers,
+        Some(&route.location.proxy.gzip),
         route.access_log.as_deref(),
         &cx,
         parts,
@@ -895,9 +897,10 @@ fn finish(
 }
 
 /// `add_header`s (only `always` ones on other statuses than nginx's
-/// list) and the access log line.
+/// list), gzip, and the access log line (nginx's filter order).
 fn decorate(
     add_headers: &[(HeaderName, crate::vars::Template, bool)],
+    gzip: Option<&vigil_core::config::Gzip>,
     access_log: Option<&crate::log::AccessLogWriter>,
     cx: &VarContext<'_>,
     parts: &Parts,
@@ -919,10 +922,13 @@ fn decorate(
             resp.headers_mut().append(name.clone(), v);
         }
     }
-    if let Some(log) = access_log {
-        log.write(cx, parts);
+    if let Some(g) = gzip {
+        resp = crate::gzip::filter(g, parts, resp);
     }
-    resp
+    match access_log {
+        Some(log) => log.attach(cx, parts, resp),
+        None => resp,
+    }
 }
 
 fn content_length(h: &HeaderMap) -> Option<u64> {

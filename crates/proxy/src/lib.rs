@@ -11,6 +11,7 @@ mod conn;
 pub mod connect;
 mod errlog;
 mod error_page;
+mod gzip;
 mod handler;
 mod listener;
 mod location;

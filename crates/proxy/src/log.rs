@@ -1,41 +1,137 @@
-//! The access log: one line per request with the per-attempt upstream
-//! fields (`$upstream_addr`, `$upstream_status`, `$upstream_response_time`)
-//! and the request time; nginx's `combined` plus those fields, or JSON lines.
+//! The access log (`access_log PATH [FORMAT] [if=...]`): nginx's
+//! `combined`, a `log_format` of the conf, or vigil's JSON lines with
+//! every attempt. The line is written when the response body has been
+//! sent (or dropped), so that `$body_bytes_sent` and `$request_time` are
+//! nginx's; a file is opened once per path, at start and reload.
+
+mod format;
 
 use std::fs::{File, OpenOptions};
 use std::io::{LineWriter, Write};
-use std::path::Path;
-use std::sync::Mutex;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
 
+use bytes::Bytes;
 use http::request::Parts;
-use vigil_core::config::LogFormat;
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, SizeHint};
+use tokio::time::Instant;
+use vigil_core::config::{AccessLog, LogEscape, LogFormat};
 
+use crate::body::{BoxError, UpBody};
 use crate::vars::VarContext;
+use format::{End, Format, Rendered};
 
-/// An open access log.
+/// One `access_log`: its file (shared by every log of that path), its
+/// format and its `if=`.
 pub struct AccessLogWriter {
-    out: Mutex<LineWriter<File>>,
-    format: LogFormat,
+    file: Arc<Mutex<LineWriter<File>>>,
+    format: Compiled,
+    condition: Option<Format>,
 }
 
+#[derive(Debug)]
+enum Compiled {
+    Json,
+    Format(Format),
+}
+
+/// A line waiting for the end of its response.
+pub(crate) struct Pending {
+    file: Arc<Mutex<LineWriter<File>>>,
+    line: Rendered,
+    start: Instant,
+}
+
+/// A response body that writes its access log line when it ends, fails
+/// or is dropped (the client went away).
+struct Logged {
+    inner: UpBody,
+    pending: Option<Pending>,
+    sent: u64,
+}
+
+// === impl AccessLogWriter ===
+
 impl AccessLogWriter {
-    /// Open (append, create) `path`.
-    pub fn open(path: &Path, format: LogFormat) -> std::io::Result<Self> {
-        let f = OpenOptions::new().create(true).append(true).open(path)?;
+    /// Open (append, create) `log.path`, or share `open`'s file (the same
+    /// path); compile its format. The error says what failed.
+    pub fn open(log: &AccessLog, open: Option<&AccessLogWriter>) -> Result<Self, String> {
+        let file = match open {
+            Some(w) => w.file.clone(),
+            None => {
+                let f = OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&log.path)
+                    .map_err(|e| format!("cannot open access log {}: {e}", log.path.display()))?;
+                Arc::new(Mutex::new(LineWriter::new(f)))
+            }
+        };
+        let format = match &log.format {
+            LogFormat::Json => Compiled::Json,
+            LogFormat::Combined => Compiled::Format(
+                Format::compile(format::COMBINED, LogEscape::Default)
+                    .map_err(|e| format!("log format \"combined\": {e}"))?,
+            ),
+            LogFormat::Custom(f) => Compiled::Format(
+                Format::compile(&f.text, f.escape)
+                    .map_err(|e| format!("log_format \"{}\" at {}: {e}", f.name, f.origin))?,
+            ),
+        };
+        let condition = match &log.condition {
+            Some(c) => Some(
+                Format::compile(c, LogEscape::None)
+                    .map_err(|e| format!("access_log {} if={c}: {e}", log.path.display()))?,
+            ),
+            None => None,
+        };
         Ok(Self {
-            out: Mutex::new(LineWriter::new(f)),
+            file,
             format,
+            condition,
         })
     }
 
-    pub(crate) fn write(&self, cx: &VarContext<'_>, parts: &Parts) {
-        let line = match self.format {
-            LogFormat::Combined => combined(cx, parts),
-            LogFormat::Json => json(cx, parts),
+    /// The line of this request, if `if=` lets it be written.
+    pub(crate) fn pending(&self, cx: &VarContext<'_>, parts: &Parts) -> Option<Pending> {
+        if let Some(c) = &self.condition {
+            if c.render(cx).is_false() {
+                return None;
+            }
+        }
+        let line = match &self.format {
+            Compiled::Format(f) => f.render(cx),
+            Compiled::Json => Rendered::of(json(cx, parts).into_bytes()),
         };
-        if let Ok(mut out) = self.out.lock() {
-            // A full disk must not take requests down with it.
-            let _ = out.write_all(line.as_bytes());
+        let start =
+            Instant::now() - Duration::try_from_secs_f64(cx.request_time).unwrap_or_default();
+        Some(Pending {
+            file: self.file.clone(),
+            line,
+            start,
+        })
+    }
+
+    /// `resp` with its body wrapped to write the line at its end.
+    pub(crate) fn attach(
+        &self,
+        cx: &VarContext<'_>,
+        parts: &Parts,
+        resp: http::Response<UpBody>,
+    ) -> http::Response<UpBody> {
+        match self.pending(cx, parts) {
+            Some(pending) => resp.map(|inner| {
+                Logged {
+                    inner,
+                    pending: Some(pending),
+                    sent: 0,
+                }
+                .boxed()
+            }),
+            None => resp,
         }
     }
 }
@@ -48,51 +144,85 @@ impl std::fmt::Debug for AccessLogWriter {
     }
 }
 
-fn join<T>(cx: &VarContext<'_>, f: impl Fn(&crate::handler::AttemptRecord) -> T) -> Vec<T> {
-    cx.attempts.iter().map(f).collect()
+// === impl Pending ===
+
+impl Pending {
+    /// Write the line with `sent` body bytes.
+    pub(crate) fn write(self, sent: u64) {
+        let end = End {
+            now: SystemTime::now(),
+            request_time: self.start.elapsed().as_secs_f64(),
+            body_bytes_sent: sent,
+        };
+        let line = self.line.finish(&end);
+        if let Ok(mut out) = self.file.lock() {
+            // A full disk must not take requests down with it.
+            let _ = out.write_all(&line);
+        }
+    }
 }
 
-fn combined(cx: &VarContext<'_>, parts: &Parts) -> String {
-    let header = |n: &str| {
-        parts
-            .headers
-            .get(n)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("-")
-            .to_string()
-    };
-    let addrs = join(cx, |a| a.addr.to_string()).join(", ");
-    let statuses = join(cx, |a| a.status.map_or("-".to_string(), |s| s.to_string())).join(", ");
-    let times = join(cx, |a| format!("{:.3}", a.response_time)).join(", ");
-    format!(
-        "{} - - [{}] \"{} {} {:?}\" {} - \"{}\" \"{}\" upstream_addr=\"{}\" upstream_status=\"{}\" upstream_response_time=\"{}\" request_time={:.3}\n",
-        cx.client.ip(),
-        httpdate::fmt_http_date(std::time::SystemTime::now()),
-        parts.method,
-        parts.uri.path_and_query().map_or("/", |p| p.as_str()),
-        parts.version,
-        cx.status,
-        header("referer"),
-        header("user-agent"),
-        if addrs.is_empty() { "-".into() } else { addrs },
-        if statuses.is_empty() { "-".into() } else { statuses },
-        if times.is_empty() { "-".into() } else { times },
-        cx.request_time,
-    )
+// === impl Logged ===
+
+impl Logged {
+    fn done(&mut self) {
+        if let Some(p) = self.pending.take() {
+            p.write(self.sent);
+        }
+    }
+}
+
+impl Body for Logged {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let r = Pin::new(&mut self.inner).poll_frame(cx);
+        match &r {
+            Poll::Ready(Some(Ok(f))) => {
+                if let Some(d) = f.data_ref() {
+                    self.sent += d.len() as u64;
+                }
+            }
+            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => self.done(),
+            Poll::Pending => {}
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Logged {
+    fn drop(&mut self) {
+        self.done();
+    }
 }
 
 fn json(cx: &VarContext<'_>, parts: &Parts) -> String {
+    let join = |f: &dyn Fn(&crate::handler::AttemptRecord) -> serde_json::Value| {
+        cx.attempts.iter().map(f).collect::<Vec<_>>()
+    };
     let v = serde_json::json!({
-        "time": httpdate::fmt_http_date(std::time::SystemTime::now()),
+        "time": httpdate::fmt_http_date(SystemTime::now()),
         "remote_addr": cx.client.ip().to_string(),
         "method": parts.method.as_str(),
         "uri": parts.uri.path_and_query().map_or("/", |p| p.as_str()),
         "status": cx.status,
         "request_time": cx.request_time,
-        "upstream_addr": join(cx, |a| a.addr.to_string()),
-        "upstream_status": join(cx, |a| a.status),
-        "upstream_response_time": join(cx, |a| a.response_time),
+        "upstream_addr": join(&|a| a.addr.to_string().into()),
+        "upstream_status": join(&|a| a.status.into()),
+        "upstream_response_time": join(&|a| a.response_time.into()),
         "request_id": parts.extensions.get::<crate::vars::RequestId>().map(|r| r.0.as_str()),
     });
-    format!("{v}\n")
+    v.to_string()
 }

@@ -495,14 +495,11 @@ fn access_log(
     let Some(a) = &loc.proxy.access_log else {
         return Ok(None);
     };
-    if let Some(w) = logs.get(&a.path) {
-        return Ok(Some(w.clone()));
-    }
+    // One file per path; each access_log its own format and if=.
     let w = Arc::new(
-        crate::log::AccessLogWriter::open(&a.path, a.format)
-            .map_err(|e| err(format!("cannot open access log {}: {e}", a.path.display())))?,
+        crate::log::AccessLogWriter::open(a, logs.get(&a.path).map(|w| &**w)).map_err(err)?,
     );
-    logs.insert(a.path.clone(), w.clone());
+    logs.entry(a.path.clone()).or_insert_with(|| w.clone());
     Ok(Some(w))
 }
 

@@ -721,6 +721,66 @@ pub struct ProxySettings {
     /// `proxy_intercept_errors`, default off: an upstream's answer of 300
     /// or more that has an `error_page` gets that page instead.
     pub intercept_errors: bool,
+    /// `gzip` and its `gzip_*` settings.
+    pub gzip: Gzip,
+}
+
+/// `gzip on` and the `gzip_*` directives (nginx's gzip filter, 1.22).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gzip {
+    /// `gzip`, default off.
+    pub enable: bool,
+    /// `gzip_types`: lowercase MIME types besides `text/html` (always
+    /// compressed); `*` = any. Default none.
+    pub types: Vec<String>,
+    /// `gzip_min_length` in bytes (from Content-Length), default 20.
+    pub min_length: u64,
+    /// `gzip_comp_level` 1..=9, default 1.
+    pub comp_level: u32,
+    /// `gzip_proxied` (for requests with `Via`), default off.
+    pub proxied: GzipProxied,
+    /// `gzip_vary`, default off.
+    pub vary: bool,
+    /// `gzip_http_version`: the lowest request version compressed, default 1.1.
+    pub http_version: HttpVersion,
+    /// `gzip_disable "msie6"`.
+    pub disable_msie6: bool,
+}
+
+/// `gzip_proxied`'s words (`off` = none set).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct GzipProxied {
+    /// `expired`: the response has an `Expires` in the past.
+    pub expired: bool,
+    /// `no-cache` in Cache-Control.
+    pub no_cache: bool,
+    /// `no-store` in Cache-Control.
+    pub no_store: bool,
+    /// `private` in Cache-Control.
+    pub private: bool,
+    /// `no_last_modified`: no `Last-Modified`.
+    pub no_last_modified: bool,
+    /// `no_etag`: no `ETag`.
+    pub no_etag: bool,
+    /// `auth`: the request has `Authorization`.
+    pub auth: bool,
+    /// `any`.
+    pub any: bool,
+}
+
+impl Default for Gzip {
+    fn default() -> Self {
+        Self {
+            enable: false,
+            types: Vec::new(),
+            min_length: 20,
+            comp_level: 1,
+            proxied: GzipProxied::default(),
+            vary: false,
+            http_version: HttpVersion::Http11,
+            disable_msie6: false,
+        }
+    }
 }
 
 /// HTTP version used to talk to upstreams.
@@ -740,16 +800,46 @@ pub struct AccessLog {
     pub path: PathBuf,
     /// Line format.
     pub format: LogFormat,
+    /// `if=VALUE`: the line is written only when VALUE expands to
+    /// something other than "" and "0" (nginx's `access_log ... if=`).
+    pub condition: Option<String>,
 }
 
 /// Access log line format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub enum LogFormat {
-    /// nginx's `combined` plus the upstream fields.
+    /// nginx's `combined`, byte for byte.
     #[default]
     Combined,
-    /// One JSON object per line.
+    /// One JSON object per line (vigil's own, with every attempt).
     Json,
+    /// A `log_format` of the conf.
+    Custom(LogFormatDef),
+}
+
+/// `log_format NAME [escape=default|json|none] STRING...;`
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogFormatDef {
+    /// The format's name.
+    pub name: String,
+    /// How variable values are escaped.
+    pub escape: LogEscape,
+    /// The strings, joined (nginx concatenates them without a separator).
+    pub text: String,
+    /// Where the `log_format` is.
+    pub origin: Origin,
+}
+
+/// `log_format`'s `escape=`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum LogEscape {
+    /// `"`, `\`, bytes below 0x20 and from 0x7f as `\xHH`; a missing value as `-`.
+    #[default]
+    Default,
+    /// JSON string escaping; a missing value as nothing.
+    Json,
+    /// Values as they are; a missing value as nothing.
+    None,
 }
 
 // === impl Origin ===
@@ -766,6 +856,8 @@ impl PartialEq for Origin {
         true
     }
 }
+
+impl Eq for Origin {}
 
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -946,6 +1038,7 @@ impl Default for ProxySettings {
             client_keepalive_timeout: Duration::from_secs(75),
             error_pages: Vec::new(),
             intercept_errors: false,
+            gzip: Gzip::default(),
         }
     }
 }

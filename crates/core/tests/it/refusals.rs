@@ -343,3 +343,85 @@ fn the_toml_front_end_refuses_the_same() {
     let ok = "[[server]]\n[[server.location]]\npath = \"/x\"\nmatch = \"exact\"\n[[server.location]]\npath = \"/x\"";
     assert!(toml::load_str(ok, Path::new("vigil.toml"), &literal_resolver).is_ok());
 }
+
+#[test]
+fn log_formats_and_access_logs_nginx_refuses() {
+    for (body, msg) in [
+        (
+            "log_format combined '$status';",
+            "duplicate \"log_format\" name \"combined\"",
+        ),
+        (
+            "log_format a '$status';\nlog_format a '$status';",
+            "duplicate \"log_format\" name \"a\"",
+        ),
+        (
+            "log_format a escape=xml '$status';",
+            "unknown log format escaping \"xml\"",
+        ),
+        ("log_format a 'x $';", "invalid parameter \"$\""),
+        (
+            "log_format a '${status';",
+            "the closing bracket in \"status\" variable is missing",
+        ),
+        (
+            "server { listen 127.0.0.1:18080;\naccess_log x.log nope; }",
+            "unknown log format \"nope\"",
+        ),
+        ("access_log off x;", "invalid parameter \"x\""),
+        (
+            "access_log x.log combined flush=1s;",
+            "no buffer is defined for access_log \"x.log\"",
+        ),
+        (
+            "access_log x.log combined buffer=0;",
+            "invalid buffer size \"0\"",
+        ),
+        (
+            "access_log x.log combined bogus;",
+            "invalid parameter \"bogus\"",
+        ),
+        (
+            "server { listen 127.0.0.1:18080;\nlog_format a '$status'; }",
+            "\"log_format\" directive is not allowed here",
+        ),
+    ] {
+        same_refusal(body, Some(msg));
+    }
+    for body in [
+        "log_format main '$remote_addr - $remote_user [$time_local] \"$request\"' ' $status';\n\
+         access_log x.log main buffer=32k flush=5s if=$arg_x;",
+        "log_format MAIN escape=json '{\"s\":$status}';\nserver { listen 127.0.0.1:18080; access_log x.log main; }",
+        "server { listen 127.0.0.1:18080; location / { access_log off; } }",
+    ] {
+        same_refusal(body, None);
+    }
+}
+
+#[test]
+fn gzip_settings_nginx_refuses() {
+    for (body, msg) in [
+        ("gzip_comp_level 0;", "value must be between 1 and 9"),
+        (
+            "gzip_comp_level x;",
+            "\"gzip_comp_level\" directive invalid number",
+        ),
+        (
+            "gzip_min_length 1x;",
+            "\"gzip_min_length\" directive invalid value",
+        ),
+        ("gzip_http_version 2.0;", "invalid value \"2.0\""),
+        ("gzip_proxied any bogus;", "invalid value \"bogus\""),
+    ] {
+        same_refusal(body, Some(msg));
+    }
+    for body in [
+        "gzip on; gzip_types text/css application/json; gzip_types text/xml; gzip_vary on;\n\
+         gzip_min_length 1k; gzip_comp_level 9; gzip_proxied expired no-cache no-store private auth;\n\
+         gzip_http_version 1.0; gzip_disable \"msie6\"; gzip_buffers 16 8k;",
+        "server { listen 127.0.0.1:18080; location / { gzip off; gzip_types *; } }",
+        "gzip_proxied any any;",
+    ] {
+        same_refusal(body, None);
+    }
+}

@@ -261,7 +261,8 @@ fn full_example_builds_the_expected_model() {
         p.access_log,
         Some(AccessLog {
             path: "/var/log/vigil/access.log".into(),
-            format: LogFormat::Json
+            format: LogFormat::Json,
+            condition: None,
         })
     );
     // nginx's defaults (and vigil's safer TLS ones).

@@ -198,9 +198,24 @@ impl Twin {
         vigil: &[(&str, SocketAddr)],
         nginx: &[(&str, SocketAddr)],
     ) -> Self {
-        let each = |conf: &str, vars: &[(&str, SocketAddr)]| {
+        let text = |vars: &[(&str, SocketAddr)]| {
             vars.iter()
-                .fold(conf.to_string(), |c, (k, a)| c.replace(k, &a.to_string()))
+                .map(|(k, a)| (k.to_string(), a.to_string()))
+                .collect::<Vec<_>>()
+        };
+        Self::start_texts(conf, n, &text(vigil), &text(nginx)).await
+    }
+
+    /// As [`Twin::start_with`], with any text per side (`("{LOG}", path)`).
+    pub(crate) async fn start_texts(
+        conf: &str,
+        n: usize,
+        vigil: &[(String, String)],
+        nginx: &[(String, String)],
+    ) -> Self {
+        let each = |conf: &str, vars: &[(String, String)]| {
+            vars.iter()
+                .fold(conf.to_string(), |c, (k, a)| c.replace(k.as_str(), a))
         };
         let vb = backends(n).await;
         let vconf = each(conf, vigil);

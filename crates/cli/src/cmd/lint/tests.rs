@@ -405,10 +405,10 @@ fn unreadable_files_are_exit_2_and_syntax_errors_are_findings() {
     assert!(!found.is_empty());
     assert_eq!(super::exit_code(&found), std::process::ExitCode::SUCCESS);
     // A refusal is info for nginx (exit 0), an error for serve (exit 1).
-    let gz = dir.path().join("gzip.conf");
+    let gz = dir.path().join("root.conf");
     std::fs::write(
         &gz,
-        "http { gzip on; server { listen 127.0.0.1:8080; location / { proxy_pass http://127.0.0.1:9; } } }\n",
+        "http { root /srv; server { listen 127.0.0.1:8080; location / { proxy_pass http://127.0.0.1:9; } } }\n",
     )
     .expect("write");
     let found = super::collect(&gz, super::Kind::Nginx).expect("findings");

@@ -11,9 +11,9 @@ use crate::config::addr::Use;
 use crate::config::validate;
 use crate::config::value::parse_size;
 use crate::config::{
-    AccessLog, AddHeader, ClientSettings, ConfigError, HttpVersion, Listen, Location,
-    LocationMatch, LocationRouting, LogFormat, ProxyPass, ProxySettings, Return, RewriteStep,
-    ServerBlock, ServerConfig, SetHeader, UpstreamConfig,
+    AddHeader, ClientSettings, ConfigError, HttpVersion, Listen, Location, LocationMatch,
+    LocationRouting, LogFormatDef, ProxyPass, ProxySettings, Return, RewriteStep, ServerBlock,
+    ServerConfig, SetHeader, UpstreamConfig,
 };
 use crate::outcome::NextUpstream;
 
@@ -33,6 +33,13 @@ struct Level {
     placed: Placements,
     /// The `ssl_*` settings in force.
     tls: super::ssl::TlsLevel,
+    /// The `log_format`s of `http {}` (for `access_log` to name).
+    formats: Vec<LogFormatDef>,
+    /// This level's own `access_log`: a file (true) or `off` (false);
+    /// a second file is refused.
+    own_access_log: Option<bool>,
+    /// Whether this level has its own `gzip_types` (a second adds to it).
+    own_gzip_types: bool,
 }
 
 pub(super) fn http_block(cx: &mut Context<'_>, body: &[&Directive]) -> Result<(), ConfigError> {
@@ -66,6 +73,12 @@ pub(super) fn http_block(cx: &mut Context<'_>, body: &[&Directive]) -> Result<()
                 });
                 if let Some(m) = cx.keep(r)? {
                     cx.config.maps.push(m);
+                }
+            }
+            "log_format" => {
+                let r = crate::config::nginx::log::log_format(d, &level.formats);
+                if let Some(f) = cx.keep(r)? {
+                    level.formats.push(f);
                 }
             }
             _ => level_directive(cx, &mut level, d, "http")?,
@@ -582,7 +595,6 @@ fn ignorable(cx: &mut Context<'_>, d: &Directive) -> bool {
         "tcp_nodelay",
         "types",
         "server_tokens",
-        "log_format",
         // vigil writes its errors to its own log (stderr or the journal).
         "error_log",
         "charset",
@@ -621,6 +633,9 @@ impl Level {
             default_type: "text/plain".to_string(),
             placed: Placements::default(),
             tls: Default::default(),
+            formats: Vec::new(),
+            own_access_log: None,
+            own_gzip_types: false,
         }
     }
 
@@ -629,6 +644,7 @@ impl Level {
         c.placed = self.placed.clone();
         c.default_type = self.default_type.clone();
         c.tls = self.tls.child();
+        c.formats = self.formats.clone();
         c
     }
 
@@ -766,23 +782,39 @@ impl Level {
                 p.ssl_trusted_certificate = Some(one(d)?.value.clone().into())
             }
             "access_log" => {
-                let a = args(d, 1, 8)?;
-                if a[0].value == "off" {
-                    p.access_log = None;
-                } else {
-                    let format = match a.get(1).map(|a| a.value.as_str()) {
-                        Some("json") => LogFormat::Json,
-                        Some("combined") | None => LogFormat::Combined,
-                        Some(_) => {
-                            cx.ignore(d);
-                            LogFormat::Combined
-                        }
-                    };
-                    p.access_log = Some(AccessLog {
-                        path: a[0].value.clone().into(),
-                        format,
-                    });
+                let log = crate::config::nginx::log::access_log(d, &self.formats)?;
+                // nginx: `off` on a level wins over its other access_logs.
+                match (self.own_access_log, log) {
+                    (None, log) => {
+                        self.own_access_log = Some(log.is_some());
+                        p.access_log = log;
+                    }
+                    (Some(_), None) => {
+                        self.own_access_log = Some(false);
+                        p.access_log = None;
+                    }
+                    (Some(false), Some(_)) => {}
+                    (Some(true), Some(_)) => {
+                        return Err(ConfigError::invalid(
+                            &d.span,
+                            "a second \"access_log\" on one level is not supported by vigil (it writes one access log per location)",
+                        ))
+                    }
                 }
+            }
+            n if n.starts_with("gzip") || n == "gunzip" || n == "postpone_gzipping" => {
+                use crate::config::nginx::filters::{gzip, Done};
+                match gzip(&mut p.gzip, d, &mut self.own_gzip_types)? {
+                    Done::Set => {}
+                    Done::Ignored => cx.ignore(d),
+                    Done::No => return Ok(false),
+                }
+            }
+            "log_format" => {
+                return Err(ConfigError::invalid(
+                    &d.span,
+                    "\"log_format\" directive is not allowed here",
+                ))
             }
             _ => return Ok(false),
         }

@@ -16,7 +16,9 @@
 //! model. So the first lenient refusal is always the strict error, and a
 //! file with no refusals gives the same model in both modes.
 
+mod filters;
 mod http;
+mod log;
 mod rewrite;
 mod sources;
 mod ssl;

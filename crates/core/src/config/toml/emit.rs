@@ -418,6 +418,9 @@ fn diff(p: &ProxySettings, base: &ProxySettings) -> RawProxy {
         // The TOML front end has no error_page (an nginx.conf feature).
         error_pages: _,
         intercept_errors: _,
+        // The TOML front end has no keys for the nginx.conf-only filters
+        // yet (gzip, allow/deny, real_ip): `convert` does not carry them.
+        gzip: _,
     } = p;
     fn changed<T: PartialEq + Clone>(v: &T, base: &T) -> Option<T> {
         (v != base).then(|| v.clone())
@@ -479,6 +482,8 @@ fn diff(p: &ProxySettings, base: &ProxySettings) -> RawProxy {
                 format: match l.format {
                     LogFormat::Combined => None,
                     LogFormat::Json => Some("json".to_string()),
+                    // TOML has no log_format: the text (its escape= is lost).
+                    LogFormat::Custom(f) => Some(f.text.clone()),
                 },
             }),
         }),

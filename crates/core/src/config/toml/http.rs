@@ -12,8 +12,8 @@ use crate::config::addr::Use;
 use crate::config::validate;
 use crate::config::{
     AccessLog, AddHeader, ClientSettings, ConfigError, HttpVersion, Listen, Location,
-    LocationMatch, LogFormat, ProxyPass, ProxySettings, Resolver, Return, ServerBlock,
-    ServerConfig, SetHeader, UpstreamConfig,
+    LocationMatch, LogEscape, LogFormat, LogFormatDef, Origin, ProxyPass, ProxySettings, Resolver,
+    Return, ServerBlock, ServerConfig, SetHeader, UpstreamConfig,
 };
 use crate::outcome::NextUpstream;
 
@@ -354,12 +354,20 @@ fn proxy(raw: &RawProxy, mut p: ProxySettings, at: &At<'_>) -> Result<ProxySetti
                 format: match t.format.as_deref() {
                     None | Some("combined") => LogFormat::Combined,
                     Some("json") => LogFormat::Json,
+                    // A format's text, as `convert` writes a `log_format`.
+                    Some(text) if text.contains('$') => LogFormat::Custom(LogFormatDef {
+                        name: "custom".to_string(),
+                        escape: LogEscape::Default,
+                        text: text.to_string(),
+                        origin: Origin::default(),
+                    }),
                     Some(other) => {
                         return Err(at.key("access_log").key("format").err(format!(
-                            "invalid log format \"{other}\", expected combined or json"
+                            "invalid log format \"{other}\", expected combined, json or a format with $variables"
                         )))
                     }
                 },
+                condition: None,
             }),
         };
     }

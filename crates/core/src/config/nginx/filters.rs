@@ -1,0 +1,129 @@
+//! The response filters' directives: `gzip` and `gzip_*` (as
+//! `ngx_http_gzip_filter_module` and the core module parse them, 1.22).
+
+use super::syntax::Directive;
+use super::{args, on_off, one, unsupported};
+use crate::config::value::parse_size;
+use crate::config::{ConfigError, Gzip, HttpVersion};
+
+/// What a `gzip*` directive did.
+pub(super) enum Done {
+    /// Applied.
+    Set,
+    /// Accepted without effect (buffer tuning).
+    Ignored,
+    /// Not a gzip directive.
+    No,
+}
+
+/// Apply one `gzip*` directive to `g`; `own_types` says whether this
+/// level has a `gzip_types` already (a second one adds to it, a first one
+/// replaces the inherited list).
+pub(super) fn gzip(g: &mut Gzip, d: &Directive, own_types: &mut bool) -> Result<Done, ConfigError> {
+    match d.name.as_str() {
+        "gzip" => g.enable = on_off(d)?,
+        "gzip_vary" => g.vary = on_off(d)?,
+        "gzip_comp_level" => {
+            let a = one(d)?;
+            let n: u32 = a
+                .value
+                .parse()
+                .map_err(|_| directive_says(d, "invalid number"))?;
+            if !(1..=9).contains(&n) {
+                return Err(ConfigError::invalid(
+                    &a.span,
+                    "value must be between 1 and 9",
+                ));
+            }
+            g.comp_level = n;
+        }
+        "gzip_min_length" => {
+            let a = one(d)?;
+            g.min_length = parse_size(&a.value).map_err(|_| directive_says(d, "invalid value"))?;
+        }
+        "gzip_http_version" => {
+            let a = one(d)?;
+            g.http_version = match a.value.as_str() {
+                "1.0" => HttpVersion::Http10,
+                "1.1" => HttpVersion::Http11,
+                v => {
+                    return Err(ConfigError::invalid(
+                        &a.span,
+                        format!("invalid value \"{v}\""),
+                    ))
+                }
+            };
+        }
+        "gzip_types" => {
+            let a = args(d, 1, 256)?;
+            if !std::mem::replace(own_types, true) {
+                g.types.clear();
+            }
+            g.types
+                .extend(a.iter().map(|t| t.value.to_ascii_lowercase()));
+        }
+        "gzip_proxied" => {
+            let a = args(d, 1, 16)?;
+            let mut p = crate::config::GzipProxied::default();
+            for w in a {
+                let flag = match w.value.as_str() {
+                    "off" => continue,
+                    "expired" => &mut p.expired,
+                    "no-cache" => &mut p.no_cache,
+                    "no-store" => &mut p.no_store,
+                    "private" => &mut p.private,
+                    "no_last_modified" => &mut p.no_last_modified,
+                    "no_etag" => &mut p.no_etag,
+                    "auth" => &mut p.auth,
+                    "any" => &mut p.any,
+                    v => {
+                        return Err(ConfigError::invalid(
+                            &w.span,
+                            format!("invalid value \"{v}\""),
+                        ))
+                    }
+                };
+                // nginx only warns of a duplicate.
+                *flag = true;
+            }
+            // nginx: `off` among others turns them all off.
+            if a.iter().any(|w| w.value == "off") {
+                p = crate::config::GzipProxied::default();
+            }
+            g.proxied = p;
+        }
+        "gzip_disable" => {
+            let a = args(d, 1, 64)?;
+            for w in a {
+                match w.value.as_str() {
+                    "msie6" => g.disable_msie6 = true,
+                    "degradation" => {}
+                    _ => {
+                        return Err(ConfigError::invalid(
+                            &w.span,
+                            "gzip_disable with a regular expression is not supported by vigil; only \"msie6\"",
+                        ))
+                    }
+                }
+            }
+        }
+        "gzip_buffers" | "gzip_window" | "gzip_hash" | "gzip_memlevel" | "postpone_gzipping" => {
+            return Ok(Done::Ignored)
+        }
+        "gzip_static" | "gunzip" => {
+            if on_off(d).unwrap_or(true) {
+                return Err(unsupported(
+                    d,
+                    "vigil serves no files and does not decompress; use `vigil check` beside nginx for this conf",
+                ));
+            }
+        }
+        _ => return Ok(Done::No),
+    }
+    Ok(Done::Set)
+}
+
+/// A slot's own message, as `ngx_conf_handler` words it.
+fn directive_says(d: &Directive, what: &str) -> ConfigError {
+    ConfigError::invalid(&d.span, format!("\"{}\" directive {what}", d.name))
+}

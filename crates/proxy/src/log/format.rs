@@ -1,0 +1,360 @@
+//! A `log_format`, compiled once when the configuration loads: literal
+//! bytes, the log module's own variables (`$time_local`, `$status`,
+//! `$body_bytes_sent`, ...) and any other variable, escaped as
+//! `ngx_http_log_module` escapes it (1.22).
+
+use std::fmt::Write as _;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use http::request::Parts;
+use vigil_core::config::LogEscape;
+
+use crate::vars::{Template, UnknownVariable, VarContext};
+
+/// nginx's `combined`.
+pub(crate) const COMBINED: &str = "$remote_addr - $remote_user [$time_local] \"$request\" $status $body_bytes_sent \"$http_referer\" \"$http_user_agent\"";
+
+/// A compiled format.
+#[derive(Debug, Clone)]
+pub(crate) struct Format {
+    ops: Vec<Op>,
+    escape: LogEscape,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Lit(String),
+    /// A request header (`$http_NAME`), raw bytes: nginx 1.22 takes the
+    /// first line, except Cookie and X-Forwarded-For, which it joins.
+    Header(String),
+    RemoteUser,
+    Status,
+    /// Known only when the response has been sent.
+    Late(Late),
+    Var(Template),
+}
+
+/// The values of the end of the response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Late {
+    TimeLocal,
+    TimeIso8601,
+    Msec,
+    RequestTime,
+    BodyBytesSent,
+}
+
+/// A line rendered but for its [`Late`] values.
+#[derive(Debug)]
+pub(crate) struct Rendered {
+    chunks: Vec<Chunk>,
+}
+
+#[derive(Debug)]
+enum Chunk {
+    Bytes(Vec<u8>),
+    Late(Late),
+}
+
+/// What the end of a response knows.
+pub(crate) struct End {
+    pub(crate) now: SystemTime,
+    pub(crate) request_time: f64,
+    pub(crate) body_bytes_sent: u64,
+}
+
+// === impl Format ===
+
+impl Format {
+    /// Compile `text`; the syntax was checked when the conf was read.
+    pub(crate) fn compile(text: &str, escape: LogEscape) -> Result<Self, UnknownVariable> {
+        let mut ops = Vec::new();
+        let b = text.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] != b'$' {
+                let start = i;
+                while i < b.len() && b[i] != b'$' {
+                    i += 1;
+                }
+                ops.push(Op::Lit(text[start..i].to_string()));
+                continue;
+            }
+            i += 1;
+            let bracket = b.get(i) == Some(&b'{');
+            if bracket {
+                i += 1;
+            }
+            let start = i;
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+                i += 1;
+            }
+            let name = &text[start..i];
+            if bracket && b.get(i) == Some(&b'}') {
+                i += 1;
+            }
+            if name.is_empty() {
+                return Err(UnknownVariable(String::new()));
+            }
+            ops.push(Op::of(name)?);
+        }
+        Ok(Self { ops, escape })
+    }
+
+    /// The line for this request, but for its end values.
+    pub(crate) fn render(&self, cx: &VarContext<'_>) -> Rendered {
+        let mut chunks = Vec::new();
+        let mut cur = Vec::new();
+        for op in &self.ops {
+            match op {
+                Op::Lit(s) => cur.extend_from_slice(s.as_bytes()),
+                Op::Status => {
+                    let _ = write!(Bytes(&mut cur), "{:03}", cx.status);
+                }
+                Op::Late(l) => {
+                    chunks.push(Chunk::Bytes(std::mem::take(&mut cur)));
+                    chunks.push(Chunk::Late(*l));
+                }
+                Op::Header(name) => self.value(&mut cur, header(cx.parts, name).as_deref()),
+                Op::RemoteUser => self.value(&mut cur, remote_user(cx.parts).as_deref()),
+                Op::Var(t) => {
+                    let v = t.expand(cx);
+                    // vigil's variables do not say "not found": empty is taken for it.
+                    self.value(&mut cur, (!v.is_empty()).then_some(v.as_bytes()));
+                }
+            }
+        }
+        chunks.push(Chunk::Bytes(cur));
+        Rendered { chunks }
+    }
+
+    /// The value of a variable as `ngx_http_log_variable` (or its json /
+    /// unescaped forms) writes it.
+    fn value(&self, out: &mut Vec<u8>, v: Option<&[u8]>) {
+        match (self.escape, v) {
+            (LogEscape::Default, None) => out.push(b'-'),
+            (_, None) => {}
+            (LogEscape::Default, Some(v)) => escape_default(out, v),
+            (LogEscape::Json, Some(v)) => escape_json(out, v),
+            (LogEscape::None, Some(v)) => out.extend_from_slice(v),
+        }
+    }
+}
+
+impl Op {
+    fn of(name: &str) -> Result<Self, UnknownVariable> {
+        Ok(match name {
+            "time_local" => Op::Late(Late::TimeLocal),
+            "time_iso8601" => Op::Late(Late::TimeIso8601),
+            "msec" => Op::Late(Late::Msec),
+            "request_time" => Op::Late(Late::RequestTime),
+            "body_bytes_sent" => Op::Late(Late::BodyBytesSent),
+            "status" => Op::Status,
+            "remote_user" => Op::RemoteUser,
+            n if n.starts_with("http_") => Op::Header(n[5..].to_ascii_lowercase()),
+            "bytes_sent" | "request_length" | "pipe" => {
+                return Err(UnknownVariable(name.to_string()))
+            }
+            n => Op::Var(Template::parse(&format!("${{{n}}}"))?),
+        })
+    }
+}
+
+// === impl Rendered ===
+
+impl Rendered {
+    /// A line known whole already.
+    pub(crate) fn of(line: Vec<u8>) -> Self {
+        Self {
+            chunks: vec![Chunk::Bytes(line)],
+        }
+    }
+
+    /// The whole line, with its newline.
+    pub(crate) fn finish(self, end: &End) -> Vec<u8> {
+        let mut out = Vec::new();
+        for c in self.chunks {
+            match c {
+                Chunk::Bytes(b) => out.extend_from_slice(&b),
+                Chunk::Late(l) => late(&mut out, l, end),
+            }
+        }
+        out.push(b'\n');
+        out
+    }
+
+    /// Whether it renders to nothing, "" or "0" (`if=`'s test).
+    pub(crate) fn is_false(&self) -> bool {
+        let mut all = Vec::new();
+        for c in &self.chunks {
+            match c {
+                Chunk::Bytes(b) => all.extend_from_slice(b),
+                Chunk::Late(_) => return false,
+            }
+        }
+        all.is_empty() || all == b"0"
+    }
+}
+
+struct Bytes<'a>(&'a mut Vec<u8>);
+
+impl std::fmt::Write for Bytes<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+fn late(out: &mut Vec<u8>, l: Late, end: &End) {
+    let since = end.now.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let mut w = Bytes(out);
+    let _ = match l {
+        Late::TimeLocal => {
+            let (y, mo, d, h, mi, s) = civil(since.as_secs());
+            const MONTHS: [&str; 12] = [
+                "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+            ];
+            let m = MONTHS[(mo as usize).saturating_sub(1).min(11)];
+            write!(w, "{d:02}/{m}/{y}:{h:02}:{mi:02}:{s:02} +0000")
+        }
+        Late::TimeIso8601 => {
+            let (y, mo, d, h, mi, s) = civil(since.as_secs());
+            write!(w, "{y}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}+00:00")
+        }
+        Late::Msec => write!(w, "{}.{:03}", since.as_secs(), since.subsec_millis()),
+        Late::RequestTime => {
+            let ms = (end.request_time.max(0.0) * 1000.0) as u64;
+            write!(w, "{}.{:03}", ms / 1000, ms % 1000)
+        }
+        Late::BodyBytesSent => write!(w, "{}", end.body_bytes_sent),
+    };
+}
+
+/// UTC civil time of a Unix time: year, month, day, hour, minute, second
+/// (Howard Hinnant's `civil_from_days`).
+fn civil(secs: u64) -> (i64, u32, u32, u64, u64, u64) {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d, rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+/// `$http_NAME` (NAME with `_` for `-`) as nginx 1.22 finds it.
+fn header(p: &Parts, name: &str) -> Option<Vec<u8>> {
+    let wanted = name.replace('_', "-");
+    let sep: &[u8] = match name {
+        "cookie" => b"; ",
+        "x_forwarded_for" => b", ",
+        _ => {
+            return p
+                .headers
+                .get(wanted.as_str())
+                .map(|v| v.as_bytes().to_vec())
+        }
+    };
+    let mut out: Option<Vec<u8>> = None;
+    for v in p.headers.get_all(wanted.as_str()) {
+        match &mut out {
+            Some(o) => {
+                o.extend_from_slice(sep);
+                o.extend_from_slice(v.as_bytes());
+            }
+            None => out = Some(v.as_bytes().to_vec()),
+        }
+    }
+    out
+}
+
+/// `$remote_user`: the user of `Authorization: Basic`, as
+/// `ngx_http_auth_basic_user` decodes it.
+fn remote_user(p: &Parts) -> Option<Vec<u8>> {
+    let v = p.headers.get(http::header::AUTHORIZATION)?.as_bytes();
+    if v.len() < 6 || !v[..6].eq_ignore_ascii_case(b"Basic ") {
+        return None;
+    }
+    let encoded = v[6..].iter().skip_while(|&&b| b == b' ');
+    let decoded = decode_base64(&encoded.copied().collect::<Vec<u8>>())?;
+    let colon = decoded.iter().position(|&b| b == b':')?;
+    (colon > 0).then(|| decoded[..colon].to_vec())
+}
+
+/// `ngx_decode_base64`: the standard alphabet up to the first `=`.
+fn decode_base64(s: &[u8]) -> Option<Vec<u8>> {
+    fn val(c: u8) -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    }
+    if s.is_empty() {
+        return None;
+    }
+    let end = s.iter().position(|&b| b == b'=').unwrap_or(s.len());
+    let s = &s[..end];
+    if s.len() % 4 == 1 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    for chunk in s.chunks(4) {
+        let mut n = 0u32;
+        for (i, &c) in chunk.iter().enumerate() {
+            n |= val(c)? << (18 - 6 * i);
+        }
+        let bytes = n.to_be_bytes();
+        out.extend_from_slice(&bytes[1..chunk.len()]);
+    }
+    Some(out)
+}
+
+/// `ngx_http_log_escape`: `"`, `\`, bytes below 0x20 and from 0x7f as `\xHH`.
+pub(crate) fn escape_default(out: &mut Vec<u8>, v: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for &b in v {
+        if !(0x20..0x7f).contains(&b) || b == b'"' || b == b'\\' {
+            out.extend_from_slice(&[b'\\', b'x', HEX[(b >> 4) as usize], HEX[(b & 0xf) as usize]]);
+        } else {
+            out.push(b);
+        }
+    }
+}
+
+/// `ngx_escape_json`.
+pub(crate) fn escape_json(out: &mut Vec<u8>, v: &[u8]) {
+    for &b in v {
+        match b {
+            b'"' | b'\\' => out.extend_from_slice(&[b'\\', b]),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            0x0c => out.extend_from_slice(b"\\f"),
+            0..=0x1f => {
+                let lo = b & 0xf;
+                out.extend_from_slice(&[
+                    b'\\',
+                    b'u',
+                    b'0',
+                    b'0',
+                    b'0' + (b >> 4),
+                    if lo < 10 { b'0' + lo } else { b'A' + lo - 10 },
+                ]);
+            }
+            _ => out.push(b),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
