@@ -442,10 +442,7 @@ async fn proxy_request(
                             // attempt::run lets a 101 through only when this
                             // request asked for it, so on_upgrade is there.
                             if let Some(client_up) = on_upgrade {
-                                let upstream_up = hyper::upgrade::on(Response::from_parts(
-                                    head.clone(),
-                                    incoming,
-                                ));
+                                let upstream_up = crate::upstream::OnUpgrade::new(&head, incoming);
                                 let timeouts = crate::tunnel::Timeouts {
                                     idle: settings.read_timeout,
                                     upstream_send: settings.send_timeout,
@@ -453,10 +450,9 @@ async fn proxy_request(
                                 };
                                 tokio::spawn(async move {
                                     let _guard = guard;
-                                    match (client_up.await, upstream_up.await) {
+                                    match (client_up.await, upstream_up.io().await) {
                                         (Ok(a), Ok(b)) => {
                                             let a = hyper_util::rt::TokioIo::new(a);
-                                            let b = hyper_util::rt::TokioIo::new(b);
                                             crate::tunnel::run(a, b, timeouts, &cx).await;
                                         }
                                         (a, b) => tracing::warn!(

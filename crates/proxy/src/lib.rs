@@ -23,6 +23,7 @@ mod router;
 pub mod server;
 pub mod telemetry;
 mod tunnel;
+mod upstream;
 pub mod uri;
 pub mod vars;
 mod vhost;

@@ -15,3 +15,4 @@ mod telemetry;
 mod timeouts;
 mod tls;
 mod twin;
+mod upstream;
