@@ -440,7 +440,9 @@ fn classify_h1(
 ) -> Failed {
     use upstream::Error as E;
     let (class, request_sent, what) = match &e {
-        E::Parse(_) => (FailureClass::InvalidHeader, true, "sent an invalid header"),
+        E::Parse(_) | E::TooManyFields => {
+            (FailureClass::InvalidHeader, true, "sent an invalid header")
+        }
         E::Closed => (
             FailureClass::Error,
             true,

@@ -707,7 +707,24 @@ fn body_len(body: &ReqBody) -> Option<u64> {
 /// Hop-by-hop headers (RFC 9110 §7.6.1) are not forwarded; neither is any
 /// header the `Connection` header names.
 fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
-    if !headers.contains_key(header::CONNECTION) && !headers.contains_key(header::TE) {
+    // One look at the names (no hashing) says whether there is anything to do.
+    let mut named = false;
+    let mut hop = false;
+    for n in headers.keys() {
+        if n == header::CONNECTION || n == header::TE {
+            named = true;
+            break;
+        }
+        hop |= n == header::TRAILER
+            || n == header::TRANSFER_ENCODING
+            || (!keep_upgrade && n == header::UPGRADE)
+            || n == "keep-alive"
+            || n == "proxy-connection";
+    }
+    if !named {
+        if !hop {
+            return;
+        }
         // The common case: nothing hop-by-hop but what hyper already took.
         for n in [header::TRAILER, header::TRANSFER_ENCODING] {
             headers.remove(n);

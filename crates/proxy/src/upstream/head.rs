@@ -65,45 +65,115 @@ fn has_token(value: &HeaderValue, needle: &str) -> bool {
         .is_ok_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(needle)))
 }
 
+/// Header fields parsed on the stack; a head with more is parsed again
+/// with room for [`MAX_HEADERS`].
+const FAST_HEADERS: usize = 24;
+
 /// Parse a response head at the start of `buf`, taking it out of `buf`
 /// when it is whole (None: not yet whole).
 pub(super) fn parse(buf: &mut BytesMut) -> Result<Option<Head>, Error> {
-    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut spans = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
-    let mut res = httparse::Response::new(&mut fields);
+    let mut spans = [Span::default(); FAST_HEADERS];
+    let scanned = {
+        let mut fields = [httparse::EMPTY_HEADER; FAST_HEADERS];
+        scan(buf, &mut fields, &mut spans)
+    };
+    match scanned {
+        Err(Error::TooManyFields) => {
+            let mut spans = vec![Span::default(); MAX_HEADERS];
+            let scanned = {
+                let mut fields = vec![httparse::EMPTY_HEADER; MAX_HEADERS];
+                scan(buf, &mut fields, &mut spans)
+            };
+            match scanned? {
+                Some(line) => build(buf, line, &spans).map(Some),
+                None => Ok(None),
+            }
+        }
+        Ok(Some(line)) => build(buf, line, &spans).map(Some),
+        Ok(None) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Where a field's name and value are in the head.
+#[derive(Clone, Copy, Default)]
+struct Span {
+    name: (u32, u32),
+    value: (u32, u32),
+}
+
+/// A whole head's status line, length and number of fields.
+struct Line {
+    len: usize,
+    code: u16,
+    reason: Option<bytes::Bytes>,
+    version: Version,
+    count: usize,
+}
+
+fn scan<'b>(
+    buf: &'b [u8],
+    fields: &mut [httparse::Header<'b>],
+    spans: &mut [Span],
+) -> Result<Option<Line>, Error> {
+    let mut res = httparse::Response::new(fields);
     let base = buf.as_ptr() as usize;
-    let (len, code, reason, version, count) = match res.parse(buf) {
+    match res.parse(buf) {
         Ok(httparse::Status::Complete(len)) => {
-            let offset = |s: &[u8]| s.as_ptr() as usize - base;
+            if len > super::MAX_HEAD {
+                return Err(Error::Parse("response header too large".to_owned()));
+            }
+            // The head is at most MAX_HEAD bytes: offsets fit in u32.
+            let offset = |s: &[u8]| u32::try_from(s.as_ptr() as usize - base).unwrap_or(0);
             for (span, h) in spans.iter_mut().zip(res.headers.iter()) {
                 let n = offset(h.name.as_bytes());
                 let v = offset(h.value);
-                *span = (n, n + h.name.len(), v, v + h.value.len());
+                *span = Span {
+                    name: (n, n + h.name.len() as u32),
+                    value: (v, v + h.value.len() as u32),
+                };
             }
             let code = res.code.unwrap_or(0);
             let reason = res.reason.unwrap_or("");
-            let reason = (Some(reason)
-                != StatusCode::from_u16(code)
-                    .ok()
-                    .and_then(|s| s.canonical_reason()))
-            .then(|| bytes::Bytes::copy_from_slice(reason.as_bytes()));
-            let version = if res.version == Some(1) {
-                Version::HTTP_11
-            } else {
-                Version::HTTP_10
-            };
-            (len, code, reason, version, res.headers.len())
+            let canonical = StatusCode::from_u16(code)
+                .ok()
+                .and_then(|s| s.canonical_reason());
+            Ok(Some(Line {
+                len,
+                code,
+                reason: (Some(reason) != canonical)
+                    .then(|| bytes::Bytes::copy_from_slice(reason.as_bytes())),
+                version: if res.version == Some(1) {
+                    Version::HTTP_11
+                } else {
+                    Version::HTTP_10
+                },
+                count: res.headers.len(),
+            }))
         }
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(e) => return Err(Error::Parse(e.to_string())),
-    };
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(httparse::Error::TooManyHeaders) => Err(Error::TooManyFields),
+        Err(e) => Err(Error::Parse(e.to_string())),
+    }
+}
+
+fn build(buf: &mut BytesMut, line: Line, spans: &[Span]) -> Result<Head, Error> {
+    let Line {
+        len,
+        code,
+        reason,
+        version,
+        count,
+    } = line;
     let status =
         StatusCode::from_u16(code).map_err(|_| Error::Parse(format!("invalid status {code}")))?;
     let head = buf.split_to(len).freeze();
     let mut headers = HeaderMap::with_capacity(count);
     let mut keep_alive = version == Version::HTTP_11;
     let mut saw_close = false;
-    for &(n0, n1, v0, v1) in &spans[..count] {
+    for s in &spans[..count] {
+        let (n0, n1) = (s.name.0 as usize, s.name.1 as usize);
+        let (v0, v1) = (s.value.0 as usize, s.value.1 as usize);
         let name = HeaderName::from_bytes(&head[n0..n1])
             .map_err(|e| Error::Parse(format!("header name: {e}")))?;
         let value = HeaderValue::from_maybe_shared(head.slice(v0..v1))
@@ -126,13 +196,13 @@ pub(super) fn parse(buf: &mut BytesMut) -> Result<Option<Head>, Error> {
         ),
         None => None,
     };
-    Ok(Some(Head {
+    Ok(Head {
         status,
         version,
         headers,
         reason,
         keep_alive,
-    }))
+    })
 }
 
 /// hyper's `Client::decoder`: how the body is framed, and whether the
@@ -223,4 +293,122 @@ fn from_digits(b: &[u8]) -> Option<u64> {
         n = n.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
     }
     Some(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head_with(fields: usize) -> BytesMut {
+        let mut b = BytesMut::from(&b"HTTP/1.1 200 Fine\r\n"[..]);
+        for i in 0..fields {
+            b.extend_from_slice(format!("X-F{i}: v{i}\r\n").as_bytes());
+        }
+        b.extend_from_slice(b"\r\nrest");
+        b
+    }
+
+    #[test]
+    fn a_head_is_taken_off_the_buffer_with_its_fields_in_order() {
+        let mut b = head_with(3);
+        let h = parse(&mut b).unwrap().unwrap();
+        assert_eq!(&b[..], b"rest");
+        assert_eq!(h.status, 200);
+        assert!(h.keep_alive);
+        assert!(h.reason.is_some(), "Fine is not OK");
+        let names: Vec<_> = h.headers.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["x-f0", "x-f1", "x-f2"]);
+        assert_eq!(h.headers["x-f2"], "v2");
+    }
+
+    #[test]
+    fn more_fields_than_the_stack_holds_parse_up_to_hypers_limit() {
+        let mut b = head_with(FAST_HEADERS + 1);
+        let h = parse(&mut b).unwrap().unwrap();
+        assert_eq!(h.headers.len(), FAST_HEADERS + 1);
+        let mut b = head_with(MAX_HEADERS);
+        assert_eq!(parse(&mut b).unwrap().unwrap().headers.len(), MAX_HEADERS);
+        let mut b = head_with(MAX_HEADERS + 1);
+        assert!(matches!(parse(&mut b), Err(Error::TooManyFields)));
+    }
+
+    #[test]
+    fn a_partial_head_waits_and_connection_decides_keep_alive() {
+        let mut b = BytesMut::from(&b"HTTP/1.1 200 OK\r\nConnection: close\r\n"[..]);
+        assert!(parse(&mut b).unwrap().is_none());
+        b.extend_from_slice(b"\r\n");
+        assert!(!parse(&mut b).unwrap().unwrap().keep_alive);
+        let mut b = BytesMut::from(&b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n"[..]);
+        assert!(parse(&mut b).unwrap().unwrap().keep_alive);
+        let mut b = BytesMut::from(&b"HTTP/1.0 200 OK\r\n\r\n"[..]);
+        assert!(!parse(&mut b).unwrap().unwrap().keep_alive);
+    }
+
+    #[test]
+    fn framing_follows_hypers_client_decoder() {
+        let h = |pairs: &[(&str, &str)]| {
+            let mut m = HeaderMap::new();
+            for (k, v) in pairs {
+                m.append(
+                    HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                    HeaderValue::from_str(v).unwrap(),
+                );
+            }
+            m
+        };
+        let get = Method::GET;
+        let ok = StatusCode::OK;
+        let v11 = Version::HTTP_11;
+        let kind = |s, m: &Method, v, hs: &HeaderMap| decoder(s, m, v, hs).map(|(k, _)| k);
+        assert!(matches!(
+            kind(ok, &get, v11, &h(&[("content-length", "5")])),
+            Ok(Kind::Length(5))
+        ));
+        assert!(matches!(
+            kind(ok, &get, v11, &h(&[("content-length", "5, 5")])),
+            Ok(Kind::Length(5))
+        ));
+        assert!(kind(
+            ok,
+            &get,
+            v11,
+            &h(&[("content-length", "5"), ("content-length", "6")])
+        )
+        .is_err());
+        assert!(matches!(
+            kind(ok, &Method::HEAD, v11, &h(&[("content-length", "5")])),
+            Ok(Kind::Done)
+        ));
+        assert!(matches!(
+            kind(StatusCode::NO_CONTENT, &get, v11, &h(&[])),
+            Ok(Kind::Done)
+        ));
+        assert!(matches!(
+            kind(
+                ok,
+                &get,
+                v11,
+                &h(&[
+                    ("transfer-encoding", "gzip, chunked"),
+                    ("content-length", "5")
+                ])
+            ),
+            Ok(Kind::Chunked(_))
+        ));
+        assert!(matches!(
+            kind(ok, &get, v11, &h(&[("transfer-encoding", "gzip")])),
+            Ok(Kind::Close)
+        ));
+        assert!(kind(
+            ok,
+            &get,
+            Version::HTTP_10,
+            &h(&[("transfer-encoding", "chunked")])
+        )
+        .is_err());
+        assert!(matches!(kind(ok, &get, v11, &h(&[])), Ok(Kind::Close)));
+        assert!(
+            decoder(StatusCode::SWITCHING_PROTOCOLS, &get, v11, &h(&[])).is_ok_and(|(_, up)| up)
+        );
+    }
 }

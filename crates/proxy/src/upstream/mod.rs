@@ -76,6 +76,9 @@ pub(crate) enum Error {
     /// The response head is not valid HTTP/1.x.
     #[error("invalid response header: {0}")]
     Parse(String),
+    /// The response head has more than hyper's 100 header fields.
+    #[error("invalid response header: too many header fields")]
+    TooManyFields,
     /// The request body failed (the client's side).
     #[error("request body failed: {0}")]
     Body(#[source] BoxError),
