@@ -37,7 +37,9 @@ import time
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-VIGIL = os.path.join(ROOT, "target", "release", "vigil")
+# The release build: $VIGIL_BIN, else under $CARGO_TARGET_DIR (or ./target).
+VIGIL = os.environ.get("VIGIL_BIN") or os.path.join(
+    os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target"), "release", "vigil")
 PROXY_PORT = 18080
 BACKEND_PORTS = [18081, 18082, 18083]
 

@@ -15,14 +15,19 @@ use hyper::{Request, Response};
 use vigil_core::peer::Peer;
 use vigil_core::{FailureClass, TransportFailure};
 
+use hyper::client::conn::http1::SendRequest;
+
 use crate::body::UpBody;
-use crate::connect::{connect, ConnectError, TlsSettings};
-use crate::pool::Conn;
+use crate::connect::{connect, connect_plain, ConnectError, TlsSettings};
+use crate::pool::{Conn, Link};
 use crate::route::Route;
+use crate::upstream::{self, Phase, RespBody, H1};
 
 /// A response header arrived.
 pub(crate) struct Answered {
-    pub(crate) response: Response<Incoming>,
+    pub(crate) response: Response<RespBody>,
+    /// The connection (for a plain one, lent to the response body, which
+    /// gives it back when it ended cleanly).
     pub(crate) conn: Conn,
     pub(crate) connect_time: f64,
 }
@@ -54,6 +59,9 @@ pub(crate) struct Race {
 /// (shared by its attempts): the first attempt whose connection is ready
 /// takes it and sends; a later one puts its fresh connection in the pool
 /// and ends with `race.lost` set.
+///
+/// A plain `http://` peer is spoken to by [`crate::upstream::H1`] in this
+/// task; a TLS one through hyper's client.
 pub(crate) async fn run(
     route: &Route,
     peer: &Peer,
@@ -69,13 +77,24 @@ pub(crate) async fn run(
         Some(c) => (c, true),
         None => {
             let addr = peer.config().addr;
-            let sni = tls.map(|t| (t, route.proxy_host.as_str()));
-            match connect(addr, settings.connect_timeout, sni).await {
-                Ok(sender) => (
+            let link = match tls {
+                None => connect_plain(addr, settings.connect_timeout)
+                    .await
+                    .map(|tcp| Link::H1(H1::new(tcp))),
+                Some(t) => connect(
+                    addr,
+                    settings.connect_timeout,
+                    Some((t, route.proxy_host.as_str())),
+                )
+                .await
+                .map(Link::Hyper),
+            };
+            match link {
+                Ok(link) => (
                     Conn {
                         peer: peer.id(),
-                        sender,
-                        idle_since: Instant::now(),
+                        link,
+                        idle_since: start,
                         requests: 0,
                     },
                     false,
@@ -85,17 +104,19 @@ pub(crate) async fn run(
         }
     };
     let connect_time = secs(start.elapsed());
-    if let Err(e) = conn.sender.ready().await {
-        // A kept-alive connection the peer closed: nginx's cached `error`.
-        return Err(Failed {
-            failure: TransportFailure {
-                class: FailureClass::Error,
-                request_sent: false,
-                cached_connection: cached,
-            },
-            detail: format!("connection to {} closed: {e}", peer.name()),
-            connect_time: Some(connect_time),
-        });
+    if let Link::Hyper(sender) = &mut conn.link {
+        if let Err(e) = sender.ready().await {
+            // A kept-alive connection the peer closed: nginx's cached `error`.
+            return Err(Failed {
+                failure: TransportFailure {
+                    class: FailureClass::Error,
+                    request_sent: false,
+                    cached_connection: cached,
+                },
+                detail: format!("connection to {} closed: {e}", peer.name()),
+                connect_time: Some(connect_time),
+            });
+        }
     }
     if let Some(race) = race {
         race.connected.store(true, Ordering::Release);
@@ -130,10 +151,91 @@ pub(crate) async fn run(
     })?;
     conn.requests += 1;
     let asked_upgrade = request.headers().contains_key(http::header::UPGRADE);
-    // nginx's two timers: proxy_send_timeout between two writes of the
-    // request, then proxy_read_timeout for the header once it is all sent.
-    // A request without a body is all sent with its header: only the read
-    // timer runs, and nothing needs tracking.
+    let timed_out = |phase: Phase| {
+        let (what, limit) = match phase {
+            Phase::Sending => ("sending the request", settings.send_timeout),
+            Phase::Waiting => ("reading response header", settings.read_timeout),
+        };
+        Failed {
+            failure: TransportFailure {
+                class: FailureClass::Timeout,
+                request_sent: true,
+                cached_connection: cached,
+            },
+            detail: format!(
+                "upstream {} timed out ({}) while {what}",
+                peer.name(),
+                fmt_duration(limit)
+            ),
+            connect_time: Some(connect_time),
+        }
+    };
+    let response = match std::mem::replace(&mut conn.link, Link::Lent) {
+        Link::H1(h1) => {
+            let t = upstream::Timeouts {
+                send: settings.send_timeout,
+                read: settings.read_timeout,
+            };
+            match h1.send(request, t).await {
+                Ok(r) => r.map(RespBody::H1),
+                Err(upstream::Error::Timeout(phase)) => return Err(timed_out(phase)),
+                Err(e) => return Err(classify_h1(e, cached, replayable, peer, connect_time)),
+            }
+        }
+        Link::Hyper(mut sender) => {
+            let r = send_hyper(&mut sender, request, settings).await;
+            conn.link = Link::Hyper(sender);
+            match r {
+                Ok(Ok(r)) => r.map(RespBody::Hyper),
+                Ok(Err(e)) => return Err(classify(e, cached, replayable, peer, connect_time)),
+                Err(phase) => return Err(timed_out(phase)),
+            }
+        }
+        Link::Lent => {
+            return Err(Failed {
+                failure: TransportFailure {
+                    class: FailureClass::Error,
+                    request_sent: false,
+                    cached_connection: cached,
+                },
+                detail: format!("connection to {} is in use", peer.name()),
+                connect_time: Some(connect_time),
+            })
+        }
+    };
+    // A switch the request did not ask for: the response is not HTTP
+    // any more, and nothing can be relayed (nginx would relay bytes
+    // raw if its client had sent Upgrade, even unasked upstream).
+    if response.status() == http::StatusCode::SWITCHING_PROTOCOLS && !asked_upgrade {
+        return Err(Failed {
+            failure: TransportFailure {
+                class: FailureClass::InvalidHeader,
+                request_sent: true,
+                cached_connection: cached,
+            },
+            detail: format!(
+                "upstream {} sent 101 Switching Protocols to a request that did not ask to upgrade",
+                peer.name()
+            ),
+            connect_time: Some(connect_time),
+        });
+    }
+    Ok(Answered {
+        response,
+        conn,
+        connect_time,
+    })
+}
+
+/// Send on hyper's client with nginx's two timers: proxy_send_timeout
+/// between two writes of the request, then proxy_read_timeout for the
+/// header once it is all sent. A request without a body is all sent with
+/// its header: only the read timer runs, and nothing needs tracking.
+async fn send_hyper(
+    sender: &mut SendRequest<UpBody>,
+    request: Request<UpBody>,
+    settings: &vigil_core::config::ProxySettings,
+) -> Result<Result<Response<Incoming>, hyper::Error>, Phase> {
     let sent_at = tokio::time::Instant::now();
     let progress = (!request.body().is_end_stream()).then(Progress::new);
     // hyper stops polling a body once it wrote Content-Length bytes, so
@@ -150,84 +252,29 @@ pub(crate) async fn run(
         Some(p) => p.deadline(settings.send_timeout, settings.read_timeout),
         None => (sent_at + settings.read_timeout, Phase::Waiting),
     };
-    let outcome = {
-        let mut sent = std::pin::pin!(conn.sender.send_request(request));
-        loop {
-            let (deadline_at, phase) = deadline(&progress);
-            // The body is sent by the connection's task: when it is all
-            // sent, the read timer replaces the send timer at once.
-            let all_sent = async {
-                match &progress {
-                    Some(p) if phase == Phase::Sending => p.all_sent().await,
-                    _ => std::future::pending().await,
+    let mut sent = std::pin::pin!(sender.send_request(request));
+    loop {
+        let (deadline_at, phase) = deadline(&progress);
+        // The body is sent by the connection's task: when it is all
+        // sent, the read timer replaces the send timer at once.
+        let all_sent = async {
+            match &progress {
+                Some(p) if phase == Phase::Sending => p.all_sent().await,
+                _ => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            r = &mut sent => return Ok(r),
+            () = all_sent => continue,
+            () = tokio::time::sleep_until(deadline_at) => {
+                if deadline(&progress).0 > Instant::now() {
+                    continue;
                 }
-            };
-            tokio::select! {
-                biased;
-                r = &mut sent => break Ok(r),
-                () = all_sent => continue,
-                () = tokio::time::sleep_until(deadline_at) => {
-                    if deadline(&progress).0 > Instant::now() {
-                        continue;
-                    }
-                    break Err(phase);
-                }
+                return Err(phase);
             }
         }
-    };
-    match outcome {
-        // A switch the request did not ask for: the response is not HTTP
-        // any more, and nothing can be relayed (nginx would relay bytes
-        // raw if its client had sent Upgrade, even unasked upstream).
-        Ok(Ok(response))
-            if response.status() == http::StatusCode::SWITCHING_PROTOCOLS && !asked_upgrade =>
-        {
-            Err(Failed {
-                failure: TransportFailure {
-                    class: FailureClass::InvalidHeader,
-                    request_sent: true,
-                    cached_connection: cached,
-                },
-                detail: format!(
-                    "upstream {} sent 101 Switching Protocols to a request that did not ask to upgrade",
-                    peer.name()
-                ),
-                connect_time: Some(connect_time),
-            })
-        }
-        Ok(Ok(response)) => Ok(Answered {
-            response,
-            conn,
-            connect_time,
-        }),
-        Ok(Err(e)) => Err(classify(e, cached, replayable, peer, connect_time)),
-        Err(phase) => {
-            let (what, limit) = match phase {
-                Phase::Sending => ("sending the request", settings.send_timeout),
-                Phase::Waiting => ("reading response header", settings.read_timeout),
-            };
-            Err(Failed {
-                failure: TransportFailure {
-                    class: FailureClass::Timeout,
-                    request_sent: true,
-                    cached_connection: cached,
-                },
-                detail: format!(
-                    "upstream {} timed out ({}) while {what}",
-                    peer.name(),
-                    fmt_duration(limit)
-                ),
-                connect_time: Some(connect_time),
-            })
-        }
     }
-}
-
-/// Which of nginx's two request timers runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
-    Sending,
-    Waiting,
 }
 
 /// When hyper last took a piece of the request body, whether it took all,
@@ -369,6 +416,48 @@ fn classify(
         FailureClass::InvalidHeader => "sent an invalid header",
         _ if e.is_incomplete_message() => "closed the connection prematurely",
         _ => "failed",
+    };
+    Failed {
+        failure: TransportFailure {
+            class,
+            request_sent,
+            cached_connection: cached,
+        },
+        detail: format!("upstream {} {what}: {e}", peer.name()),
+        connect_time: Some(connect_time),
+    }
+}
+
+/// The plain client's error in nginx's classes, as [`classify`] does for
+/// hyper's: a request on a kept-alive connection none of which left may
+/// go again.
+fn classify_h1(
+    e: upstream::Error,
+    cached: bool,
+    replayable: bool,
+    peer: &Peer,
+    connect_time: f64,
+) -> Failed {
+    use upstream::Error as E;
+    let (class, request_sent, what) = match &e {
+        E::Parse(_) | E::TooManyFields => {
+            (FailureClass::InvalidHeader, true, "sent an invalid header")
+        }
+        E::Closed => (
+            FailureClass::Error,
+            true,
+            "closed the connection prematurely",
+        ),
+        E::Write { written, .. } => (
+            FailureClass::Error,
+            !(cached && !written && replayable),
+            "failed",
+        ),
+        E::Read(io) if io.kind() == std::io::ErrorKind::TimedOut => {
+            (FailureClass::Timeout, true, "failed")
+        }
+        E::Read(_) | E::Body(_) => (FailureClass::Error, true, "failed"),
+        E::Timeout(_) => (FailureClass::Timeout, true, "timed out"),
     };
     Failed {
         failure: TransportFailure {

@@ -14,11 +14,13 @@ use bytes::{Bytes, BytesMut};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
+
+use crate::upstream::RespBody;
 use tokio::io::AsyncWriteExt;
 use vigil_core::upstream::PeerGuard;
 
 use crate::metrics::UpstreamStats;
-use crate::pool::{Conn, Pool};
+use crate::pool::{Conn, Link, Pool};
 
 /// Any error a body can carry.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -271,9 +273,13 @@ pub fn full(b: impl Into<Bytes>) -> UpBody {
 
 /// The upstream's response body on its way to the client.
 pub(crate) struct Streamed {
-    inner: Incoming,
+    inner: RespBody,
     read_timeout: Duration,
-    sleep: Pin<Box<tokio::time::Sleep>>,
+    /// `proxy_read_timeout`, armed when a read finds nothing (as nginx
+    /// arms its read timer on EAGAIN); re-armed from then after progress.
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// A frame came since the timer was armed.
+    progressed: bool,
     guard: Option<PeerGuard>,
     conn: Option<(Arc<Pool>, Conn)>,
     /// For the error_log line when the body breaks.
@@ -286,7 +292,7 @@ pub(crate) struct Streamed {
 
 impl Streamed {
     pub(crate) fn new(
-        inner: Incoming,
+        inner: RespBody,
         read_timeout: Duration,
         guard: PeerGuard,
         conn: Option<(Arc<Pool>, Conn)>,
@@ -294,16 +300,23 @@ impl Streamed {
         clock: Arc<dyn vigil_core::Clock>,
         stats: Option<Arc<UpstreamStats>>,
     ) -> Self {
-        Self {
+        let mut s = Self {
             inner,
             read_timeout,
-            sleep: Box::pin(tokio::time::sleep(read_timeout)),
+            sleep: None,
+            progressed: false,
             guard: Some(guard),
             conn,
             cx,
             clock,
             stats,
+        };
+        // No body (HEAD, 204, 304, Content-Length: 0): hyper's server does
+        // not poll it, so the connection goes back now.
+        if s.inner.is_end_stream() {
+            s.finish(true);
         }
+        s
     }
 
     /// The body broke after the header went out: core decides whether that
@@ -319,14 +332,34 @@ impl Streamed {
     }
 
     fn finish(&mut self, complete: bool) {
-        if let Some((pool, conn)) = self.conn.take() {
+        if let Some((pool, mut conn)) = self.conn.take() {
             if complete {
-                pool.checkin(conn);
+                if matches!(conn.link, Link::Lent) {
+                    // A plain connection comes back from its body.
+                    if let Some(h1) = self.inner.reclaim() {
+                        conn.link = Link::H1(h1);
+                        pool.checkin(conn);
+                    }
+                } else {
+                    pool.checkin(conn);
+                }
             }
         }
         // nginx frees the peer with state 0 once the response is finished,
         // also when the body broke after the header went out (s15).
         self.guard.take();
+    }
+
+    /// Ready once `proxy_read_timeout` passed with nothing read.
+    fn poll_timer(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let timeout = self.read_timeout;
+        let sleep = self
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        if std::mem::take(&mut self.progressed) {
+            sleep.as_mut().reset(tokio::time::Instant::now() + timeout);
+        }
+        sleep.as_mut().poll(cx)
     }
 }
 
@@ -346,8 +379,7 @@ impl Body for Streamed {
         let this = &mut *self;
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
-                let deadline = tokio::time::Instant::now() + this.read_timeout;
-                this.sleep.as_mut().reset(deadline);
+                this.progressed = true;
                 if this.inner.is_end_stream() {
                     this.finish(true);
                 }
@@ -358,15 +390,15 @@ impl Body for Streamed {
                 // nginx: "upstream prematurely closed connection while
                 // reading upstream" and its kin, at error level.
                 this.cx
-                    .log(crate::errlog::Failure::of(&e), "reading upstream", &e);
-                Poll::Ready(Some(Err(e.into())))
+                    .log(crate::errlog::Failure::of(&*e), "reading upstream", &*e);
+                Poll::Ready(Some(Err(e)))
             }
             Poll::Ready(None) => {
                 this.finish(true);
                 Poll::Ready(None)
             }
             Poll::Pending => {
-                ready!(this.sleep.as_mut().poll(cx));
+                ready!(this.poll_timer(cx));
                 this.broke(vigil_core::FailureClass::Timeout);
                 this.cx.log(
                     crate::errlog::Failure::Timeout,

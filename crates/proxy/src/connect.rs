@@ -154,6 +154,22 @@ pub async fn connect(
     }
 }
 
+/// Open a plain TCP connection to `addr` within `timeout`, TCP_NODELAY
+/// set (for the request-driven HTTP/1.1 client, no handshake task).
+pub(crate) async fn connect_plain(
+    addr: SocketAddr,
+    timeout: Duration,
+) -> Result<TcpStream, ConnectError> {
+    match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+        Ok(Ok(tcp)) => {
+            let _ = tcp.set_nodelay(true);
+            Ok(tcp)
+        }
+        Ok(Err(source)) => Err(ConnectError::Io { addr, source }),
+        Err(_) => Err(ConnectError::Timeout { addr, timeout }),
+    }
+}
+
 async fn handshake<T>(io: T, addr: SocketAddr) -> Result<SendRequest<UpBody>, ConnectError>
 where
     T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,

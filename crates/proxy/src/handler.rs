@@ -487,10 +487,7 @@ async fn proxy_request(
                             // attempt::run lets a 101 through only when this
                             // request asked for it, so on_upgrade is there.
                             if let Some(client_up) = on_upgrade {
-                                let upstream_up = hyper::upgrade::on(Response::from_parts(
-                                    head.clone(),
-                                    incoming,
-                                ));
+                                let upstream_up = crate::upstream::OnUpgrade::new(&head, incoming);
                                 let timeouts = crate::tunnel::Timeouts {
                                     idle: settings.read_timeout,
                                     upstream_send: settings.send_timeout,
@@ -498,10 +495,9 @@ async fn proxy_request(
                                 };
                                 tokio::spawn(async move {
                                     let _guard = guard;
-                                    match (client_up.await, upstream_up.await) {
+                                    match (client_up.await, upstream_up.io().await) {
                                         (Ok(a), Ok(b)) => {
                                             let a = hyper_util::rt::TokioIo::new(a);
-                                            let b = hyper_util::rt::TokioIo::new(b);
                                             crate::tunnel::run(a, b, timeouts, &cx).await;
                                         }
                                         (a, b) => tracing::warn!(
@@ -756,7 +752,24 @@ fn body_len(body: &ReqBody) -> Option<u64> {
 /// Hop-by-hop headers (RFC 9110 §7.6.1) are not forwarded; neither is any
 /// header the `Connection` header names.
 fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
-    if !headers.contains_key(header::CONNECTION) && !headers.contains_key(header::TE) {
+    // One look at the names (no hashing) says whether there is anything to do.
+    let mut named = false;
+    let mut hop = false;
+    for n in headers.keys() {
+        if n == header::CONNECTION || n == header::TE {
+            named = true;
+            break;
+        }
+        hop |= n == header::TRAILER
+            || n == header::TRANSFER_ENCODING
+            || (!keep_upgrade && n == header::UPGRADE)
+            || n == "keep-alive"
+            || n == "proxy-connection";
+    }
+    if !named {
+        if !hop {
+            return;
+        }
         // The common case: nothing hop-by-hop but what hyper already took.
         for n in [header::TRAILER, header::TRANSFER_ENCODING] {
             headers.remove(n);

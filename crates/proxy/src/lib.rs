@@ -26,6 +26,7 @@ pub mod server;
 pub mod telemetry;
 mod tls;
 mod tunnel;
+mod upstream;
 pub mod uri;
 pub mod vars;
 mod vhost;

@@ -15,6 +15,7 @@ use vigil_core::config::UpstreamConfig;
 use vigil_core::peer::PeerId;
 
 use crate::body::UpBody;
+use crate::upstream::H1;
 
 /// Worker shards; workers beyond this share shards.
 const SHARDS: usize = 64;
@@ -32,9 +33,40 @@ pub struct Pool {
 /// A connection to one peer.
 pub struct Conn {
     pub(crate) peer: PeerId,
-    pub(crate) sender: SendRequest<UpBody>,
+    pub(crate) link: Link,
     pub(crate) idle_since: Instant,
     pub(crate) requests: u32,
+}
+
+/// What carries a connection's requests.
+pub(crate) enum Link {
+    /// hyper's client (TLS upstreams): its connection task runs on its own.
+    Hyper(SendRequest<UpBody>),
+    /// Plain HTTP/1.1, driven by the request's own task.
+    H1(H1),
+    /// Lent to the response body that is being read on it.
+    Lent,
+}
+
+impl Link {
+    /// Closed, as far as can be seen without a syscall.
+    fn is_closed(&self) -> bool {
+        match self {
+            Link::Hyper(s) => s.is_closed(),
+            Link::H1(_) => false,
+            Link::Lent => true,
+        }
+    }
+
+    /// Usable for a request now (a plain connection is probed for a close
+    /// or stray bytes, without waiting).
+    fn is_usable(&self) -> bool {
+        match self {
+            Link::Hyper(s) => !s.is_closed(),
+            Link::H1(h) => h.is_usable(),
+            Link::Lent => false,
+        }
+    }
 }
 
 impl Pool {
@@ -80,15 +112,16 @@ impl Pool {
         let mut q = self.shard().lock().ok()?;
         let now = Instant::now();
         // The oldest go first when they expire; the newest is reused first.
-        while q.front().is_some_and(|c| {
-            c.sender.is_closed() || now.duration_since(c.idle_since) >= self.timeout
-        }) {
+        while q
+            .front()
+            .is_some_and(|c| c.link.is_closed() || now.duration_since(c.idle_since) >= self.timeout)
+        {
             q.pop_front();
         }
         loop {
             let i = q.iter().rposition(|c| c.peer == peer)?;
             let c = q.remove(i)?;
-            if !c.sender.is_closed() && now.duration_since(c.idle_since) < self.timeout {
+            if now.duration_since(c.idle_since) < self.timeout && c.link.is_usable() {
                 return Some(c);
             }
         }
@@ -97,7 +130,7 @@ impl Pool {
     /// Give a connection back after a complete response.
     pub(crate) fn checkin(&self, mut conn: Conn) {
         if self.cap == 0
-            || conn.sender.is_closed()
+            || conn.link.is_closed()
             || (self.max_requests != 0 && conn.requests >= self.max_requests)
         {
             return;

@@ -18,3 +18,4 @@ mod telemetry;
 mod timeouts;
 mod tls;
 mod twin;
+mod upstream;

@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""User-space instructions per request of vigil builds, under callgrind.
+
+Wall-clock figures on a shared machine move with the other load; the
+instructions a request executes do not. This runs each build (one worker)
+under `valgrind --tool=callgrind` behind the same three nginx backends and
+nginx.conf as compare.py (on ports 1918x, so it can run beside it), warms
+up, zeroes the counters, sends `wrk -t1 -c8` for --duration seconds, dumps,
+and prints the instructions (Ir) per request. Kernel work (syscalls, TCP)
+is not counted: use `strace -c` for syscalls per request.
+
+    python3 benches/load/instructions.py --bins base=/path/vigil,new=/path/vigil [--paths /,/16k]
+
+Needs valgrind, nginx and wrk.
+"""
+
+import argparse
+import glob
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare as c  # noqa: E402
+
+
+def conf(template, d):
+    return template.format(d=d).replace("1808", "1918")
+
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bins", required=True, help="name=path,name=path")
+    ap.add_argument("--paths", default="/,/16k")
+    ap.add_argument("--duration", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=1)
+    a = ap.parse_args()
+    bins = [b.split("=", 1) for b in a.bins.split(",")]
+    d = tempfile.mkdtemp(prefix="vigil-instr-")
+    os.chmod(d, 0o755)
+    os.makedirs(os.path.join(d, "www"))
+    with open(os.path.join(d, "www", "16k"), "wb") as f:
+        f.write(b"x" * 16384)
+    servers = "\n".join(c.BACKEND_SERVER.format(port=p, d=d) for p in c.BACKEND_PORTS)
+    with open(os.path.join(d, "backend.conf"), "w") as f:
+        f.write(c.BACKEND_CONF.format(d=d, servers=servers).replace("1808", "1918"))
+    with open(os.path.join(d, "proxy.conf"), "w") as f:
+        f.write(conf(c.PROXY_CONF, d))
+    backend = subprocess.Popen([c.nginx_bin(), "-p", d + "/", "-e", d + "/backend.err", "-c", os.path.join(d, "backend.conf")],
+                               start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rows = []
+    try:
+        for port in c.BACKEND_PORTS:
+            c.wait_http(f"http://127.0.0.1:{port + 1100}/")
+        for rnd in range(a.rounds):
+            for path in a.paths.split(","):
+                for name, binary in bins:
+                    ir, reqs = measure(binary, path, d, a.duration)
+                    rows.append((rnd, path, name, ir, reqs))
+                    print(f"round {rnd} {path} {name}: {ir} Ir / {reqs} requests = {ir / reqs:.0f} Ir/request",
+                          file=sys.stderr, flush=True)
+    finally:
+        os.killpg(backend.pid, signal.SIGTERM)
+        backend.wait(timeout=10)
+        shutil.rmtree(d, ignore_errors=True)
+    print(f"\ncallgrind, one worker, wrk -t1 -c8 -d{a.duration}s after warm-up; user-space instructions per request")
+    print("| path | build | Ir/request | requests | ÷ " + bins[0][0] + " |")
+    print("| --- | --- | --- | --- | --- |")
+    for path in a.paths.split(","):
+        for name, _ in bins:
+            got = [r for r in rows if r[1] == path and r[2] == name]
+            per = sorted(r[3] / r[4] for r in got)[len(got) // 2]
+            base = [r for r in rows if r[1] == path and r[2] == bins[0][0]]
+            bper = sorted(r[3] / r[4] for r in base)[len(base) // 2]
+            print(f"| {path} | {name} | {per:,.0f} | {sum(r[4] for r in got)} | {per / bper:.3f} |")
+
+
+def measure(binary, path, d, duration):
+    out = os.path.join(d, "cg.out")
+    for f in glob.glob(out + "*"):
+        os.remove(f)
+    env = dict(os.environ, VIGIL_LOG="error")
+    p = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", binary, "serve",
+                          "--nginx-conf", os.path.join(d, "proxy.conf"), "--threads", "1"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
+    try:
+        c.wait_http("http://127.0.0.1:19180/", timeout=120)
+        url = f"http://127.0.0.1:19180{path}"
+        subprocess.run(["wrk", "-t1", "-c8", "-d3s", url], capture_output=True, timeout=120)
+        subprocess.run(["callgrind_control", "--zero", str(p.pid)], capture_output=True, timeout=60)
+        res = subprocess.run(["wrk", "-t1", "-c8", f"-d{duration}s", "--timeout", "10s", url],
+                             capture_output=True, text=True, timeout=duration + 120).stdout
+        subprocess.run(["callgrind_control", "--dump", str(p.pid)], capture_output=True, timeout=60)
+        reqs = int(re.search(r"(\d+) requests in", res).group(1))
+        ir = None
+        deadline = time.time() + 30
+        while ir is None and time.time() < deadline:
+            for f in sorted(glob.glob(out + ".*")):
+                m = re.search(r"^(?:summary|totals):\s+(\d+)", open(f).read(), re.M)
+                if m:
+                    ir = int(m.group(1))
+            time.sleep(0.2)
+        if ir is None:
+            raise RuntimeError("no callgrind dump")
+        return ir, reqs
+    finally:
+        os.killpg(p.pid, signal.SIGTERM)
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+        c.wait_port_free(19180)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,355 @@
+//! The response body on a connection of [`super::H1`]: framed by
+//! Content-Length, chunked or the close, as hyper's decoder frames it.
+//! Errors are `std::io::Error`s of the kinds the error log maps to
+//! nginx's lines (`UnexpectedEof`: premature close; `InvalidData`: a bad
+//! chunk).
+
+use std::io;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use bytes::{Buf, Bytes};
+use http::{HeaderMap, HeaderName, HeaderValue};
+use hyper::body::{Frame, SizeHint};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+use super::H1;
+
+/// The longest chunk-size line or trailer line.
+const MAX_LINE: usize = 16 * 1024;
+/// The most trailer fields taken.
+const MAX_TRAILERS: usize = 100;
+
+/// How much of the body is left.
+#[derive(Debug)]
+pub(crate) enum Kind {
+    /// All read.
+    Done,
+    /// This many bytes (Content-Length).
+    Length(u64),
+    /// Chunked, in this state.
+    Chunked(Chunk),
+    /// Until the peer closes.
+    Close,
+}
+
+/// Where a chunked body's decoder stands.
+#[derive(Debug)]
+pub(crate) enum Chunk {
+    /// Before a chunk-size line.
+    Size,
+    /// Inside a chunk, this many data bytes left.
+    Data(u64),
+    /// After a chunk's data: its CRLF.
+    DataEnd,
+    /// After the last chunk: trailer fields until an empty line.
+    Trailers(HeaderMap),
+}
+
+impl Kind {
+    pub(super) fn chunked() -> Self {
+        Kind::Chunked(Chunk::Size)
+    }
+}
+
+/// A response body that owns its connection.
+pub(crate) struct H1Body {
+    conn: Option<H1>,
+    kind: Kind,
+    /// The connection may be kept once the body ends cleanly.
+    keep: bool,
+    upgrade: bool,
+    /// A failure was seen and held back one turn (see `poll_frame`).
+    held: bool,
+}
+
+impl H1Body {
+    pub(super) fn new(conn: H1, kind: Kind, keep: bool, upgrade: bool) -> Self {
+        Self {
+            conn: Some(conn),
+            kind,
+            keep,
+            upgrade,
+            held: false,
+        }
+    }
+
+    /// The connection, when the body ended cleanly, nothing came past its
+    /// end and it may be kept.
+    pub(crate) fn reclaim(&mut self) -> Option<H1> {
+        if !self.keep || !matches!(self.kind, Kind::Done) {
+            return None;
+        }
+        let conn = self.conn.take()?;
+        conn.buf.is_empty().then_some(conn)
+    }
+
+    /// The connection of a 101, with what was read past the head.
+    pub(super) fn upgraded(mut self) -> Option<Upgraded> {
+        if !self.upgrade {
+            return None;
+        }
+        let (io, pre) = super::into_parts(self.conn.take()?);
+        Some(Upgraded {
+            io,
+            pre: pre.freeze(),
+        })
+    }
+
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Frame<Bytes>>>> {
+        loop {
+            let Some(conn) = self.conn.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match &mut self.kind {
+                Kind::Done => return Poll::Ready(None),
+                Kind::Length(left) => {
+                    if !conn.buf.is_empty() {
+                        let n = usize::try_from(*left)
+                            .map_or(conn.buf.len(), |l| l.min(conn.buf.len()));
+                        let data = conn.buf.split_to(n).freeze();
+                        *left -= n as u64;
+                        if *left == 0 {
+                            self.kind = Kind::Done;
+                        }
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
+                    if ready!(conn.poll_read_more(cx))? == 0 {
+                        return Poll::Ready(Some(Err(eof())));
+                    }
+                }
+                Kind::Close => {
+                    if !conn.buf.is_empty() {
+                        let data = conn.buf.split().freeze();
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
+                    if ready!(conn.poll_read_more(cx))? == 0 {
+                        self.kind = Kind::Done;
+                        return Poll::Ready(None);
+                    }
+                }
+                Kind::Chunked(chunk) => match chunk {
+                    Chunk::Size => match line(&conn.buf)? {
+                        Some(end) => {
+                            let size = chunk_size(&conn.buf[..end])?;
+                            conn.buf.advance(end + 1);
+                            *chunk = if size == 0 {
+                                Chunk::Trailers(HeaderMap::new())
+                            } else {
+                                Chunk::Data(size)
+                            };
+                        }
+                        None => {
+                            if ready!(conn.poll_read_more(cx))? == 0 {
+                                return Poll::Ready(Some(Err(eof())));
+                            }
+                        }
+                    },
+                    Chunk::Data(left) => {
+                        if !conn.buf.is_empty() {
+                            let n = usize::try_from(*left)
+                                .map_or(conn.buf.len(), |l| l.min(conn.buf.len()));
+                            let data = conn.buf.split_to(n).freeze();
+                            *left -= n as u64;
+                            if *left == 0 {
+                                *chunk = Chunk::DataEnd;
+                            }
+                            return Poll::Ready(Some(Ok(Frame::data(data))));
+                        }
+                        if ready!(conn.poll_read_more(cx))? == 0 {
+                            return Poll::Ready(Some(Err(eof())));
+                        }
+                    }
+                    Chunk::DataEnd => {
+                        if conn.buf.len() >= 2 {
+                            if &conn.buf[..2] != b"\r\n" {
+                                return Poll::Ready(Some(Err(invalid("no CRLF after chunk data"))));
+                            }
+                            conn.buf.advance(2);
+                            *chunk = Chunk::Size;
+                        } else if ready!(conn.poll_read_more(cx))? == 0 {
+                            return Poll::Ready(Some(Err(eof())));
+                        }
+                    }
+                    Chunk::Trailers(fields) => match line(&conn.buf)? {
+                        Some(end) => {
+                            let l = &conn.buf[..end];
+                            let l = l.strip_suffix(b"\r").unwrap_or(l);
+                            if l.is_empty() {
+                                conn.buf.advance(end + 1);
+                                let fields = std::mem::take(fields);
+                                self.kind = Kind::Done;
+                                if !fields.is_empty() {
+                                    return Poll::Ready(Some(Ok(Frame::trailers(fields))));
+                                }
+                                return Poll::Ready(None);
+                            }
+                            if fields.len() >= MAX_TRAILERS {
+                                return Poll::Ready(Some(Err(invalid("too many trailer fields"))));
+                            }
+                            let (name, value) = trailer(l)?;
+                            fields.append(name, value);
+                            conn.buf.advance(end + 1);
+                        }
+                        None => {
+                            if ready!(conn.poll_read_more(cx))? == 0 {
+                                return Poll::Ready(Some(Err(eof())));
+                            }
+                        }
+                    },
+                },
+            }
+        }
+    }
+}
+
+impl hyper::body::Body for H1Body {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<io::Result<Frame<Bytes>>>> {
+        let this = self.get_mut();
+        let r = this.poll_next(cx);
+        if let Poll::Ready(Some(Err(_))) = &r {
+            if !std::mem::replace(&mut this.held, true) {
+                // The bytes before the failure go out first: the server
+                // writes what it took when the body waits, and a failure
+                // at once would abort the response before its head left
+                // (hyper's client delivered it one hop later too).
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            // A broken body leaves the connection unusable.
+            this.keep = false;
+            this.kind = Kind::Done;
+            this.conn = None;
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self.kind, Kind::Done)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.kind {
+            Kind::Done => SizeHint::with_exact(0),
+            Kind::Length(n) => SizeHint::with_exact(n),
+            _ => SizeHint::default(),
+        }
+    }
+}
+
+/// The end of the next line in `buf` (the index of its LF), if whole.
+fn line(buf: &[u8]) -> io::Result<Option<usize>> {
+    match memchr(buf) {
+        Some(i) => Ok(Some(i)),
+        None if buf.len() > MAX_LINE => Err(invalid("chunk line too long")),
+        None => Ok(None),
+    }
+}
+
+fn memchr(buf: &[u8]) -> Option<usize> {
+    buf.iter().position(|&b| b == b'\n')
+}
+
+/// A chunk-size line (without its LF): hex digits, optional whitespace,
+/// an optional `;extension`, then CR.
+fn chunk_size(line: &[u8]) -> io::Result<u64> {
+    let Some(line) = line.strip_suffix(b"\r") else {
+        return Err(invalid("chunk size line without CRLF"));
+    };
+    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    if digits == 0 {
+        return Err(invalid("invalid chunk size"));
+    }
+    let mut size: u64 = 0;
+    for &b in &line[..digits] {
+        let d = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            _ => b - b'A' + 10,
+        };
+        size = size
+            .checked_mul(16)
+            .and_then(|s| s.checked_add(u64::from(d)))
+            .ok_or_else(|| invalid("chunk size overflow"))?;
+    }
+    let rest = &line[digits..];
+    let rest = &rest[rest
+        .iter()
+        .take_while(|b| matches!(b, b' ' | b'\t'))
+        .count()..];
+    if !rest.is_empty() && rest[0] != b';' {
+        return Err(invalid("invalid chunk size"));
+    }
+    Ok(size)
+}
+
+fn trailer(l: &[u8]) -> io::Result<(HeaderName, HeaderValue)> {
+    let colon = l
+        .iter()
+        .position(|&b| b == b':')
+        .ok_or_else(|| invalid("invalid trailer field"))?;
+    let name = HeaderName::from_bytes(&l[..colon]).map_err(|_| invalid("invalid trailer name"))?;
+    let value = l[colon + 1..].trim_ascii();
+    let value = HeaderValue::from_bytes(value).map_err(|_| invalid("invalid trailer value"))?;
+    Ok((name, value))
+}
+
+fn eof() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        "upstream closed the connection before the body was complete",
+    )
+}
+
+fn invalid(what: &'static str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what)
+}
+
+/// An upgraded (101) upstream connection: the bytes read past the head
+/// first, then the socket.
+pub(crate) struct Upgraded {
+    io: TcpStream,
+    pre: Bytes,
+}
+
+impl AsyncRead for Upgraded {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.pre.is_empty() {
+            let n = this.pre.len().min(buf.remaining());
+            buf.put_slice(&this.pre[..n]);
+            this.pre.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Upgraded {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}

@@ -1,0 +1,414 @@
+//! Request heads out and response heads in, as hyper's client writes and
+//! reads them (`hyper::proto::h1::role::Client`).
+
+use bytes::BytesMut;
+use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
+
+use super::body::Kind;
+use super::Error;
+
+/// hyper's default limit of response header fields.
+const MAX_HEADERS: usize = 100;
+
+/// A parsed response head.
+pub(super) struct Head {
+    pub(super) status: StatusCode,
+    pub(super) version: Version,
+    pub(super) headers: HeaderMap,
+    /// A reason phrase that is not the status's canonical one.
+    pub(super) reason: Option<hyper::ext::ReasonPhrase>,
+    /// The response lets the connection be kept (its version and
+    /// `Connection` say so).
+    pub(super) keep_alive: bool,
+}
+
+/// The request line and header fields, as hyper's `Client::encode` writes
+/// them (the header map's order, its lowercase names).
+pub(super) fn encode(parts: &http::request::Parts, dst: &mut Vec<u8>) {
+    dst.reserve(30 + parts.headers.len() * 32);
+    dst.extend_from_slice(parts.method.as_str().as_bytes());
+    dst.push(b' ');
+    match parts.uri.path_and_query() {
+        Some(pq) if parts.uri.scheme().is_none() && parts.uri.authority().is_none() => {
+            dst.extend_from_slice(pq.as_str().as_bytes())
+        }
+        _ => {
+            let _ = std::io::Write::write_fmt(dst, format_args!("{}", parts.uri));
+        }
+    }
+    dst.extend_from_slice(if parts.version == Version::HTTP_10 {
+        b" HTTP/1.0\r\n"
+    } else {
+        b" HTTP/1.1\r\n"
+    });
+    for (name, value) in &parts.headers {
+        dst.extend_from_slice(name.as_str().as_bytes());
+        dst.extend_from_slice(b": ");
+        dst.extend_from_slice(value.as_bytes());
+        dst.extend_from_slice(b"\r\n");
+    }
+    dst.extend_from_slice(b"\r\n");
+}
+
+/// Whether a request's `Connection` asks to close after the response.
+pub(super) fn asks_close(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(CONNECTION)
+        .iter()
+        .any(|v| has_token(v, "close"))
+}
+
+fn has_token(value: &HeaderValue, needle: &str) -> bool {
+    value
+        .to_str()
+        .is_ok_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(needle)))
+}
+
+/// Header fields parsed on the stack; a head with more is parsed again
+/// with room for [`MAX_HEADERS`].
+const FAST_HEADERS: usize = 24;
+
+/// Parse a response head at the start of `buf`, taking it out of `buf`
+/// when it is whole (None: not yet whole).
+pub(super) fn parse(buf: &mut BytesMut) -> Result<Option<Head>, Error> {
+    let mut spans = [Span::default(); FAST_HEADERS];
+    let scanned = {
+        let mut fields = [httparse::EMPTY_HEADER; FAST_HEADERS];
+        scan(buf, &mut fields, &mut spans)
+    };
+    match scanned {
+        Err(Error::TooManyFields) => {
+            let mut spans = vec![Span::default(); MAX_HEADERS];
+            let scanned = {
+                let mut fields = vec![httparse::EMPTY_HEADER; MAX_HEADERS];
+                scan(buf, &mut fields, &mut spans)
+            };
+            match scanned? {
+                Some(line) => build(buf, line, &spans).map(Some),
+                None => Ok(None),
+            }
+        }
+        Ok(Some(line)) => build(buf, line, &spans).map(Some),
+        Ok(None) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Where a field's name and value are in the head.
+#[derive(Clone, Copy, Default)]
+struct Span {
+    name: (u32, u32),
+    value: (u32, u32),
+}
+
+/// A whole head's status line, length and number of fields.
+struct Line {
+    len: usize,
+    code: u16,
+    reason: Option<bytes::Bytes>,
+    version: Version,
+    count: usize,
+}
+
+fn scan<'b>(
+    buf: &'b [u8],
+    fields: &mut [httparse::Header<'b>],
+    spans: &mut [Span],
+) -> Result<Option<Line>, Error> {
+    let mut res = httparse::Response::new(fields);
+    let base = buf.as_ptr() as usize;
+    match res.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => {
+            if len > super::MAX_HEAD {
+                return Err(Error::Parse("response header too large".to_owned()));
+            }
+            // The head is at most MAX_HEAD bytes: offsets fit in u32.
+            let offset = |s: &[u8]| u32::try_from(s.as_ptr() as usize - base).unwrap_or(0);
+            for (span, h) in spans.iter_mut().zip(res.headers.iter()) {
+                let n = offset(h.name.as_bytes());
+                let v = offset(h.value);
+                *span = Span {
+                    name: (n, n + h.name.len() as u32),
+                    value: (v, v + h.value.len() as u32),
+                };
+            }
+            let code = res.code.unwrap_or(0);
+            let reason = res.reason.unwrap_or("");
+            let canonical = StatusCode::from_u16(code)
+                .ok()
+                .and_then(|s| s.canonical_reason());
+            Ok(Some(Line {
+                len,
+                code,
+                reason: (Some(reason) != canonical)
+                    .then(|| bytes::Bytes::copy_from_slice(reason.as_bytes())),
+                version: if res.version == Some(1) {
+                    Version::HTTP_11
+                } else {
+                    Version::HTTP_10
+                },
+                count: res.headers.len(),
+            }))
+        }
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(httparse::Error::TooManyHeaders) => Err(Error::TooManyFields),
+        Err(e) => Err(Error::Parse(e.to_string())),
+    }
+}
+
+fn build(buf: &mut BytesMut, line: Line, spans: &[Span]) -> Result<Head, Error> {
+    let Line {
+        len,
+        code,
+        reason,
+        version,
+        count,
+    } = line;
+    let status =
+        StatusCode::from_u16(code).map_err(|_| Error::Parse(format!("invalid status {code}")))?;
+    let head = buf.split_to(len).freeze();
+    let mut headers = HeaderMap::with_capacity(count);
+    let mut keep_alive = version == Version::HTTP_11;
+    let mut saw_close = false;
+    for s in &spans[..count] {
+        let (n0, n1) = (s.name.0 as usize, s.name.1 as usize);
+        let (v0, v1) = (s.value.0 as usize, s.value.1 as usize);
+        let name = HeaderName::from_bytes(&head[n0..n1])
+            .map_err(|e| Error::Parse(format!("header name: {e}")))?;
+        let value = HeaderValue::from_maybe_shared(head.slice(v0..v1))
+            .map_err(|e| Error::Parse(format!("header value: {e}")))?;
+        if name == CONNECTION {
+            // Once a Connection asks to close, a later keep-alive does not undo it.
+            if saw_close || has_token(&value, "close") {
+                saw_close = true;
+                keep_alive = false;
+            } else if !keep_alive {
+                keep_alive = has_token(&value, "keep-alive");
+            }
+        }
+        headers.append(name, value);
+    }
+    let reason = match reason {
+        Some(r) => Some(
+            hyper::ext::ReasonPhrase::try_from(r)
+                .map_err(|_| Error::Parse("invalid reason phrase".to_owned()))?,
+        ),
+        None => None,
+    };
+    Ok(Head {
+        status,
+        version,
+        headers,
+        reason,
+        keep_alive,
+    })
+}
+
+/// hyper's `Client::decoder`: how the body is framed, and whether the
+/// connection is being upgraded.
+pub(super) fn decoder(
+    status: StatusCode,
+    method: &Method,
+    version: Version,
+    headers: &HeaderMap,
+) -> Result<(Kind, bool), Error> {
+    match status.as_u16() {
+        101 => return Ok((Kind::Done, true)),
+        204 | 304 => return Ok((Kind::Done, false)),
+        _ => {}
+    }
+    if *method == Method::HEAD {
+        return Ok((Kind::Done, false));
+    }
+    if *method == Method::CONNECT && status.is_success() {
+        return Ok((Kind::Done, true));
+    }
+    if headers.contains_key(TRANSFER_ENCODING) {
+        if version == Version::HTTP_10 {
+            return Err(Error::Parse(
+                "HTTP/1.0 response with Transfer-Encoding".to_owned(),
+            ));
+        }
+        let chunked = headers
+            .get_all(TRANSFER_ENCODING)
+            .iter()
+            .next_back()
+            .is_some_and(|v| last_token_is_chunked(v.as_bytes()));
+        return Ok((
+            if chunked {
+                Kind::chunked()
+            } else {
+                Kind::Close
+            },
+            false,
+        ));
+    }
+    match content_length_parse_all(headers) {
+        Some(0) => Ok((Kind::Done, false)),
+        Some(n) => Ok((Kind::Length(n), false)),
+        None if headers.contains_key(CONTENT_LENGTH) => {
+            Err(Error::Parse("invalid Content-Length".to_owned()))
+        }
+        None => Ok((Kind::Close, false)),
+    }
+}
+
+/// Whether the last coding of a Transfer-Encoding value is `chunked`.
+pub(super) fn last_token_is_chunked(v: &[u8]) -> bool {
+    std::str::from_utf8(v).is_ok_and(|s| {
+        s.rsplit(',')
+            .next()
+            .is_some_and(|t| t.trim().eq_ignore_ascii_case("chunked"))
+    })
+}
+
+/// hyper's `content_length_parse_all`: every Content-Length value (also
+/// comma-separated ones) is digits and they all agree.
+pub(super) fn content_length_parse_all(headers: &HeaderMap) -> Option<u64> {
+    let mut found: Option<u64> = None;
+    for h in headers.get_all(CONTENT_LENGTH) {
+        let line = h.to_str().ok()?;
+        for v in line.split(',') {
+            let n = from_digits(v.trim().as_bytes())?;
+            match found {
+                None => found = Some(n),
+                Some(m) if m != n => return None,
+                Some(_) => {}
+            }
+        }
+    }
+    found
+}
+
+fn from_digits(b: &[u8]) -> Option<u64> {
+    if b.is_empty() {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for &c in b {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+    }
+    Some(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head_with(fields: usize) -> BytesMut {
+        let mut b = BytesMut::from(&b"HTTP/1.1 200 Fine\r\n"[..]);
+        for i in 0..fields {
+            b.extend_from_slice(format!("X-F{i}: v{i}\r\n").as_bytes());
+        }
+        b.extend_from_slice(b"\r\nrest");
+        b
+    }
+
+    #[test]
+    fn a_head_is_taken_off_the_buffer_with_its_fields_in_order() {
+        let mut b = head_with(3);
+        let h = parse(&mut b).unwrap().unwrap();
+        assert_eq!(&b[..], b"rest");
+        assert_eq!(h.status, 200);
+        assert!(h.keep_alive);
+        assert!(h.reason.is_some(), "Fine is not OK");
+        let names: Vec<_> = h.headers.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["x-f0", "x-f1", "x-f2"]);
+        assert_eq!(h.headers["x-f2"], "v2");
+    }
+
+    #[test]
+    fn more_fields_than_the_stack_holds_parse_up_to_hypers_limit() {
+        let mut b = head_with(FAST_HEADERS + 1);
+        let h = parse(&mut b).unwrap().unwrap();
+        assert_eq!(h.headers.len(), FAST_HEADERS + 1);
+        let mut b = head_with(MAX_HEADERS);
+        assert_eq!(parse(&mut b).unwrap().unwrap().headers.len(), MAX_HEADERS);
+        let mut b = head_with(MAX_HEADERS + 1);
+        assert!(matches!(parse(&mut b), Err(Error::TooManyFields)));
+    }
+
+    #[test]
+    fn a_partial_head_waits_and_connection_decides_keep_alive() {
+        let mut b = BytesMut::from(&b"HTTP/1.1 200 OK\r\nConnection: close\r\n"[..]);
+        assert!(parse(&mut b).unwrap().is_none());
+        b.extend_from_slice(b"\r\n");
+        assert!(!parse(&mut b).unwrap().unwrap().keep_alive);
+        let mut b = BytesMut::from(&b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n"[..]);
+        assert!(parse(&mut b).unwrap().unwrap().keep_alive);
+        let mut b = BytesMut::from(&b"HTTP/1.0 200 OK\r\n\r\n"[..]);
+        assert!(!parse(&mut b).unwrap().unwrap().keep_alive);
+    }
+
+    #[test]
+    fn framing_follows_hypers_client_decoder() {
+        let h = |pairs: &[(&str, &str)]| {
+            let mut m = HeaderMap::new();
+            for (k, v) in pairs {
+                m.append(
+                    HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                    HeaderValue::from_str(v).unwrap(),
+                );
+            }
+            m
+        };
+        let get = Method::GET;
+        let ok = StatusCode::OK;
+        let v11 = Version::HTTP_11;
+        let kind = |s, m: &Method, v, hs: &HeaderMap| decoder(s, m, v, hs).map(|(k, _)| k);
+        assert!(matches!(
+            kind(ok, &get, v11, &h(&[("content-length", "5")])),
+            Ok(Kind::Length(5))
+        ));
+        assert!(matches!(
+            kind(ok, &get, v11, &h(&[("content-length", "5, 5")])),
+            Ok(Kind::Length(5))
+        ));
+        assert!(kind(
+            ok,
+            &get,
+            v11,
+            &h(&[("content-length", "5"), ("content-length", "6")])
+        )
+        .is_err());
+        assert!(matches!(
+            kind(ok, &Method::HEAD, v11, &h(&[("content-length", "5")])),
+            Ok(Kind::Done)
+        ));
+        assert!(matches!(
+            kind(StatusCode::NO_CONTENT, &get, v11, &h(&[])),
+            Ok(Kind::Done)
+        ));
+        assert!(matches!(
+            kind(
+                ok,
+                &get,
+                v11,
+                &h(&[
+                    ("transfer-encoding", "gzip, chunked"),
+                    ("content-length", "5")
+                ])
+            ),
+            Ok(Kind::Chunked(_))
+        ));
+        assert!(matches!(
+            kind(ok, &get, v11, &h(&[("transfer-encoding", "gzip")])),
+            Ok(Kind::Close)
+        ));
+        assert!(kind(
+            ok,
+            &get,
+            Version::HTTP_10,
+            &h(&[("transfer-encoding", "chunked")])
+        )
+        .is_err());
+        assert!(matches!(kind(ok, &get, v11, &h(&[])), Ok(Kind::Close)));
+        assert!(
+            decoder(StatusCode::SWITCHING_PROTOCOLS, &get, v11, &h(&[])).is_ok_and(|(_, up)| up)
+        );
+    }
+}

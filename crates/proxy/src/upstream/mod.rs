@@ -1,0 +1,471 @@
+//! The plain HTTP/1.1 upstream client: the request's own task writes the
+//! request and reads the response on a connection it owns ([`H1`]), with
+//! no dispatcher task and no channel between them. The response body
+//! ([`H1Body`]) owns the connection and hands it back only once the body
+//! ended cleanly on a connection that may be kept.
+//!
+//! The bytes on the wire are hyper's (the client this replaced): the
+//! request line, the header map in its order with lowercase names, the
+//! body framed by Content-Length or chunked by hyper's rules; the response
+//! head parsed with `httparse` with hyper's limits and framed as hyper's
+//! client frames it. TLS upstreams keep hyper's client.
+
+mod body;
+mod head;
+
+use std::io;
+use std::pin::Pin;
+use std::time::Duration;
+
+use bytes::{BufMut, BytesMut};
+use http::{HeaderMap, Method, Request, Response};
+use http_body_util::BodyExt;
+use hyper::body::{Body as _, Incoming};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::body::{BoxError, UpBody};
+
+pub(crate) use body::{H1Body, Upgraded};
+
+/// The longest response head read (hyper's default read buffer limit).
+const MAX_HEAD: usize = 8192 + 4096 * 100;
+/// Reads start at this size and grow while they fill.
+const READ_MIN: usize = 8 * 1024;
+const READ_MAX: usize = 64 * 1024;
+
+/// One plain HTTP/1.1 connection to a peer.
+pub(crate) struct H1 {
+    io: TcpStream,
+    /// Bytes read and not yet consumed (empty while idle).
+    buf: BytesMut,
+    /// The next read's size (grows while reads fill it).
+    read_size: usize,
+    /// The request head (and small bodies) on their way out.
+    out: Vec<u8>,
+}
+
+/// Which of nginx's two request timers ran out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// `proxy_send_timeout`: between two writes of the request.
+    Sending,
+    /// `proxy_read_timeout`: for the response header once all was sent.
+    Waiting,
+}
+
+/// Why an exchange failed before a response header.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Error {
+    /// Writing the request failed; `written`: whether any byte went out.
+    #[error("writing the request failed: {source}")]
+    Write {
+        /// The OS error.
+        #[source]
+        source: io::Error,
+        /// Some of the request left.
+        written: bool,
+    },
+    /// Reading the response head failed.
+    #[error("reading the response header failed: {0}")]
+    Read(#[source] io::Error),
+    /// The peer closed before a whole response head.
+    #[error("connection closed before message completed")]
+    Closed,
+    /// The response head is not valid HTTP/1.x.
+    #[error("invalid response header: {0}")]
+    Parse(String),
+    /// The response head has more than hyper's 100 header fields.
+    #[error("invalid response header: too many header fields")]
+    TooManyFields,
+    /// The request body failed (the client's side).
+    #[error("request body failed: {0}")]
+    Body(#[source] BoxError),
+    /// A timer ran out.
+    #[error("timed out")]
+    Timeout(Phase),
+}
+
+/// The two request timers.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Timeouts {
+    /// `proxy_send_timeout`.
+    pub(crate) send: Duration,
+    /// `proxy_read_timeout`.
+    pub(crate) read: Duration,
+}
+
+/// How the request body is framed on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Framing {
+    None,
+    Length(u64),
+    Chunked,
+}
+
+/// The response body of either client.
+pub(crate) enum RespBody {
+    /// hyper's (TLS upstreams).
+    Hyper(Incoming),
+    /// This module's.
+    H1(H1Body),
+}
+
+impl hyper::body::Body for RespBody {
+    type Data = bytes::Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, BoxError>>> {
+        match self.get_mut() {
+            RespBody::Hyper(b) => Pin::new(b).poll_frame(cx).map_err(BoxError::from),
+            RespBody::H1(b) => Pin::new(b).poll_frame(cx).map_err(BoxError::from),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            RespBody::Hyper(b) => b.is_end_stream(),
+            RespBody::H1(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        match self {
+            RespBody::Hyper(b) => b.size_hint(),
+            RespBody::H1(b) => b.size_hint(),
+        }
+    }
+}
+
+impl RespBody {
+    /// The connection, once the body ended cleanly and it may be kept.
+    pub(crate) fn reclaim(&mut self) -> Option<H1> {
+        match self {
+            RespBody::Hyper(_) => None,
+            RespBody::H1(b) => b.reclaim(),
+        }
+    }
+}
+
+/// Anything a tunnel can run over.
+pub(crate) trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+
+/// The upstream side of a 101, from either client.
+pub(crate) enum OnUpgrade {
+    Hyper(hyper::upgrade::OnUpgrade),
+    H1(Option<Upgraded>),
+}
+
+impl OnUpgrade {
+    /// The 101 response's connection: hyper's upgrade, or this module's
+    /// connection with the bytes read past the head.
+    pub(crate) fn new(head: &http::response::Parts, body: RespBody) -> Self {
+        match body {
+            RespBody::Hyper(b) => {
+                OnUpgrade::Hyper(hyper::upgrade::on(Response::from_parts(head.clone(), b)))
+            }
+            RespBody::H1(b) => OnUpgrade::H1(b.upgraded()),
+        }
+    }
+
+    /// The connection to tunnel over.
+    pub(crate) async fn io(self) -> Result<Box<dyn Io>, String> {
+        match self {
+            OnUpgrade::Hyper(on) => match on.await {
+                Ok(up) => Ok(Box::new(hyper_util::rt::TokioIo::new(up))),
+                Err(e) => Err(e.to_string()),
+            },
+            OnUpgrade::H1(Some(up)) => Ok(Box::new(up)),
+            OnUpgrade::H1(None) => Err("the upstream connection is gone".to_owned()),
+        }
+    }
+}
+
+impl H1 {
+    /// A connection over `io` (connected, TCP_NODELAY set).
+    pub(crate) fn new(io: TcpStream) -> Self {
+        Self {
+            io,
+            buf: BytesMut::new(),
+            read_size: READ_MIN,
+            out: Vec::new(),
+        }
+    }
+
+    /// Whether an idle connection is still usable: nothing arrived on it
+    /// (a close, or bytes nobody asked for, make it unusable). Checked
+    /// without waiting, at checkout.
+    pub(crate) fn is_usable(&self) -> bool {
+        if !self.buf.is_empty() {
+            return false;
+        }
+        let mut probe = [0u8; 1];
+        match self.io.try_read(&mut probe) {
+            Err(e) => e.kind() == io::ErrorKind::WouldBlock,
+            Ok(_) => false,
+        }
+    }
+
+    /// Send `req` and read the response head, within nginx's two timers.
+    pub(crate) async fn send(
+        mut self,
+        req: Request<UpBody>,
+        t: Timeouts,
+    ) -> Result<Response<H1Body>, Error> {
+        let (mut parts, mut body) = req.into_parts();
+        let framing = set_length(&mut parts.headers, &parts.method, &body);
+        let keep = !head::asks_close(&parts.headers);
+        self.out.clear();
+        head::encode(&parts, &mut self.out);
+        let mut written = false;
+        if matches!(framing, Framing::None | Framing::Length(0)) {
+            self.write_out(&mut written, None, t.send).await?;
+        } else {
+            self.send_body(&mut body, framing, &mut written, t.send)
+                .await?;
+        }
+        drop(body);
+        let deadline = Instant::now() + t.read;
+        let head = loop {
+            if !self.buf.is_empty() {
+                match head::parse(&mut self.buf)? {
+                    Some(h) if h.status.is_informational() && h.status.as_u16() != 101 => continue,
+                    Some(h) => break h,
+                    None if self.buf.len() >= MAX_HEAD => {
+                        return Err(Error::Parse("response header too large".to_owned()))
+                    }
+                    None => {}
+                }
+            }
+            let n = match tokio::time::timeout_at(deadline, self.read_more()).await {
+                Ok(r) => r.map_err(Error::Read)?,
+                Err(_) => return Err(Error::Timeout(Phase::Waiting)),
+            };
+            if n == 0 {
+                return Err(Error::Closed);
+            }
+        };
+        let head::Head {
+            status,
+            version,
+            headers,
+            reason,
+            keep_alive,
+        } = head;
+        let (kind, upgrade) = head::decoder(status, &parts.method, version, &headers)?;
+        let mut resp = Response::new(());
+        *resp.status_mut() = status;
+        *resp.version_mut() = version;
+        if let Some(r) = reason {
+            resp.extensions_mut().insert(r);
+        }
+        *resp.headers_mut() = headers;
+        let keep = keep && keep_alive && !upgrade && !matches!(kind, body::Kind::Close);
+        Ok(resp.map(|()| H1Body::new(self, kind, keep, upgrade)))
+    }
+
+    /// Write the request body after the head: each write (and each wait
+    /// for the client's next piece) within `proxy_send_timeout`. hyper's
+    /// rules: Content-Length bytes and no more; chunked ends with `0`.
+    async fn send_body(
+        &mut self,
+        body: &mut UpBody,
+        framing: Framing,
+        written: &mut bool,
+        send: Duration,
+    ) -> Result<(), Error> {
+        let mut left = match framing {
+            Framing::Length(n) => Some(n),
+            _ => None,
+        };
+        let mut last = Instant::now();
+        // The first piece goes out with the head when it is there at once.
+        let mut first = futures_util::FutureExt::now_or_never(body.frame());
+        loop {
+            let frame = match first.take() {
+                Some(f) => f,
+                None => {
+                    if !self.out.is_empty() {
+                        self.write_out(written, Some(last + send), send).await?;
+                        last = Instant::now();
+                    }
+                    if left == Some(0) {
+                        return Ok(());
+                    }
+                    match tokio::time::timeout_at(last + send, body.frame()).await {
+                        Ok(f) => f,
+                        Err(_) => return Err(Error::Timeout(Phase::Sending)),
+                    }
+                }
+            };
+            match frame {
+                Some(Ok(frame)) => {
+                    let Ok(mut data) = frame.into_data() else {
+                        continue;
+                    };
+                    if let Some(l) = left.as_mut() {
+                        let take = usize::try_from(*l).unwrap_or(usize::MAX).min(data.len());
+                        data.truncate(take);
+                        *l -= take as u64;
+                    }
+                    if data.is_empty() {
+                        continue;
+                    }
+                    if framing == Framing::Chunked {
+                        let _ = std::io::Write::write_fmt(
+                            &mut self.out,
+                            format_args!("{:X}\r\n", data.len()),
+                        );
+                        self.out.put_slice(&data);
+                        self.out.put_slice(b"\r\n");
+                    } else {
+                        self.out.put_slice(&data);
+                    }
+                }
+                Some(Err(e)) => return Err(Error::Body(e)),
+                None => {
+                    match (framing, left) {
+                        (Framing::Chunked, _) => self.out.put_slice(b"0\r\n\r\n"),
+                        (_, Some(l)) if l > 0 => {
+                            return Err(Error::Body(
+                                "request body ended before its Content-Length".into(),
+                            ))
+                        }
+                        _ => {}
+                    }
+                    if !self.out.is_empty() {
+                        self.write_out(written, Some(last + send), send).await?;
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Write all of `out`: at once when the socket takes it (the common
+    /// case: no timer), else waiting within the send timer.
+    async fn write_out(
+        &mut self,
+        written: &mut bool,
+        deadline: Option<Instant>,
+        send: Duration,
+    ) -> Result<(), Error> {
+        let mut at = 0;
+        match self.io.try_write(&self.out) {
+            Ok(n) => at = n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(source) => {
+                return Err(Error::Write {
+                    source,
+                    written: *written,
+                })
+            }
+        }
+        if at > 0 {
+            *written = true;
+        }
+        if at < self.out.len() {
+            let deadline = deadline.unwrap_or_else(|| Instant::now() + send);
+            let rest = &self.out[at..];
+            match tokio::time::timeout_at(deadline, self.io.write_all(rest)).await {
+                Ok(Ok(())) => *written = true,
+                Ok(Err(source)) => {
+                    return Err(Error::Write {
+                        source,
+                        written: *written,
+                    })
+                }
+                Err(_) => return Err(Error::Timeout(Phase::Sending)),
+            }
+        }
+        self.out.clear();
+        Ok(())
+    }
+
+    /// Read what is there (waiting for some), growing the buffer.
+    async fn read_more(&mut self) -> io::Result<usize> {
+        std::future::poll_fn(|cx| self.poll_read_more(cx)).await
+    }
+
+    fn poll_read_more(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<usize>> {
+        let want = self.read_size;
+        if self.buf.capacity() - self.buf.len() < want / 2 {
+            self.buf.reserve(want);
+        }
+        let room = self.buf.capacity() - self.buf.len();
+        let n = std::task::ready!(tokio_util::io::poll_read_buf(
+            Pin::new(&mut self.io),
+            cx,
+            &mut self.buf
+        ))?;
+        if n >= room && self.read_size < READ_MAX {
+            self.read_size *= 2;
+        } else if n < room / 4 && self.read_size > READ_MIN {
+            self.read_size /= 2;
+        }
+        std::task::Poll::Ready(Ok(n))
+    }
+}
+
+/// hyper's `Client::set_length`: how the body goes, and the headers that
+/// say so (a body of unknown length is chunked except for GET, HEAD and
+/// CONNECT, which then send none).
+fn set_length(headers: &mut HeaderMap, method: &Method, body: &UpBody) -> Framing {
+    use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
+    if body.is_end_stream() {
+        headers.remove(TRANSFER_ENCODING);
+        return Framing::None;
+    }
+    let existing = head::content_length_parse_all(headers);
+    if headers.contains_key(TRANSFER_ENCODING) {
+        let mut values: Vec<http::HeaderValue> =
+            headers.get_all(TRANSFER_ENCODING).iter().cloned().collect();
+        let last_chunked = values
+            .last()
+            .is_some_and(|v| head::last_token_is_chunked(v.as_bytes()));
+        if !last_chunked {
+            // hyper adds chunked to a Transfer-Encoding that lacks it.
+            if let Some(last) = values.pop() {
+                let mut v = last.as_bytes().to_vec();
+                v.extend_from_slice(b", chunked");
+                values.push(http::HeaderValue::from_bytes(&v).unwrap_or(last));
+            }
+            headers.remove(TRANSFER_ENCODING);
+            for v in values {
+                headers.append(TRANSFER_ENCODING, v);
+            }
+        }
+        headers.remove(CONTENT_LENGTH);
+        return Framing::Chunked;
+    }
+    if let Some(n) = existing {
+        return Framing::Length(n);
+    }
+    match body.size_hint().exact() {
+        Some(n) => {
+            headers.insert(CONTENT_LENGTH, http::HeaderValue::from(n));
+            Framing::Length(n)
+        }
+        None => match *method {
+            Method::GET | Method::HEAD | Method::CONNECT => Framing::Length(0),
+            _ => {
+                headers.insert(TRANSFER_ENCODING, http::HeaderValue::from_static("chunked"));
+                headers.remove(CONTENT_LENGTH);
+                Framing::Chunked
+            }
+        },
+    }
+}
+
+/// The stream of an upgraded connection (used by [`Upgraded`]).
+pub(crate) fn into_parts(h1: H1) -> (TcpStream, BytesMut) {
+    (h1.io, h1.buf)
+}
