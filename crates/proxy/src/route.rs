@@ -295,6 +295,13 @@ pub fn scope_of(config: &Config) -> Result<Scope, RouteError> {
     Ok(scope)
 }
 
+/// Load every certificate and key of `config`'s TLS listeners as `vigil
+/// serve` does at start (nginx -t loads them too): the first that fails,
+/// at its directive.
+pub fn certificate_errors(config: &Config) -> Result<(), RouteError> {
+    crate::tls::TlsSites::build(config).map(|_| ())
+}
+
 /// Every value of the rewrite phase `vigil serve` would refuse (an
 /// unknown variable in a `return` text, a `rewrite` replacement, a `set`
 /// value, a `map` value, a `proxy_pass` URI, or an `add_header` of a
