@@ -278,27 +278,45 @@ impl Member {
         replicas: usize,
         b: &Backends,
     ) -> Self {
+        Self::start_every(dir, name, fleet, etcd, replicas, b, INTERVAL_MS)
+    }
+
+    /// [`Member::start`] with another check interval (the load figures).
+    fn start_every(
+        dir: &Path,
+        name: &str,
+        fleet: &str,
+        etcd: &str,
+        replicas: usize,
+        b: &Backends,
+        interval_ms: u64,
+    ) -> Self {
+        let timeout_ms = (interval_ms * 5 / 6).min(900);
         let listen = free_port();
         let admin = free_port();
         let servers: String = b.addrs.iter().map(|a| format!("server {a}; ")).collect();
         let conf = format!(
             "events {{}} http {{ upstream u {{ {servers} \
-             check interval={INTERVAL_MS} rise=1 fall=2 timeout=250 type=http; \
+             check interval={interval_ms} rise=1 fall=2 timeout={timeout_ms} type=http; \
              check_http_send \"GET /health HTTP/1.0\\r\\n\\r\\n\"; }} \
              server {{ listen {listen}; location / {{ proxy_pass http://u; }} }} }}\n"
         );
         let path = dir.join(format!("{name}.conf"));
         std::fs::write(&path, conf).expect("test step");
         let log = dir.join(format!("{name}.log"));
-        let child = Command::new(env!("CARGO_BIN_EXE_vigil"))
-            .args(["serve", "--threads", "1", "--nginx-conf"])
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_vigil"));
+        cmd.args(["serve", "--threads", "1", "--nginx-conf"])
             .arg(&path)
-            .arg(format!("--admin-listen={admin}"))
-            .arg(format!("--fleet-etcd={etcd}"))
-            .arg(format!("--fleet-name={fleet}"))
-            .arg(format!("--fleet-member={name}"))
-            .arg(format!("--fleet-replicas={replicas}"))
-            .args(["--fleet-ttl=2s", "--fleet-etcd-timeout=500ms"])
+            .arg(format!("--admin-listen={admin}"));
+        // No etcd: a plain instance (the load measurement's baseline).
+        if !etcd.is_empty() {
+            cmd.arg(format!("--fleet-etcd={etcd}"))
+                .arg(format!("--fleet-name={fleet}"))
+                .arg(format!("--fleet-member={name}"))
+                .arg(format!("--fleet-replicas={replicas}"))
+                .args(["--fleet-ttl=2s", "--fleet-etcd-timeout=500ms"]);
+        }
+        let child = cmd
             .env_remove("VIGIL_ADMIN_TOKEN")
             .env("VIGIL_LOG", "info")
             .stdout(Stdio::null())
@@ -323,7 +341,11 @@ impl Member {
                 if let Some(Ok(Some(exit))) = m.child.as_mut().map(Child::try_wait) {
                     panic!("{name} exited ({exit})");
                 }
-                m.fleet().is_some()
+                if etcd.is_empty() {
+                    http_get(m.admin, "/api/status").is_some()
+                } else {
+                    m.fleet().is_some()
+                }
             },
         );
         m
@@ -671,5 +693,64 @@ fn with_etcd_stopped_every_member_probes_on_its_own_and_serves_then_rejoins() {
             "{}: sharded again after the rejoin: {seen:?}",
             b.addrs[i]
         );
+    }
+}
+
+/// The probe load at the backends with 1, 3 and 10 members, in a fleet
+/// (R=1) and as plain instances: the figures of docs/fleet.md. A
+/// measurement, not a test (no assertion on the figures); run it with
+/// `cargo test -p vigil --features fleet --test it fleet::probe_load -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement for docs/fleet.md, ~1 min"]
+fn probe_load_at_1_3_and_10_members() {
+    let dir = tempfile::tempdir().expect("test step");
+    let etcd = Etcd::start();
+    let b = Backends::start(30);
+    // 1 s, not the tests' 300 ms: ten processes on two cores must not
+    // saturate the machine, or the figures measure the CPU, not the fleet.
+    let interval_ms = 1000;
+    let window = Duration::from_secs(10);
+    for n in [1, 3, 10] {
+        for in_fleet in [false, true] {
+            let fleet = format!("load{n}{}", if in_fleet { "f" } else { "p" });
+            let url = if in_fleet { etcd.url() } else { String::new() };
+            let members: Vec<Member> = (1..=n)
+                .map(|i| {
+                    Member::start_every(
+                        dir.path(),
+                        &format!("{fleet}-m{i}"),
+                        &fleet,
+                        &url,
+                        1,
+                        &b,
+                        interval_ms,
+                    )
+                })
+                .collect();
+            if in_fleet {
+                settle(&members, n);
+            } else {
+                // Past every start round.
+                std::thread::sleep(Duration::from_millis(2 * interval_ms));
+            }
+            b.clear_probes();
+            let start = Instant::now();
+            std::thread::sleep(window);
+            let total: usize = (0..b.addrs.len()).map(|i| b.probers(i).len()).sum();
+            let unknown: usize = (0..b.addrs.len())
+                .map(|i| b.probers(i).iter().filter(|m| *m == "?").count())
+                .sum();
+            let per_s = total as f64 / start.elapsed().as_secs_f64();
+            let max_probers = (0..b.addrs.len())
+                .map(|i| distinct(&b.probers(i)).len())
+                .max()
+                .unwrap_or(0);
+            eprintln!(
+                "members={n:>2} {:<6} 30 targets, interval {interval_ms} ms: {per_s:7.1} probes/s at the backends ({:.2} per target per interval), at most {max_probers} prober(s) per target, {unknown} probe(s) of no known member",
+                if in_fleet { "fleet" } else { "plain" },
+                per_s / 30.0 * interval_ms as f64 / 1000.0,
+            );
+            drop(members);
+        }
     }
 }
