@@ -103,6 +103,8 @@ struct Backends {
     traffic: Vec<Arc<AtomicUsize>>,
     /// Per backend: answer 500 to everything.
     failing: Vec<Arc<AtomicBool>>,
+    /// Per backend: close traffic connections unanswered (probes pass).
+    broken: Vec<Arc<AtomicBool>>,
     /// pid -> member name, for the /proc look-up.
     pids: Arc<Mutex<HashMap<u32, String>>>,
 }
@@ -115,6 +117,7 @@ impl Backends {
             probes: Vec::new(),
             traffic: Vec::new(),
             failing: Vec::new(),
+            broken: Vec::new(),
             pids: pids.clone(),
         };
         for _ in 0..n {
@@ -123,10 +126,11 @@ impl Backends {
             let probes: Arc<Mutex<Vec<String>>> = Arc::default();
             let traffic = Arc::new(AtomicUsize::new(0));
             let failing = Arc::new(AtomicBool::new(false));
+            let broken = Arc::new(AtomicBool::new(false));
             let (p, t, f, pids) = (
                 probes.clone(),
                 traffic.clone(),
-                failing.clone(),
+                (failing.clone(), broken.clone()),
                 pids.clone(),
             );
             std::thread::spawn(move || {
@@ -140,6 +144,7 @@ impl Backends {
             b.probes.push(probes);
             b.traffic.push(traffic);
             b.failing.push(failing);
+            b.broken.push(broken);
         }
         b
     }
@@ -161,7 +166,7 @@ fn serve_one(
     me: SocketAddr,
     probes: &Mutex<Vec<String>>,
     traffic: &AtomicUsize,
-    failing: &AtomicBool,
+    (failing, broken): &(Arc<AtomicBool>, Arc<AtomicBool>),
     pids: &Mutex<HashMap<u32, String>>,
 ) {
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
@@ -183,6 +188,9 @@ fn serve_one(
         probes.lock().expect("test step").push(who);
     } else {
         traffic.fetch_add(1, Ordering::SeqCst);
+        if broken.load(Ordering::SeqCst) {
+            return; // closed before any response byte: an `error`
+        }
     }
     let status = if failing.load(Ordering::SeqCst) {
         "500 Internal Server Error"
@@ -269,6 +277,26 @@ struct Member {
     child: Option<Child>,
 }
 
+/// How a member runs.
+struct How {
+    replicas: usize,
+    interval_ms: u64,
+    share_passive: bool,
+    /// Parameters of every `server` line.
+    server_params: &'static str,
+}
+
+impl Default for How {
+    fn default() -> Self {
+        How {
+            replicas: 1,
+            interval_ms: INTERVAL_MS,
+            share_passive: false,
+            server_params: "",
+        }
+    }
+}
+
 impl Member {
     fn start(
         dir: &Path,
@@ -278,23 +306,31 @@ impl Member {
         replicas: usize,
         b: &Backends,
     ) -> Self {
-        Self::start_every(dir, name, fleet, etcd, replicas, b, INTERVAL_MS)
+        let how = How {
+            replicas,
+            ..How::default()
+        };
+        Self::start_with(dir, name, fleet, etcd, b, &how)
     }
 
-    /// [`Member::start`] with another check interval (the load figures).
-    fn start_every(
+    /// [`Member::start`] with other settings.
+    fn start_with(
         dir: &Path,
         name: &str,
         fleet: &str,
         etcd: &str,
-        replicas: usize,
         b: &Backends,
-        interval_ms: u64,
+        how: &How,
     ) -> Self {
+        let (interval_ms, replicas) = (how.interval_ms, how.replicas);
         let timeout_ms = (interval_ms * 5 / 6).min(900);
         let listen = free_port();
         let admin = free_port();
-        let servers: String = b.addrs.iter().map(|a| format!("server {a}; ")).collect();
+        let servers: String = b
+            .addrs
+            .iter()
+            .map(|a| format!("server {a} {}; ", how.server_params))
+            .collect();
         let conf = format!(
             "events {{}} http {{ upstream u {{ {servers} \
              check interval={interval_ms} rise=1 fall=2 timeout={timeout_ms} type=http; \
@@ -315,6 +351,9 @@ impl Member {
                 .arg(format!("--fleet-member={name}"))
                 .arg(format!("--fleet-replicas={replicas}"))
                 .args(["--fleet-ttl=2s", "--fleet-etcd-timeout=500ms"]);
+            if how.share_passive {
+                cmd.arg("--fleet-share-passive");
+            }
         }
         let child = cmd
             .env_remove("VIGIL_ADMIN_TOKEN")
@@ -716,15 +755,11 @@ fn probe_load_at_1_3_and_10_members() {
             let url = if in_fleet { etcd.url() } else { String::new() };
             let members: Vec<Member> = (1..=n)
                 .map(|i| {
-                    Member::start_every(
-                        dir.path(),
-                        &format!("{fleet}-m{i}"),
-                        &fleet,
-                        &url,
-                        1,
-                        &b,
+                    let how = How {
                         interval_ms,
-                    )
+                        ..How::default()
+                    };
+                    Member::start_with(dir.path(), &format!("{fleet}-m{i}"), &fleet, &url, &b, &how)
                 })
                 .collect();
             if in_fleet {
@@ -752,5 +787,73 @@ fn probe_load_at_1_3_and_10_members() {
             );
             drop(members);
         }
+    }
+}
+
+#[test]
+fn with_share_passive_a_peer_one_member_ejects_is_probed_by_the_others_not_ejected() {
+    let dir = tempfile::tempdir().expect("test step");
+    let etcd = Etcd::start();
+    let b = Backends::start(3);
+    // A long interval: a probe a member does not own is a probe asked for.
+    let how = How {
+        interval_ms: 60_000,
+        share_passive: true,
+        server_params: "max_fails=1 fail_timeout=30s",
+        ..How::default()
+    };
+    let members: Vec<Member> = (1..=3)
+        .map(|i| Member::start_with(dir.path(), &format!("p-m{i}"), "p", &etcd.url(), &b, &how))
+        .collect();
+    settle(&members, 3);
+    let bad = b.addrs[0];
+    let owner = members[0].owners()[&bad.to_string()][0].clone();
+    let mut others = members.iter().filter(|m| m.name != owner);
+    let (ejector, bystander) = (
+        others.next().expect("test step"),
+        others.next().expect("test step"),
+    );
+    wait_for(
+        "the start round to bring every peer up",
+        Duration::from_secs(10),
+        || {
+            members
+                .iter()
+                .all(|m| b.addrs.iter().all(|a| m.peer_state(*a) == "eligible"))
+        },
+    );
+    b.clear_probes();
+    b.broken[0].store(true, Ordering::SeqCst);
+    // The ejector's traffic meets the broken peer (round robin over 3).
+    wait_for(
+        "the ejector to exclude the peer",
+        Duration::from_secs(10),
+        || {
+            let _ = http_get(ejector.listen, "/");
+            ejector.peer_state(bad) == "excluded"
+        },
+    );
+    wait_for(
+        "the bystander to probe the ejected peer at once",
+        Duration::from_secs(10),
+        || b.probers(0).contains(&bystander.name),
+    );
+    let log = std::fs::read_to_string(&bystander.log).unwrap_or_default();
+    assert!(
+        log.contains(&format!(
+            "fleet: member {} ejected upstream u server {bad} on its traffic; probing it here now",
+            ejector.name
+        )),
+        "{log}"
+    );
+    // Its probe passed (only traffic is broken): the others keep the peer.
+    let owner = members.iter().find(|m| m.name == owner).expect("test step");
+    for m in [bystander, owner] {
+        assert_eq!(
+            m.peer_state(bad),
+            "eligible",
+            "{} did not eject it blindly",
+            m.name
+        );
     }
 }
