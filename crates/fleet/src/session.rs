@@ -283,9 +283,11 @@ impl Session<'_> {
             return;
         };
         let mut c = client;
-        if let Err(e) = self.call("lease revoke", c.lease_revoke(lease)).await {
-            tracing::warn!(target: "vigil::fleet", error = %e, "fleet: could not revoke the lease; it expires after its TTL");
+        match self.call("lease revoke", c.lease_revoke(lease)).await {
+            Ok(_) => self.shared.left(),
+            Err(e) => {
+                tracing::warn!(target: "vigil::fleet", error = %e, "fleet: could not revoke the lease; it expires after its TTL")
+            }
         }
-        self.shared.left();
     }
 }

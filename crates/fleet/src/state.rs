@@ -135,7 +135,7 @@ impl Shared {
     /// Left the fleet (shutdown).
     pub(crate) fn left(&self) {
         self.joined.store(false, Ordering::Release);
-        tracing::info!(target: "vigil::fleet", fleet = %self.opts.name, member = %self.me(), "fleet: left");
+        tracing::info!(target: "vigil::fleet", fleet = %self.opts.name, member = %self.me(), "fleet: left (lease revoked: the others take over this member's targets now)");
         self.change("left", None, "lease revoked".into());
     }
 

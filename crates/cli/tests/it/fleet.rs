@@ -671,7 +671,20 @@ fn a_killed_members_targets_are_probed_again_within_ttl_and_interval() {
     );
     settle(&members, 2);
     assert!(members[0].members().iter().all(|m| *m != victim));
-    // After the move each target again has exactly one prober.
+    // A member stopped with SIGTERM leaves: it revokes its lease.
+    let pid = members[1].child.as_ref().map(Child::id).expect("running");
+    let status = Command::new("kill")
+        .arg(pid.to_string())
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    if let Some(mut c) = members[1].child.take() {
+        let _ = c.wait();
+    }
+    let log = std::fs::read_to_string(&members[1].log).unwrap_or_default();
+    assert!(log.contains("fleet: left (lease revoked"), "{log}");
+    settle(&members, 1);
+    // The last member probes every target, once an interval.
     b.clear_probes();
     probed_at_least(&b, 4, Duration::from_secs(20));
     for i in 0..b.addrs.len() {
