@@ -77,6 +77,17 @@ impl Etcd {
         });
     }
 
+    /// Send a signal to etcd (`STOP` freezes it: the slow etcd case).
+    fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().map(Child::id).expect("etcd running");
+        let ok = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("kill");
+        assert!(ok.success(), "kill -{sig} {pid}");
+    }
+
     fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
@@ -869,4 +880,36 @@ fn with_share_passive_a_peer_one_member_ejects_is_probed_by_the_others_not_eject
             m.name
         );
     }
+}
+
+#[test]
+fn a_frozen_etcd_is_a_slow_one_every_member_probes_on_its_own_until_it_answers() {
+    let dir = tempfile::tempdir().expect("test step");
+    let etcd = Etcd::start();
+    let b = Backends::start(6);
+    let members = fleet_of(dir.path(), "s", &etcd.url(), 1, &b);
+    // SIGSTOP: connections stay open, nothing answers (no error to see).
+    etcd.signal("STOP");
+    wait_for(
+        "every member to call etcd slow",
+        Duration::from_secs(15),
+        || {
+            members.iter().all(|m| {
+                m.fleet().is_some_and(|v| {
+                    v["state"] == "degraded"
+                        && v["reason"]
+                            .as_str()
+                            .is_some_and(|r| r.contains("no answer within"))
+                })
+            })
+        },
+    );
+    b.clear_probes();
+    wait_for(
+        "every member to probe every target itself",
+        Duration::from_secs(15),
+        || (0..b.addrs.len()).all(|i| distinct(&b.probers(i)).len() == 3),
+    );
+    etcd.signal("CONT");
+    settle(&members, 3);
 }
