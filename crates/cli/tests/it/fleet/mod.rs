@@ -390,3 +390,60 @@ fn a_frozen_etcd_is_a_slow_one_every_member_probes_on_its_own_until_it_answers()
     etcd.signal("CONT");
     settle(&members, 3);
 }
+
+#[test]
+fn over_tls_with_a_client_certificate_a_member_joins_and_without_one_it_serves_degraded() {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let dir = tempfile::tempdir().expect("test step");
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().expect("key")).expect("ca");
+    let write = |name: &str, text: String| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).expect("test step");
+        p
+    };
+    let leaf = |names: Vec<String>| {
+        let key = KeyPair::generate().expect("key");
+        let cert = CertificateParams::new(names)
+            .expect("params")
+            .signed_by(&key, &ca)
+            .expect("cert");
+        (cert.pem(), key.serialize_pem())
+    };
+    let ca_pem = write("ca.pem", ca.pem());
+    let (c, k) = leaf(vec!["127.0.0.1".into(), "localhost".into()]);
+    let (srv_cert, srv_key) = (write("etcd.pem", c), write("etcd.key", k));
+    let (c, k) = leaf(vec!["vigil".into()]);
+    let (cli_cert, cli_key) = (write("vigil.pem", c), write("vigil.key", k));
+    let etcd = Etcd::start_tls(srv_cert, srv_key, ca_pem.clone());
+    let b = Backends::start(2);
+    let arg = |flag: &str, p: &std::path::Path| format!("--{flag}={}", p.display());
+    let with_cert = How {
+        extra: vec![
+            arg("fleet-etcd-ca", &ca_pem),
+            arg("fleet-etcd-cert", &cli_cert),
+            arg("fleet-etcd-key", &cli_key),
+        ],
+        ..How::default()
+    };
+    let good = Member::start_with(dir.path(), "t-m1", "t", &etcd.url(), &b, &with_cert);
+    wait_for(
+        "the member with a certificate to join",
+        Duration::from_secs(15),
+        || good.state() == "joined" && good.members() == ["t-m1"],
+    );
+    let without = How {
+        extra: vec![arg("fleet-etcd-ca", &ca_pem)],
+        ..How::default()
+    };
+    let bad = Member::start_with(dir.path(), "t-m2", "t", &etcd.url(), &b, &without);
+    wait_for(
+        "the member without a certificate to be refused",
+        Duration::from_secs(15),
+        || bad.state() == "degraded",
+    );
+    assert_eq!(good.members(), ["t-m1"], "the refused member never joined");
+    let (status, _) = http_get(bad.listen, "/").expect("answer");
+    assert_eq!(status, 200, "traffic does not depend on etcd");
+}

@@ -31,6 +31,9 @@ pub(super) struct Etcd {
     dir: tempfile::TempDir,
     client: SocketAddr,
     peer: SocketAddr,
+    /// TLS on the client URL: (certificate, key, CA) files; clients need
+    /// a certificate of that CA (`--client-cert-auth`).
+    tls: Option<(PathBuf, PathBuf, PathBuf)>,
     pub(super) child: Option<Child>,
 }
 
@@ -40,6 +43,20 @@ impl Etcd {
             dir: tempfile::tempdir().expect("test step"),
             client: free_port(),
             peer: free_port(),
+            tls: None,
+            child: None,
+        };
+        e.restart();
+        e
+    }
+
+    /// An etcd that serves clients over TLS only and asks for their certificates.
+    pub(super) fn start_tls(cert: PathBuf, key: PathBuf, ca: PathBuf) -> Self {
+        let mut e = Etcd {
+            dir: tempfile::tempdir().expect("test step"),
+            client: free_port(),
+            peer: free_port(),
+            tls: Some((cert, key, ca)),
             child: None,
         };
         e.restart();
@@ -47,7 +64,8 @@ impl Etcd {
     }
 
     pub(super) fn url(&self) -> String {
-        format!("http://{}", self.client)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.client)
     }
 
     /// (Re)start on the same ports and data dir.
@@ -55,7 +73,14 @@ impl Etcd {
         let client = self.url();
         let peer = format!("http://{}", self.peer);
         let log = std::fs::File::create(self.dir.path().join("etcd.log")).expect("test step");
-        let child = Command::new(ETCD)
+        let mut cmd = Command::new(ETCD);
+        if let Some((cert, key, ca)) = &self.tls {
+            cmd.arg(format!("--cert-file={}", cert.display()))
+                .arg(format!("--key-file={}", key.display()))
+                .arg(format!("--trusted-ca-file={}", ca.display()))
+                .arg("--client-cert-auth");
+        }
+        let child = cmd
             .arg("--name=t")
             .arg(format!(
                 "--data-dir={}",
@@ -72,6 +97,13 @@ impl Etcd {
             .expect("start /usr/bin/etcd (Debian's etcd-server)");
         self.child = Some(child);
         let addr = self.client;
+        if self.tls.is_some() {
+            // No TLS client here: an accepted connection will do.
+            wait_for("etcd to listen", Duration::from_secs(20), || {
+                TcpStream::connect(addr).is_ok()
+            });
+            return;
+        }
         wait_for("etcd to be healthy", Duration::from_secs(20), || {
             http_get(addr, "/health").is_some_and(|(s, b)| s == 200 && b.contains("true"))
         });
@@ -295,6 +327,8 @@ pub(super) struct How {
     pub(super) share_passive: bool,
     /// Parameters of every `server` line.
     pub(super) server_params: &'static str,
+    /// More flags of `vigil serve`.
+    pub(super) extra: Vec<String>,
 }
 
 impl Default for How {
@@ -304,6 +338,7 @@ impl Default for How {
             interval_ms: INTERVAL_MS,
             share_passive: false,
             server_params: "",
+            extra: Vec::new(),
         }
     }
 }
@@ -365,6 +400,7 @@ impl Member {
             if how.share_passive {
                 cmd.arg("--fleet-share-passive");
             }
+            cmd.args(&how.extra);
         }
         let child = cmd
             .env_remove("VIGIL_ADMIN_TOKEN")
