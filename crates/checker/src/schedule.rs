@@ -114,14 +114,22 @@ struct Shared {
 
 struct State {
     loops: HashMap<TargetKey, Loop>,
-    /// The members of each loop by [`TargetKey::id`] (remote results).
-    by_id: HashMap<String, Arc<ArcSwap<Vec<Member>>>>,
+    /// The members and the "probe now" bell of each loop by
+    /// [`TargetKey::id`] (remote results, [`Checker::probe_now`]).
+    by_id: HashMap<String, ById>,
     tls: TlsPolicy,
 }
 
 struct Loop {
     members: Arc<ArcSwap<Vec<Member>>>,
+    now: Arc<tokio::sync::Notify>,
     cancel: CancellationToken,
+}
+
+#[derive(Clone)]
+struct ById {
+    members: Arc<ArcSwap<Vec<Member>>>,
+    now: Arc<tokio::sync::Notify>,
 }
 
 // === impl CheckerOptions ===
@@ -248,7 +256,13 @@ impl Checker {
             keys.insert(p.key.clone());
             if let Some(l) = state.loops.remove(&p.key) {
                 l.members.store(Arc::new(p.members));
-                by_id.insert(p.key.id(), l.members.clone());
+                by_id.insert(
+                    p.key.id(),
+                    ById {
+                        members: l.members.clone(),
+                        now: l.now.clone(),
+                    },
+                );
                 loops.insert(p.key, l);
                 summary.kept += 1;
                 continue;
@@ -262,17 +276,31 @@ impl Checker {
                 .lock()
                 .ok()
                 .and_then(|tx| tx.as_ref().cloned());
-            by_id.insert(p.key.id(), members.clone());
+            let now = Arc::new(tokio::sync::Notify::new());
+            by_id.insert(
+                p.key.id(),
+                ById {
+                    members: members.clone(),
+                    now: now.clone(),
+                },
+            );
             tokio::spawn(probe_loop(
                 self.shared.clone(),
                 (p.key.id(), p.target),
-                members.clone(),
+                (members.clone(), now.clone()),
                 stats,
                 cancel.clone(),
                 rng,
                 start_round,
             ));
-            loops.insert(p.key, Loop { members, cancel });
+            loops.insert(
+                p.key,
+                Loop {
+                    members,
+                    now,
+                    cancel,
+                },
+            );
             summary.started += 1;
         }
         for (_, l) in state.loops.drain() {
@@ -328,7 +356,7 @@ impl Checker {
     pub fn record_remote(&self, id: &str, mut report: ProbeReport) -> bool {
         report.at = self.shared.clock.now();
         let members = match self.state.lock() {
-            Ok(s) => s.by_id.get(id).cloned(),
+            Ok(s) => s.by_id.get(id).map(|b| b.members.clone()),
             Err(_) => None,
         };
         let Some(members) = members else {
@@ -338,6 +366,43 @@ impl Checker {
             record(&self.shared, m, report.clone());
         }
         true
+    }
+
+    /// Probe the target `id` as soon as its loop is free, whoever owns it
+    /// (a fleet member heard that another ejected the peer passively), and
+    /// go on with the regular schedule after. Returns whether `id` is a
+    /// target here.
+    pub fn probe_now(&self, id: &str) -> bool {
+        let bell = match self.state.lock() {
+            Ok(s) => s.by_id.get(id).map(|b| b.now.clone()),
+            Err(_) => None,
+        };
+        match bell {
+            Some(b) => {
+                b.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The id of the target that probes peer `peer` (its address as
+    /// configured) of upstream `upstream`, if it has a check.
+    pub fn target_of(&self, upstream: &str, peer: &str) -> Option<String> {
+        let s = self.state.lock().ok()?;
+        s.by_id.iter().find_map(|(id, b)| {
+            b.members
+                .load()
+                .iter()
+                .any(|m| {
+                    &**m.upstream.name() == upstream
+                        && m.upstream
+                            .peers()
+                            .get(m.peer.0 as usize)
+                            .is_some_and(|p| &**p.name() == peer)
+                })
+                .then(|| id.clone())
+        })
     }
 
     /// Wait, at most `within`, until every target of the first registry has
@@ -396,7 +461,7 @@ fn up_to(rng: &mut StdRng, d: Duration) -> Duration {
 async fn probe_loop(
     shared: Arc<Shared>,
     (id, target): (String, Arc<Target>),
-    members: Arc<ArcSwap<Vec<Member>>>,
+    (members, now): (Arc<ArcSwap<Vec<Member>>>, Arc<tokio::sync::Notify>),
     stats: Arc<TargetStats>,
     cancel: CancellationToken,
     mut rng: StdRng,
@@ -440,14 +505,15 @@ async fn probe_loop(
     let mut last = vigil_core::Timestamp(0);
     loop {
         let wake = recovery_due(&shared, &members.load(), last).map_or(next, |at| at.min(next));
-        tokio::select! {
+        let asked = tokio::select! {
             biased;
             _ = cancel.cancelled() => return,
             // A new exclusion: plan again (its end may come before `next`).
             _ = shared.exclusions.notified() => continue,
-            _ = tokio::time::sleep_until(wake) => {}
-        }
-        if shared.sharing.as_ref().is_some_and(|s| !s.owns(&id)) {
+            _ = now.notified() => true,
+            _ = tokio::time::sleep_until(wake) => false,
+        };
+        if !asked && shared.sharing.as_ref().is_some_and(|s| !s.owns(&id)) {
             // Another instance probes it this round; its results come in
             // through `record_remote`. Ask again at the next round.
             next = Instant::now() + target.interval + up_to(&mut rng, target.jitter);

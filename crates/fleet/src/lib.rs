@@ -83,6 +83,13 @@ impl Fleet {
         self.shared.attach(checker);
     }
 
+    /// This instance ejected `peer` of `upstream` on its own traffic
+    /// (feed it the core event bus's `Excluded` events): with
+    /// `share_passive`, the other members probe that peer at once.
+    pub fn ejected(&self, upstream: &str, peer: &str) {
+        self.shared.ejected(upstream, peer);
+    }
+
     /// The fleet as this member sees it.
     pub fn view(&self) -> FleetView {
         self.shared.view()

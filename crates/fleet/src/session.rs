@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::state::{unix_ms, Outgoing, Shared};
-use crate::wire::{self, Key, MemberValue, ResultValue};
+use crate::wire::{self, Key, MemberValue, PassiveValue, ResultValue};
 use crate::{FleetError, FleetOptions};
 
 /// First wait before a new session after a failed one; doubles up to the TTL.
@@ -241,6 +241,11 @@ impl Session<'_> {
                                     members.push(m.to_string());
                                 }
                             }
+                            Some(Key::Passive { member, target }) if put => {
+                                if let Ok(v) = serde_json::from_slice::<PassiveValue>(kv.value()) {
+                                    s.remote_ejection(member, target, &v);
+                                }
+                            }
                             Some(Key::Result { member, target }) if put => {
                                 match serde_json::from_slice::<ResultValue>(kv.value()) {
                                     Ok(v) => s.remote_result(member, target, v),
@@ -260,9 +265,12 @@ impl Session<'_> {
                 }
                 out = outbox.recv() => {
                     let Some(out) = out else { return Ok(()) };
-                    let key = wire::result_key(&s.root, s.me(), &out.target);
-                    let value = serde_json::to_vec(&out.value).unwrap_or_default();
-                    self.call("put result", client.clone().put(key, value, Some(PutOptions::new().with_lease(lease)))).await?;
+                    let (op, key, value) = match &out {
+                        Outgoing::Result { target, value } => ("put result", wire::result_key(&s.root, s.me(), target), serde_json::to_vec(value)),
+                        Outgoing::Passive { target, value } => ("put passive ejection", wire::passive_key(&s.root, s.me(), target), serde_json::to_vec(value)),
+                    };
+                    let value = value.unwrap_or_default();
+                    self.call(op, client.clone().put(key, value, Some(PutOptions::new().with_lease(lease)))).await?;
                 }
             }
         }
@@ -275,9 +283,11 @@ impl Session<'_> {
             return;
         };
         let mut c = client;
-        if let Err(e) = self.call("lease revoke", c.lease_revoke(lease)).await {
-            tracing::warn!(target: "vigil::fleet", error = %e, "fleet: could not revoke the lease; it expires after its TTL");
+        match self.call("lease revoke", c.lease_revoke(lease)).await {
+            Ok(_) => self.shared.left(),
+            Err(e) => {
+                tracing::warn!(target: "vigil::fleet", error = %e, "fleet: could not revoke the lease; it expires after its TTL")
+            }
         }
-        self.shared.left();
     }
 }

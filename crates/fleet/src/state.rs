@@ -13,7 +13,7 @@ use vigil_core::health::ProbeReport;
 
 use crate::rendezvous;
 use crate::view::{FleetView, HistoryView, TargetView, VerdictView};
-use crate::wire::ResultValue;
+use crate::wire::{PassiveValue, ResultValue};
 use crate::FleetOptions;
 
 /// Results waiting to be published at most (a slow etcd drops the
@@ -22,11 +22,13 @@ const OUTBOX: usize = 4096;
 /// State changes kept for the view.
 const HISTORY: usize = 32;
 
-/// One result to publish.
+/// What to publish.
 #[derive(Debug)]
-pub(crate) struct Outgoing {
-    pub(crate) target: String,
-    pub(crate) value: ResultValue,
+pub(crate) enum Outgoing {
+    /// A probe result of an owned target.
+    Result { target: String, value: ResultValue },
+    /// A passive ejection (`share_passive`).
+    Passive { target: String, value: PassiveValue },
 }
 
 pub(crate) struct Shared {
@@ -133,7 +135,7 @@ impl Shared {
     /// Left the fleet (shutdown).
     pub(crate) fn left(&self) {
         self.joined.store(false, Ordering::Release);
-        tracing::info!(target: "vigil::fleet", fleet = %self.opts.name, member = %self.me(), "fleet: left");
+        tracing::info!(target: "vigil::fleet", fleet = %self.opts.name, member = %self.me(), "fleet: left (lease revoked: the others take over this member's targets now)");
         self.change("left", None, "lease revoked".into());
     }
 
@@ -179,6 +181,44 @@ impl Shared {
             if let Ok(mut v) = self.verdicts.lock() {
                 v.insert(target.to_string(), verdict);
             }
+        }
+    }
+
+    /// This instance ejected `peer` of `upstream` (passive evidence): with
+    /// `share_passive`, tell the others, who probe it at once rather than
+    /// eject it blindly. A peer without a check has no target: nothing is
+    /// published.
+    pub(crate) fn ejected(&self, upstream: &str, peer: &str) {
+        if !self.opts.share_passive || !self.is_joined() {
+            return;
+        }
+        let Some(checker) = self.checker.get().and_then(Weak::upgrade) else {
+            return;
+        };
+        let Some(target) = checker.target_of(upstream, peer) else {
+            return;
+        };
+        let _ = self.outbox.try_send(Outgoing::Passive {
+            target,
+            value: PassiveValue {
+                upstream: upstream.to_string(),
+                peer: peer.to_string(),
+                at_unix_ms: unix_ms(),
+            },
+        });
+    }
+
+    /// Another member ejected a peer of `target` passively: probe it here
+    /// now (the result decides, as any probe's).
+    pub(crate) fn remote_ejection(&self, member: &str, target: &str, value: &PassiveValue) {
+        if member == self.me() || !self.opts.share_passive {
+            return;
+        }
+        let Some(checker) = self.checker.get().and_then(Weak::upgrade) else {
+            return;
+        };
+        if checker.probe_now(target) {
+            tracing::info!(target: "vigil::fleet", %member, upstream = %value.upstream, peer = %value.peer, "fleet: member {member} ejected upstream {} server {} on its traffic; probing it here now instead of ejecting it blindly", value.upstream, value.peer);
         }
     }
 
@@ -255,7 +295,7 @@ impl Sharing for Shared {
         }
         if self.is_joined() && self.owns(id) {
             // Full: etcd is slow; this result is lost, the next is sent.
-            let _ = self.outbox.try_send(Outgoing {
+            let _ = self.outbox.try_send(Outgoing::Result {
                 target: id.to_string(),
                 value,
             });

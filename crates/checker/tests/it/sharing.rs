@@ -156,3 +156,27 @@ async fn a_remote_result_goes_through_rise_and_fall_and_says_who_probed() {
     );
     assert!(prober.0.lock().expect("test step").is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn probe_now_probes_a_target_not_owned_once_and_target_of_names_it() {
+    let owner = Arc::new(Owner::default()); // owns nothing
+    let (_r, _e, c, prober) = start(
+        "upstream u { server 127.0.0.1:9001; server 127.0.0.1:9002; check interval=1000 rise=1 fall=1 timeout=500; }",
+        &owner,
+    );
+    let id = c.target_of("u", "127.0.0.1:9002").expect("a checked peer");
+    assert!(id.contains("127.0.0.1:9002-"), "{id}");
+    assert_eq!(c.target_of("u", "127.0.0.1:9999"), None);
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    assert!(prober.0.lock().expect("test step").is_empty());
+    assert!(c.probe_now(&id));
+    assert!(!c.probe_now("tcp-10.0.0.1:1-00000000"));
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    let probed = prober.0.lock().expect("test step").clone();
+    assert_eq!(
+        probed.len(),
+        1,
+        "one probe, then the schedule again: {probed:?}"
+    );
+    assert_eq!(probed[0].port(), 9002);
+}

@@ -223,6 +223,20 @@ async fn reload_runs_the_callback_and_is_reported() {
 }
 
 #[tokio::test]
+async fn the_fleet_endpoint_serves_the_fleet_view_or_says_there_is_none() {
+    let (admin, _) = setup(None);
+    let (st, v) = call(&admin, Method::GET, "/api/fleet", None).await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+    assert!(v["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("not in a fleet")));
+    let admin = admin.with_fleet(|| serde_json::json!({"fleet": "edge", "members": ["m1"]}));
+    let (st, v) = call(&admin, Method::GET, "/api/fleet", None).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(v["members"][0], "m1");
+}
+
+#[tokio::test]
 async fn status_page_and_metrics_are_mounted() {
     let (admin, _) = setup(None);
     let req = Request::builder()

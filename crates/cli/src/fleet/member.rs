@@ -42,6 +42,7 @@ impl Member {
         if let Some(p) = &s.prefix {
             o.prefix = p.clone();
         }
+        o.share_passive = s.share_passive;
         if let Some(ca) = &s.ca {
             o.tls = Some(vigil_fleet::EtcdTls {
                 ca: ca.clone(),
@@ -84,6 +85,24 @@ impl Member {
         let _ = checker;
     }
 
+    /// Hear this instance's passive ejections (core's event bus): with
+    /// `share_passive` the other members probe the peer at once.
+    pub(crate) fn hear_ejections(self: &Arc<Self>, events: &vigil_core::event::EventBus) {
+        #[cfg(feature = "fleet")]
+        {
+            let me = Arc::downgrade(self);
+            events.subscribe(move |e| {
+                if matches!(e.kind, vigil_core::event::EventKind::Excluded { .. }) {
+                    if let Some(m) = me.upgrade() {
+                        m.fleet.ejected(&e.upstream, &e.peer);
+                    }
+                }
+            });
+        }
+        #[cfg(not(feature = "fleet"))]
+        let _ = events;
+    }
+
     /// `GET /api/fleet`'s document.
     pub(crate) fn view_json(&self) -> serde_json::Value {
         #[cfg(feature = "fleet")]
@@ -113,4 +132,38 @@ fn password(s: &Settings) -> anyhow::Result<String> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("fleet: reading the etcd password file {}", path.display()))?;
     Ok(text.lines().next().unwrap_or("").to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    #[cfg(not(feature = "fleet"))]
+    #[test]
+    fn without_the_feature_a_fleet_is_refused_naming_it() {
+        let s = super::Settings {
+            etcd: vec!["http://127.0.0.1:2379".into()],
+            ..super::Settings::default()
+        };
+        let e = match super::Member::start(&s) {
+            Ok(_) => panic!("started without the feature"),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains("--fleet-etcd / [fleet]"), "{e}");
+        assert!(e.contains("cargo feature `fleet`"), "{e}");
+    }
+
+    #[cfg(feature = "fleet")]
+    #[test]
+    fn a_client_certificate_without_a_ca_is_refused() {
+        let s = super::Settings {
+            etcd: vec!["https://127.0.0.1:2379".into()],
+            cert: Some("c.pem".into()),
+            key: Some("k.pem".into()),
+            ..super::Settings::default()
+        };
+        let e = match super::Member::start(&s) {
+            Ok(_) => panic!("started"),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains("needs the CA"), "{e}");
+    }
 }

@@ -58,6 +58,10 @@ pub(crate) struct FleetArgs {
     /// File holding the etcd user's password (its first line).
     #[arg(long, value_name = "PATH", requires = "fleet_etcd_user")]
     pub(crate) fleet_etcd_password_file: Option<PathBuf>,
+    /// Share passive ejections: when this instance ejects a checked peer on its traffic, the
+    /// other members probe that peer at once (they do not eject it blindly).
+    #[arg(long)]
+    pub(crate) fleet_share_passive: bool,
 }
 
 /// The merged settings, before the feature's options are built.
@@ -76,6 +80,7 @@ pub(crate) struct Settings {
     pub(crate) domain: Option<String>,
     pub(crate) user: Option<String>,
     pub(crate) password_file: Option<PathBuf>,
+    pub(crate) share_passive: bool,
 }
 
 // === impl Settings ===
@@ -104,6 +109,7 @@ impl Settings {
         s.ttl = args.fleet_ttl.or(s.ttl);
         s.replicas = args.fleet_replicas.or(s.replicas);
         s.etcd_timeout = args.fleet_etcd_timeout.or(s.etcd_timeout);
+        s.share_passive |= args.fleet_share_passive;
         for (a, b) in [
             (&args.fleet_etcd_ca, &mut s.ca),
             (&args.fleet_etcd_cert, &mut s.cert),

@@ -13,6 +13,7 @@
 //! prefix = "/vigil/fleet/"
 //! user = "vigil"
 //! password_file = "/etc/vigil/etcd.pass"
+//! share_passive = true   # others probe a peer this one ejects
 //! [fleet.tls]
 //! ca = "/etc/vigil/etcd-ca.pem"
 //! cert = "/etc/vigil/etcd-client.pem"
@@ -48,6 +49,7 @@ struct RawFleet {
     prefix: Option<String>,
     user: Option<String>,
     password_file: Option<PathBuf>,
+    share_passive: Option<bool>,
     tls: Option<RawTls>,
 }
 
@@ -121,6 +123,7 @@ fn parse(text: &str, path: &Path) -> anyhow::Result<Option<Settings>> {
         domain: tls.domain,
         user: f.user,
         password_file: f.password_file,
+        share_passive: f.share_passive.unwrap_or(false),
     }))
 }
 

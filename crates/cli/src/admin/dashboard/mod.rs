@@ -57,6 +57,10 @@ pub const ENDPOINTS: &[(&str, &str)] = &[
         "configuration generation and the last reload",
     ),
     (
+        "GET /api/fleet",
+        "fleet mode: members, who probes what, where each verdict came from",
+    ),
+    (
         "POST /api/peers/UPSTREAM/PEER/{up,down,drain}",
         "admin state (Authorization: Bearer TOKEN)",
     ),

@@ -1,4 +1,4 @@
-//! Fleet mode with a real etcd (`/usr/bin/etcd`, started here on 127.0.0.1
+//! The fleet tests' fixtures: a real etcd (`/usr/bin/etcd`, started here on 127.0.0.1
 //! with a temporary data dir), real `vigil serve` processes and real
 //! backends that tell which process probed them (the probe's socket is
 //! looked up in /proc, so a count at the backend is a count per member).
@@ -21,41 +21,66 @@ use tokio::time::Instant;
 
 use serde_json::Value;
 
-const INTERVAL_MS: u64 = 300;
+pub(super) const INTERVAL_MS: u64 = 300;
 const ETCD: &str = "/usr/bin/etcd";
 
 // === etcd ===
 
 /// One etcd member on 127.0.0.1, stopped on drop.
-struct Etcd {
+pub(super) struct Etcd {
     dir: tempfile::TempDir,
     client: SocketAddr,
     peer: SocketAddr,
-    child: Option<Child>,
+    /// TLS on the client URL: (certificate, key, CA) files; clients need
+    /// a certificate of that CA (`--client-cert-auth`).
+    tls: Option<(PathBuf, PathBuf, PathBuf)>,
+    pub(super) child: Option<Child>,
 }
 
 impl Etcd {
-    fn start() -> Self {
+    pub(super) fn start() -> Self {
         let mut e = Etcd {
             dir: tempfile::tempdir().expect("test step"),
             client: free_port(),
             peer: free_port(),
+            tls: None,
             child: None,
         };
         e.restart();
         e
     }
 
-    fn url(&self) -> String {
-        format!("http://{}", self.client)
+    /// An etcd that serves clients over TLS only and asks for their certificates.
+    pub(super) fn start_tls(cert: PathBuf, key: PathBuf, ca: PathBuf) -> Self {
+        let mut e = Etcd {
+            dir: tempfile::tempdir().expect("test step"),
+            client: free_port(),
+            peer: free_port(),
+            tls: Some((cert, key, ca)),
+            child: None,
+        };
+        e.restart();
+        e
+    }
+
+    pub(super) fn url(&self) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.client)
     }
 
     /// (Re)start on the same ports and data dir.
-    fn restart(&mut self) {
+    pub(super) fn restart(&mut self) {
         let client = self.url();
         let peer = format!("http://{}", self.peer);
         let log = std::fs::File::create(self.dir.path().join("etcd.log")).expect("test step");
-        let child = Command::new(ETCD)
+        let mut cmd = Command::new(ETCD);
+        if let Some((cert, key, ca)) = &self.tls {
+            cmd.arg(format!("--cert-file={}", cert.display()))
+                .arg(format!("--key-file={}", key.display()))
+                .arg(format!("--trusted-ca-file={}", ca.display()))
+                .arg("--client-cert-auth");
+        }
+        let child = cmd
             .arg("--name=t")
             .arg(format!(
                 "--data-dir={}",
@@ -72,12 +97,30 @@ impl Etcd {
             .expect("start /usr/bin/etcd (Debian's etcd-server)");
         self.child = Some(child);
         let addr = self.client;
+        if self.tls.is_some() {
+            // No TLS client here: an accepted connection will do.
+            wait_for("etcd to listen", Duration::from_secs(20), || {
+                TcpStream::connect(addr).is_ok()
+            });
+            return;
+        }
         wait_for("etcd to be healthy", Duration::from_secs(20), || {
             http_get(addr, "/health").is_some_and(|(s, b)| s == 200 && b.contains("true"))
         });
     }
 
-    fn stop(&mut self) {
+    /// Send a signal to etcd (`STOP` freezes it: the slow etcd case).
+    pub(super) fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().map(Child::id).expect("etcd running");
+        let ok = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("kill");
+        assert!(ok.success(), "kill -{sig} {pid}");
+    }
+
+    pub(super) fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -95,26 +138,29 @@ impl Drop for Etcd {
 
 /// Backends that answer `GET /health` (probes) and anything else
 /// (traffic), recording which registered process sent each probe.
-struct Backends {
-    addrs: Vec<SocketAddr>,
+pub(super) struct Backends {
+    pub(super) addrs: Vec<SocketAddr>,
     /// Per backend: the member names whose probes it saw, in order.
-    probes: Vec<Arc<Mutex<Vec<String>>>>,
+    pub(super) probes: Vec<Arc<Mutex<Vec<String>>>>,
     /// Per backend: traffic requests.
-    traffic: Vec<Arc<AtomicUsize>>,
+    pub(super) traffic: Vec<Arc<AtomicUsize>>,
     /// Per backend: answer 500 to everything.
-    failing: Vec<Arc<AtomicBool>>,
+    pub(super) failing: Vec<Arc<AtomicBool>>,
+    /// Per backend: close traffic connections unanswered (probes pass).
+    pub(super) broken: Vec<Arc<AtomicBool>>,
     /// pid -> member name, for the /proc look-up.
-    pids: Arc<Mutex<HashMap<u32, String>>>,
+    pub(super) pids: Arc<Mutex<HashMap<u32, String>>>,
 }
 
 impl Backends {
-    fn start(n: usize) -> Self {
+    pub(super) fn start(n: usize) -> Self {
         let pids: Arc<Mutex<HashMap<u32, String>>> = Arc::default();
         let mut b = Backends {
             addrs: Vec::new(),
             probes: Vec::new(),
             traffic: Vec::new(),
             failing: Vec::new(),
+            broken: Vec::new(),
             pids: pids.clone(),
         };
         for _ in 0..n {
@@ -123,10 +169,11 @@ impl Backends {
             let probes: Arc<Mutex<Vec<String>>> = Arc::default();
             let traffic = Arc::new(AtomicUsize::new(0));
             let failing = Arc::new(AtomicBool::new(false));
+            let broken = Arc::new(AtomicBool::new(false));
             let (p, t, f, pids) = (
                 probes.clone(),
                 traffic.clone(),
-                failing.clone(),
+                (failing.clone(), broken.clone()),
                 pids.clone(),
             );
             std::thread::spawn(move || {
@@ -140,18 +187,19 @@ impl Backends {
             b.probes.push(probes);
             b.traffic.push(traffic);
             b.failing.push(failing);
+            b.broken.push(broken);
         }
         b
     }
 
-    fn clear_probes(&self) {
+    pub(super) fn clear_probes(&self) {
         for p in &self.probes {
             p.lock().expect("test step").clear();
         }
     }
 
     /// Who probed backend `i` since the last clear.
-    fn probers(&self, i: usize) -> Vec<String> {
+    pub(super) fn probers(&self, i: usize) -> Vec<String> {
         self.probes[i].lock().expect("test step").clone()
     }
 }
@@ -161,7 +209,7 @@ fn serve_one(
     me: SocketAddr,
     probes: &Mutex<Vec<String>>,
     traffic: &AtomicUsize,
-    failing: &AtomicBool,
+    (failing, broken): &(Arc<AtomicBool>, Arc<AtomicBool>),
     pids: &Mutex<HashMap<u32, String>>,
 ) {
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
@@ -183,6 +231,9 @@ fn serve_one(
         probes.lock().expect("test step").push(who);
     } else {
         traffic.fetch_add(1, Ordering::SeqCst);
+        if broken.load(Ordering::SeqCst) {
+            return; // closed before any response byte: an `error`
+        }
     }
     let status = if failing.load(Ordering::SeqCst) {
         "500 Internal Server Error"
@@ -261,16 +312,39 @@ fn diag_inode(src: SocketAddr, dst: SocketAddr) -> Option<u32> {
 // === vigil members ===
 
 /// One `vigil serve` in a fleet, killed on drop.
-struct Member {
-    name: String,
-    listen: SocketAddr,
-    admin: SocketAddr,
-    log: PathBuf,
-    child: Option<Child>,
+pub(super) struct Member {
+    pub(super) name: String,
+    pub(super) listen: SocketAddr,
+    pub(super) admin: SocketAddr,
+    pub(super) log: PathBuf,
+    pub(super) child: Option<Child>,
+}
+
+/// How a member runs.
+pub(super) struct How {
+    pub(super) replicas: usize,
+    pub(super) interval_ms: u64,
+    pub(super) share_passive: bool,
+    /// Parameters of every `server` line.
+    pub(super) server_params: &'static str,
+    /// More flags of `vigil serve`.
+    pub(super) extra: Vec<String>,
+}
+
+impl Default for How {
+    fn default() -> Self {
+        How {
+            replicas: 1,
+            interval_ms: INTERVAL_MS,
+            share_passive: false,
+            server_params: "",
+            extra: Vec::new(),
+        }
+    }
 }
 
 impl Member {
-    fn start(
+    pub(super) fn start(
         dir: &Path,
         name: &str,
         fleet: &str,
@@ -278,27 +352,57 @@ impl Member {
         replicas: usize,
         b: &Backends,
     ) -> Self {
+        let how = How {
+            replicas,
+            ..How::default()
+        };
+        Self::start_with(dir, name, fleet, etcd, b, &how)
+    }
+
+    /// [`Member::start`] with other settings.
+    pub(super) fn start_with(
+        dir: &Path,
+        name: &str,
+        fleet: &str,
+        etcd: &str,
+        b: &Backends,
+        how: &How,
+    ) -> Self {
+        let (interval_ms, replicas) = (how.interval_ms, how.replicas);
+        let timeout_ms = (interval_ms * 5 / 6).min(900);
         let listen = free_port();
         let admin = free_port();
-        let servers: String = b.addrs.iter().map(|a| format!("server {a}; ")).collect();
+        let servers: String = b
+            .addrs
+            .iter()
+            .map(|a| format!("server {a} {}; ", how.server_params))
+            .collect();
         let conf = format!(
             "events {{}} http {{ upstream u {{ {servers} \
-             check interval={INTERVAL_MS} rise=1 fall=2 timeout=250 type=http; \
+             check interval={interval_ms} rise=1 fall=2 timeout={timeout_ms} type=http; \
              check_http_send \"GET /health HTTP/1.0\\r\\n\\r\\n\"; }} \
              server {{ listen {listen}; location / {{ proxy_pass http://u; }} }} }}\n"
         );
         let path = dir.join(format!("{name}.conf"));
         std::fs::write(&path, conf).expect("test step");
         let log = dir.join(format!("{name}.log"));
-        let child = Command::new(env!("CARGO_BIN_EXE_vigil"))
-            .args(["serve", "--threads", "1", "--nginx-conf"])
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_vigil"));
+        cmd.args(["serve", "--threads", "1", "--nginx-conf"])
             .arg(&path)
-            .arg(format!("--admin-listen={admin}"))
-            .arg(format!("--fleet-etcd={etcd}"))
-            .arg(format!("--fleet-name={fleet}"))
-            .arg(format!("--fleet-member={name}"))
-            .arg(format!("--fleet-replicas={replicas}"))
-            .args(["--fleet-ttl=2s", "--fleet-etcd-timeout=500ms"])
+            .arg(format!("--admin-listen={admin}"));
+        // No etcd: a plain instance (the load measurement's baseline).
+        if !etcd.is_empty() {
+            cmd.arg(format!("--fleet-etcd={etcd}"))
+                .arg(format!("--fleet-name={fleet}"))
+                .arg(format!("--fleet-member={name}"))
+                .arg(format!("--fleet-replicas={replicas}"))
+                .args(["--fleet-ttl=2s", "--fleet-etcd-timeout=500ms"]);
+            if how.share_passive {
+                cmd.arg("--fleet-share-passive");
+            }
+            cmd.args(&how.extra);
+        }
+        let child = cmd
             .env_remove("VIGIL_ADMIN_TOKEN")
             .env("VIGIL_LOG", "info")
             .stdout(Stdio::null())
@@ -323,31 +427,35 @@ impl Member {
                 if let Some(Ok(Some(exit))) = m.child.as_mut().map(Child::try_wait) {
                     panic!("{name} exited ({exit})");
                 }
-                m.fleet().is_some()
+                if etcd.is_empty() {
+                    http_get(m.admin, "/api/status").is_some()
+                } else {
+                    m.fleet().is_some()
+                }
             },
         );
         m
     }
 
-    fn fleet(&self) -> Option<Value> {
+    pub(super) fn fleet(&self) -> Option<Value> {
         let (s, body) = http_get(self.admin, "/api/fleet")?;
         (s == 200).then(|| serde_json::from_str(&body).ok())?
     }
 
-    fn state(&self) -> String {
+    pub(super) fn state(&self) -> String {
         self.fleet()
             .and_then(|v| v["state"].as_str().map(str::to_string))
             .unwrap_or_default()
     }
 
-    fn members(&self) -> Vec<String> {
+    pub(super) fn members(&self) -> Vec<String> {
         self.fleet()
             .and_then(|v| serde_json::from_value(v["members"].clone()).ok())
             .unwrap_or_default()
     }
 
     /// Target address -> its owners, as this member computes them.
-    fn owners(&self) -> HashMap<String, Vec<String>> {
+    pub(super) fn owners(&self) -> HashMap<String, Vec<String>> {
         let v = self.fleet().unwrap_or_default();
         v["targets"]
             .as_array()
@@ -364,7 +472,7 @@ impl Member {
     }
 
     /// Peer `addr`'s state in upstream u (`eligible`, `probe_down`, ...).
-    fn peer_state(&self, addr: SocketAddr) -> String {
+    pub(super) fn peer_state(&self, addr: SocketAddr) -> String {
         let Some((200, body)) = http_get(self.admin, "/api/upstreams/u") else {
             return String::new();
         };
@@ -378,13 +486,13 @@ impl Member {
             .unwrap_or_default()
     }
 
-    fn explain(&self, addr: SocketAddr) -> String {
+    pub(super) fn explain(&self, addr: SocketAddr) -> String {
         http_get(self.admin, &format!("/api/explain?upstream=u&peer={addr}"))
             .map(|(_, b)| b)
             .unwrap_or_default()
     }
 
-    fn kill(&mut self) {
+    pub(super) fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill(); // SIGKILL: no lease revoke, the TTL must run out
             let _ = c.wait();
@@ -402,7 +510,13 @@ impl Drop for Member {
     }
 }
 
-fn fleet_of(dir: &Path, fleet: &str, etcd: &str, replicas: usize, b: &Backends) -> Vec<Member> {
+pub(super) fn fleet_of(
+    dir: &Path,
+    fleet: &str,
+    etcd: &str,
+    replicas: usize,
+    b: &Backends,
+) -> Vec<Member> {
     let members: Vec<Member> = (1..=3)
         .map(|i| Member::start(dir, &format!("{fleet}-m{i}"), fleet, etcd, replicas, b))
         .collect();
@@ -411,7 +525,7 @@ fn fleet_of(dir: &Path, fleet: &str, etcd: &str, replicas: usize, b: &Backends) 
 }
 
 /// Wait until every member is joined and sees `n` members.
-fn settle(members: &[Member], n: usize) {
+pub(super) fn settle(members: &[Member], n: usize) {
     wait_for(
         "every member to join and see the others",
         Duration::from_secs(30),
@@ -426,7 +540,7 @@ fn settle(members: &[Member], n: usize) {
 
 // === helpers ===
 
-fn free_port() -> SocketAddr {
+pub(super) fn free_port() -> SocketAddr {
     TcpListener::bind("127.0.0.1:0")
         .expect("test step")
         .local_addr()
@@ -434,7 +548,7 @@ fn free_port() -> SocketAddr {
 }
 
 /// GET `path`: (status, body).
-fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+pub(super) fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     write!(
@@ -449,7 +563,7 @@ fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
-fn wait_for(what: &str, bound: Duration, mut cond: impl FnMut() -> bool) {
+pub(super) fn wait_for(what: &str, bound: Duration, mut cond: impl FnMut() -> bool) {
     let until = Instant::now() + bound;
     while !cond() {
         assert!(
@@ -461,215 +575,12 @@ fn wait_for(what: &str, bound: Duration, mut cond: impl FnMut() -> bool) {
 }
 
 /// Wait until every backend has seen at least `n` probes since the last clear.
-fn probed_at_least(b: &Backends, n: usize, bound: Duration) {
+pub(super) fn probed_at_least(b: &Backends, n: usize, bound: Duration) {
     wait_for(&format!("{n} probes at every backend"), bound, || {
         (0..b.addrs.len()).all(|i| b.probers(i).len() >= n)
     });
 }
 
-fn distinct(v: &[String]) -> BTreeSet<String> {
+pub(super) fn distinct(v: &[String]) -> BTreeSet<String> {
     v.iter().cloned().collect()
-}
-
-// === the scenarios ===
-
-#[test]
-fn with_three_members_and_30_targets_each_target_is_probed_by_exactly_r_members() {
-    let dir = tempfile::tempdir().expect("test step");
-    let etcd = Etcd::start();
-    let b = Backends::start(30);
-    // Two fleets on one etcd (their keys are apart by name): R=1 and R=2.
-    let one = fleet_of(dir.path(), "r1", &etcd.url(), 1, &b);
-    let two = fleet_of(dir.path(), "r2", &etcd.url(), 2, &b);
-    b.clear_probes();
-    probed_at_least(&b, 9, Duration::from_secs(30));
-    let owners1 = one[0].owners();
-    let owners2 = two[0].owners();
-    let mut load = HashMap::<String, usize>::new();
-    for (i, addr) in b.addrs.iter().enumerate() {
-        let seen = distinct(&b.probers(i));
-        assert!(
-            !seen.contains("?"),
-            "{addr}: a probe from an unknown process: {seen:?}"
-        );
-        let r1: BTreeSet<String> = seen
-            .iter()
-            .filter(|m| m.starts_with("r1-"))
-            .cloned()
-            .collect();
-        let r2: BTreeSet<String> = seen
-            .iter()
-            .filter(|m| m.starts_with("r2-"))
-            .cloned()
-            .collect();
-        assert_eq!(r1.len(), 1, "{addr}: fleet r1 (R=1) probers {r1:?}");
-        assert_eq!(r2.len(), 2, "{addr}: fleet r2 (R=2) probers {r2:?}");
-        assert_eq!(
-            r1,
-            distinct(&owners1[&addr.to_string()]),
-            "{addr}: r1's prober is its owner"
-        );
-        assert_eq!(
-            r2,
-            distinct(&owners2[&addr.to_string()]),
-            "{addr}: r2's probers are its owners"
-        );
-        for m in r1 {
-            *load.entry(m).or_default() += 1;
-        }
-    }
-    // Every member of r1 takes a share (rendezvous spreads 30 over 3).
-    assert_eq!(load.len(), 3, "targets per member in r1: {load:?}");
-    eprintln!("targets per member (R=1): {load:?}");
-}
-
-#[test]
-fn a_failing_backend_leaves_every_members_rotation_after_the_deciding_probe() {
-    let dir = tempfile::tempdir().expect("test step");
-    let etcd = Etcd::start();
-    let b = Backends::start(3);
-    let members = fleet_of(dir.path(), "f", &etcd.url(), 1, &b);
-    let bad = b.addrs[1];
-    let owner = members[0].owners()[&bad.to_string()][0].clone();
-    wait_for(
-        "every member to route to every peer",
-        Duration::from_secs(10),
-        || {
-            members
-                .iter()
-                .all(|m| b.addrs.iter().all(|a| m.peer_state(*a) == "eligible"))
-        },
-    );
-    b.failing[1].store(true, Ordering::SeqCst);
-    let failed_at = Instant::now();
-    // fall=2: the owner's second failing probe decides; the others follow
-    // from its published results.
-    wait_for(
-        "every member to take the failing peer out",
-        Duration::from_secs(10),
-        || members.iter().all(|m| m.peer_state(bad) == "probe_down"),
-    );
-    eprintln!(
-        "all three members had {bad} down {:?} after it started failing (interval {INTERVAL_MS} ms, fall=2)",
-        failed_at.elapsed()
-    );
-    let before = b.traffic[1].load(Ordering::SeqCst);
-    for m in &members {
-        for _ in 0..12 {
-            let (status, _) = http_get(m.listen, "/").expect("answer");
-            assert_eq!(status, 200, "{}: served by a healthy backend", m.name);
-        }
-    }
-    assert_eq!(
-        b.traffic[1].load(Ordering::SeqCst),
-        before,
-        "no member sent it traffic"
-    );
-    for m in members.iter().filter(|m| m.name != owner) {
-        let text = m.explain(bad);
-        assert!(
-            text.contains(&format!("probed by member {owner}")),
-            "{}: explain names the member that probed: {text}",
-            m.name
-        );
-    }
-}
-
-#[test]
-fn a_killed_members_targets_are_probed_again_within_ttl_and_interval() {
-    let dir = tempfile::tempdir().expect("test step");
-    let etcd = Etcd::start();
-    let b = Backends::start(12);
-    let mut members = fleet_of(dir.path(), "k", &etcd.url(), 1, &b);
-    let victim = members[2].name.clone();
-    let owners = members[0].owners();
-    let orphans: Vec<usize> = (0..b.addrs.len())
-        .filter(|i| owners[&b.addrs[*i].to_string()] == [victim.clone()])
-        .collect();
-    assert!(
-        !orphans.is_empty(),
-        "{victim} owns some of the 12 targets: {owners:?}"
-    );
-    members[2].kill();
-    let killed_at = Instant::now();
-    b.clear_probes();
-    // TTL 2s + interval 0.3s, plus etcd's lease check: bounded at 15s.
-    wait_for(
-        "the orphaned targets to be probed by a survivor",
-        Duration::from_secs(15),
-        || {
-            orphans
-                .iter()
-                .all(|i| b.probers(*i).iter().any(|m| m != &victim && m != "?"))
-        },
-    );
-    eprintln!(
-        "{} orphaned targets probed again {:?} after {victim} was killed (TTL 2s, interval {INTERVAL_MS} ms)",
-        orphans.len(),
-        killed_at.elapsed()
-    );
-    settle(&members, 2);
-    assert!(members[0].members().iter().all(|m| *m != victim));
-    // After the move each target again has exactly one prober.
-    b.clear_probes();
-    probed_at_least(&b, 4, Duration::from_secs(20));
-    for i in 0..b.addrs.len() {
-        let seen = distinct(&b.probers(i));
-        assert_eq!(seen.len(), 1, "{}: probers {seen:?}", b.addrs[i]);
-    }
-}
-
-#[test]
-fn with_etcd_stopped_every_member_probes_on_its_own_and_serves_then_rejoins() {
-    let dir = tempfile::tempdir().expect("test step");
-    let mut etcd = Etcd::start();
-    let b = Backends::start(6);
-    let members = fleet_of(dir.path(), "d", &etcd.url(), 1, &b);
-    etcd.stop();
-    wait_for(
-        "every member to notice etcd is gone",
-        Duration::from_secs(15),
-        || members.iter().all(|m| m.state() == "degraded"),
-    );
-    b.clear_probes();
-    wait_for(
-        "every member to probe every target itself",
-        Duration::from_secs(15),
-        || (0..b.addrs.len()).all(|i| distinct(&b.probers(i)).len() == 3),
-    );
-    for m in &members {
-        for _ in 0..6 {
-            let (status, _) = http_get(m.listen, "/").expect("answer");
-            assert_eq!(status, 200, "{} serves without etcd", m.name);
-        }
-        let log = std::fs::read_to_string(&m.log).unwrap_or_default();
-        assert!(
-            log.contains("etcd unreachable or slow; probing every target here"),
-            "{}: {log}",
-            m.name
-        );
-    }
-    etcd.restart();
-    settle(&members, 3);
-    for m in &members {
-        let v = m.fleet().expect("test step");
-        let history: Vec<&str> = v["history"]
-            .as_array()
-            .expect("test step")
-            .iter()
-            .filter_map(|h| h["state"].as_str())
-            .collect();
-        assert_eq!(history, ["joined", "degraded", "joined"], "{}", m.name);
-    }
-    b.clear_probes();
-    probed_at_least(&b, 4, Duration::from_secs(20));
-    for i in 0..b.addrs.len() {
-        let seen = distinct(&b.probers(i));
-        assert_eq!(
-            seen.len(),
-            1,
-            "{}: sharded again after the rejoin: {seen:?}",
-            b.addrs[i]
-        );
-    }
 }
