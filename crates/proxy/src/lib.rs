@@ -6,6 +6,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod accept;
+mod access;
 mod attempt;
 pub mod body;
 mod conn;
@@ -18,6 +19,7 @@ mod location;
 mod log;
 pub mod metrics;
 pub mod pool;
+mod realip;
 mod request_check;
 pub mod route;
 mod router;

@@ -625,6 +625,47 @@ pub struct ProxySettings {
     pub client_keepalive_timeout: Duration,
     /// `gzip` and its `gzip_*` settings.
     pub gzip: Gzip,
+    /// `allow` / `deny`, in order (the first that matches decides; none
+    /// matching allows). A level with any replaces the inherited list.
+    pub access: Vec<AccessRule>,
+    /// `set_real_ip_from`, `real_ip_header`, `real_ip_recursive`.
+    pub real_ip: RealIp,
+    /// The realip settings of the location's server (what nginx applies
+    /// in its post-read phase, before the location is known; the
+    /// location's own apply only when these did not).
+    pub server_real_ip: RealIp,
+}
+
+/// One `allow` or `deny`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AccessRule {
+    /// `allow` (true) or `deny`.
+    pub allow: bool,
+    /// The addresses it is for.
+    pub net: crate::config::Cidr,
+}
+
+/// nginx's realip module: which peers may say who the client is, and where.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct RealIp {
+    /// `set_real_ip_from` (none: the module is off).
+    pub from: Vec<crate::config::Cidr>,
+    /// `real_ip_header`, default `X-Real-IP`.
+    pub header: RealIpHeader,
+    /// `real_ip_recursive`, default off.
+    pub recursive: bool,
+}
+
+/// `real_ip_header`.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum RealIpHeader {
+    /// `X-Real-IP` (the first such header).
+    #[default]
+    XRealIp,
+    /// `X-Forwarded-For` (every such header, last first).
+    XForwardedFor,
+    /// Any other header (lowercase name; the first such header).
+    Other(String),
 }
 
 /// `gzip on` and the `gzip_*` directives (nginx's gzip filter, 1.22).
@@ -939,6 +980,9 @@ impl Default for ProxySettings {
             client_send_timeout: Duration::from_secs(60),
             client_keepalive_timeout: Duration::from_secs(75),
             gzip: Gzip::default(),
+            access: Vec::new(),
+            real_ip: RealIp::default(),
+            server_real_ip: RealIp::default(),
         }
     }
 }

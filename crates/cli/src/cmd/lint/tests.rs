@@ -218,7 +218,7 @@ fn serve_startup_errors_are_among_the_lint_findings_for_the_corpus() {
     // reverse-proxy confs start at once).
     for (name, rounds) in [
         ("debian/nginx.conf", 3),
-        ("tls_reverse_proxy.conf", 9),
+        ("tls_reverse_proxy.conf", 7),
         ("wordpress.conf", 7),
         ("load_balancing.conf", 0),
         ("app_proxy.conf", 0),

@@ -37,6 +37,8 @@ struct Level {
     own_access_log: Option<bool>,
     /// Whether this level has its own `gzip_types` (a second adds to it).
     own_gzip_types: bool,
+    /// Whether this level has its own `allow`/`deny`, `set_real_ip_from`.
+    own_access: crate::config::nginx::access::Own,
 }
 
 pub(super) fn http_block(cx: &mut Context<'_>, body: &[&Directive]) -> Result<(), ConfigError> {
@@ -158,6 +160,8 @@ fn server_block(
             backlog: None,
         });
     }
+    // nginx's post-read phase applies the server's realip settings.
+    level.proxy.server_real_ip = level.proxy.real_ip.clone();
     let mut out: Vec<Location> = Vec::new();
     let mut placed = Vec::new();
     for l in locations {
@@ -520,6 +524,7 @@ impl Level {
             formats: Vec::new(),
             own_access_log: None,
             own_gzip_types: false,
+            own_access: Default::default(),
         }
     }
 
@@ -674,6 +679,9 @@ impl Level {
                         ))
                     }
                 }
+            }
+            "allow" | "deny" | "set_real_ip_from" | "real_ip_header" | "real_ip_recursive" => {
+                crate::config::nginx::access::directive(p, &mut self.own_access, d)?;
             }
             n if n.starts_with("gzip") || n == "gunzip" || n == "postpone_gzipping" => {
                 use crate::config::nginx::filters::{gzip, Done};
