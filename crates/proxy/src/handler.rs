@@ -518,6 +518,7 @@ async fn proxy_request(
                         );
                         let mut resp = Response::from_parts(head, BodyExt::boxed(streamed));
                         strip_hop_by_hop(resp.headers_mut(), false);
+                        upstream_headers(route, &parts, client, local, &mut resp);
                         return finish(route, &parts, client, local, &attempts, start, resp);
                     }
                 }
@@ -839,6 +840,27 @@ fn build_request(
         }
     }
     Ok(req)
+}
+
+/// `proxy_hide_header` / `proxy_pass_header` / `proxy_redirect` on the
+/// upstream's response.
+fn upstream_headers(
+    route: &Route,
+    parts: &Parts,
+    client: SocketAddr,
+    local: SocketAddr,
+    resp: &mut Response<UpBody>,
+) {
+    let cx = VarContext {
+        parts,
+        client,
+        local,
+        proxy_host: &route.proxy_host,
+        attempts: &[],
+        status: resp.status().as_u16(),
+        request_time: 0.0,
+    };
+    route.headers.apply(resp.headers_mut(), &cx, local);
 }
 
 /// Add the location's `add_header`s and write the access log line.

@@ -20,6 +20,7 @@ mod log;
 pub mod metrics;
 pub mod pool;
 mod realip;
+mod redirect;
 mod request_check;
 pub mod route;
 mod router;

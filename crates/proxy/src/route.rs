@@ -77,6 +77,8 @@ pub struct Route {
     pub access_log: Option<Arc<crate::log::AccessLogWriter>>,
     /// The client-side settings of the location's server block.
     pub client: vigil_core::config::ClientSettings,
+    /// `proxy_hide_header`, `proxy_pass_header`, `proxy_redirect`.
+    pub headers: crate::redirect::Rules,
 }
 
 // === impl Routes ===
@@ -310,7 +312,10 @@ impl Route {
             _ => None,
         };
         let access_log = access_log(loc, logs, &err)?;
+        let headers =
+            crate::redirect::Rules::of(loc).map_err(|e| err(format!("proxy_redirect: {e}")))?;
         Ok(Some(Self {
+            headers,
             client: client.clone(),
             access_log,
             policy: RetryPolicy::of(&loc.proxy),

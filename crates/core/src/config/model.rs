@@ -634,6 +634,28 @@ pub struct ProxySettings {
     /// in its post-read phase, before the location is known; the
     /// location's own apply only when these did not).
     pub server_real_ip: RealIp,
+    /// `proxy_redirect`: None = `off`; an empty list = nginx's default
+    /// (the `default` rule at a location with `proxy_pass`).
+    pub redirect: Option<Vec<RedirectRule>>,
+    /// `proxy_hide_header` (lowercase names).
+    pub hide_headers: Vec<String>,
+    /// `proxy_pass_header` (lowercase names).
+    pub pass_headers: Vec<String>,
+}
+
+/// One `proxy_redirect`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RedirectRule {
+    /// `default`: the `proxy_pass` URL (with `/` when it has no URI) to
+    /// the location's name (to `/`).
+    Default,
+    /// `REDIRECT REPLACEMENT` (both may hold variables).
+    Rewrite {
+        /// A prefix of the header's value (case-sensitive).
+        redirect: String,
+        /// What replaces it.
+        replacement: String,
+    },
 }
 
 /// One `allow` or `deny`.
@@ -983,6 +1005,9 @@ impl Default for ProxySettings {
             access: Vec::new(),
             real_ip: RealIp::default(),
             server_real_ip: RealIp::default(),
+            redirect: Some(Vec::new()),
+            hide_headers: Vec::new(),
+            pass_headers: Vec::new(),
         }
     }
 }

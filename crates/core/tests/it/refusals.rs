@@ -453,3 +453,29 @@ fn access_rules_and_real_ip_nginx_refuses() {
         same_refusal(body, None);
     }
 }
+
+#[test]
+fn proxy_redirect_forms_nginx_refuses() {
+    for (body, msg) in [
+        (
+            "server { listen 127.0.0.1:18080;\nproxy_redirect foo; }",
+            "invalid parameter \"foo\"",
+        ),
+        (
+            "server { listen 127.0.0.1:18080;\nproxy_redirect off; proxy_redirect http://a/ /; }",
+            "\"proxy_redirect\" directive is duplicate",
+        ),
+        (
+            "server { listen 127.0.0.1:18080;\nproxy_redirect http://a/ /; proxy_redirect off; }",
+            "\"proxy_redirect\" directive is duplicate",
+        ),
+    ] {
+        same_refusal(body, Some(msg));
+    }
+    same_refusal(
+        "server { listen 127.0.0.1:18080; proxy_redirect http://a/ /b/; proxy_redirect http://c/ $scheme://$host/;\n\
+         proxy_hide_header X-Powered-By; proxy_pass_header Server;\n\
+         location / { proxy_pass http://127.0.0.1:9/x/; proxy_redirect default; proxy_redirect off_not http://z/; } }",
+        None,
+    );
+}

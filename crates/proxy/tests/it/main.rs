@@ -8,6 +8,7 @@ mod bodies;
 mod gzip;
 mod hardening;
 mod hedge;
+mod redirects;
 mod reload;
 mod returns;
 mod routing;

@@ -39,6 +39,8 @@ struct Level {
     own_gzip_types: bool,
     /// Whether this level has its own `allow`/`deny`, `set_real_ip_from`.
     own_access: crate::config::nginx::access::Own,
+    /// Whether this level has its own proxy_redirect / hide / pass lists.
+    own_headers: crate::config::nginx::filters::OwnHeaders,
 }
 
 pub(super) fn http_block(cx: &mut Context<'_>, body: &[&Directive]) -> Result<(), ConfigError> {
@@ -525,6 +527,7 @@ impl Level {
             own_access_log: None,
             own_gzip_types: false,
             own_access: Default::default(),
+            own_headers: Default::default(),
         }
     }
 
@@ -679,6 +682,9 @@ impl Level {
                         ))
                     }
                 }
+            }
+            "proxy_redirect" | "proxy_hide_header" | "proxy_pass_header" => {
+                crate::config::nginx::filters::headers(p, &mut self.own_headers, d)?;
             }
             "allow" | "deny" | "set_real_ip_from" | "real_ip_header" | "real_ip_recursive" => {
                 crate::config::nginx::access::directive(p, &mut self.own_access, d)?;

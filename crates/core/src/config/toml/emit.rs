@@ -417,6 +417,9 @@ fn diff(p: &ProxySettings, base: &ProxySettings) -> RawProxy {
         access: _,
         real_ip: _,
         server_real_ip: _,
+        redirect: _,
+        hide_headers: _,
+        pass_headers: _,
     } = p;
     fn changed<T: PartialEq + Clone>(v: &T, base: &T) -> Option<T> {
         (v != base).then(|| v.clone())
