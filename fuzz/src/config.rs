@@ -71,6 +71,10 @@ pub fn nginx_conf(data: &[u8]) {
         return;
     };
     let _ = lint_config(&loaded.config);
+    if !vigil_core::convert::not_convertible(&loaded.config).is_empty() {
+        // `vigil convert` refuses these confs.
+        return;
+    }
     let text = nginx_to_toml(&loaded);
     match toml::load_str(&text, Path::new("converted.toml"), &literal_resolver) {
         Ok(back) => assert!(

@@ -28,6 +28,45 @@ pub fn nginx_to_toml(loaded: &Loaded) -> String {
     out
 }
 
+/// The nginx.conf-only settings of `config` that the TOML schema cannot
+/// express yet (gzip, allow/deny, real IP, proxy_redirect, hidden and
+/// passed headers, a `log_format`, `if=`), each as
+/// "DIRECTIVE in location PATH (at ORIGIN)": `vigil convert` refuses such a
+/// conf rather than drop them (a dropped `deny` would open the location).
+pub fn not_convertible(config: &crate::config::Config) -> Vec<String> {
+    use crate::config::{LogFormat, ProxySettings};
+    let base = ProxySettings::default();
+    let mut out = Vec::new();
+    for s in &config.servers {
+        for l in &s.locations {
+            let p = &l.proxy;
+            let custom = |f: &LogFormat| matches!(f, LogFormat::Custom(_));
+            for (what, differs) in [
+                ("gzip", p.gzip != base.gzip),
+                ("allow/deny", !p.access.is_empty()),
+                (
+                    "set_real_ip_from",
+                    !p.real_ip.from.is_empty() || !p.server_real_ip.from.is_empty(),
+                ),
+                ("proxy_redirect", p.redirect != base.redirect),
+                ("proxy_hide_header", !p.hide_headers.is_empty()),
+                ("proxy_pass_header", !p.pass_headers.is_empty()),
+                (
+                    "access_log with a log_format or if=",
+                    p.access_log
+                        .as_ref()
+                        .is_some_and(|a| a.condition.is_some() || custom(&a.format)),
+                ),
+            ] {
+                if differs {
+                    out.push(format!("{what} in location {} (at {})", l.path, l.origin));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// `text` safe inside a `#` comment line.
 fn one_line(text: &str) -> String {
     text.replace(['\n', '\r'], " ")
@@ -101,5 +140,42 @@ mod tests {
                 .map(|r| r.content_type.as_str()),
             Some("application/json")
         );
+    }
+
+    #[test]
+    fn confs_with_nginx_only_filters_are_not_convertible() {
+        let load = |body: &str| {
+            let src = format!(
+                "events {{ }} http {{ upstream u {{ server 127.0.0.1:8001; }}\n{body}\n\
+                 server {{ listen 8080; location / {{ proxy_pass http://u; }} }} }}"
+            );
+            crate::config::nginx::load_str(
+                &src,
+                Path::new("nginx.conf"),
+                Path::new("."),
+                &literal_resolver,
+            )
+            .expect("nginx.conf loads")
+            .config
+        };
+        assert!(not_convertible(&load("")).is_empty());
+        assert!(not_convertible(&load("access_log /tmp/a.log;")).is_empty());
+        for (body, what) in [
+            ("gzip on;", "gzip"),
+            ("deny all;", "allow/deny"),
+            ("set_real_ip_from 10.0.0.0/8;", "set_real_ip_from"),
+            ("proxy_redirect off;", "proxy_redirect"),
+            ("proxy_hide_header X-A;", "proxy_hide_header"),
+            (
+                "log_format m '$status'; access_log /tmp/a.log m;",
+                "log_format",
+            ),
+        ] {
+            let lost = not_convertible(&load(body));
+            assert!(
+                lost.len() == 1 && lost[0].contains(what) && lost[0].contains("location /"),
+                "{body}: {lost:?}"
+            );
+        }
     }
 }

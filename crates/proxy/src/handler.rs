@@ -252,8 +252,26 @@ async fn proxy_request(
     // What the gate did to HTTP/1 heads, here for every request (HTTP/2 too),
     // with the settings of the location's server.
     crate::request_check::drop_invalid_headers(req.headers_mut(), &route.client);
-    let (parts, incoming) = req.into_parts();
+    let (mut parts, incoming) = req.into_parts();
     let settings = &route.location.proxy;
+    // The realip module, then the access phase (nginx's order).
+    let client = {
+        let real = crate::realip::client(
+            &settings.server_real_ip,
+            &settings.real_ip,
+            client,
+            &parts.headers,
+        );
+        if real != client {
+            parts.extensions.insert(crate::realip::Original(client));
+        }
+        real
+    };
+    if !crate::access::allows(&settings.access, client.ip()) {
+        tracing::debug!(client = %client.ip(), "access forbidden by rule");
+        let page = error_page(StatusCode::FORBIDDEN);
+        return finish(route, &parts, client, local, &[], start, page);
+    }
     let max = settings.client_max_body_size;
     let declared = content_length(&parts.headers);
     // 413 before any attempt: by Content-Length, or while reading the body.
@@ -540,6 +558,7 @@ async fn proxy_request(
                         );
                         let mut resp = Response::from_parts(head, BodyExt::boxed(streamed));
                         strip_hop_by_hop(resp.headers_mut(), false);
+                        upstream_headers(route, &parts, client, local, &mut resp);
                         return finish(route, &parts, client, local, &attempts, start, resp);
                     }
                 }
@@ -878,6 +897,27 @@ fn build_request(
         }
     }
     Ok(req)
+}
+
+/// `proxy_hide_header` / `proxy_pass_header` / `proxy_redirect` on the
+/// upstream's response.
+fn upstream_headers(
+    route: &Route,
+    parts: &Parts,
+    client: SocketAddr,
+    local: SocketAddr,
+    resp: &mut Response<UpBody>,
+) {
+    let cx = VarContext {
+        parts,
+        client,
+        local,
+        proxy_host: &route.proxy_host,
+        attempts: &[],
+        status: resp.status().as_u16(),
+        request_time: 0.0,
+    };
+    route.headers.apply(resp.headers_mut(), &cx, local);
 }
 
 /// Add the location's `add_header`s and write the access log line.

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+mod access;
 mod attempt;
 pub mod body;
 mod conn;
@@ -18,6 +19,8 @@ mod location;
 mod log;
 pub mod metrics;
 pub mod pool;
+mod realip;
+mod redirect;
 mod request_check;
 mod rewrite;
 pub mod route;

@@ -137,6 +137,8 @@ pub struct Route {
     pub(crate) pass_template: Option<Template>,
     /// `error_page` and `proxy_intercept_errors`.
     pub(crate) error_pages: crate::error_page::ErrorPages,
+    /// `proxy_hide_header`, `proxy_pass_header`, `proxy_redirect`.
+    pub headers: crate::redirect::Rules,
 }
 
 // === impl Routes ===
@@ -561,7 +563,10 @@ impl Route {
             _ => None,
         };
         let access_log = access_log(loc, logs, &err)?;
+        let headers =
+            crate::redirect::Rules::of(loc).map_err(|e| err(format!("proxy_redirect: {e}")))?;
         Ok(Some(Self {
+            headers,
             client: client.clone(),
             access_log,
             policy: RetryPolicy::of(&loc.proxy),

@@ -16,6 +16,14 @@ pub(crate) struct Args {
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let loaded = nginx::load_file(&args.path, &system_resolver)?;
+    let lost = vigil_core::convert::not_convertible(&loaded.config);
+    if !lost.is_empty() {
+        anyhow::bail!(
+            "{}: vigil.toml cannot express these yet (serve the nginx.conf itself): {}",
+            args.path.display(),
+            lost.join("; ")
+        );
+    }
     let text = vigil_core::convert::nginx_to_toml(&loaded);
     std::io::stdout().lock().write_all(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)

@@ -14,6 +14,7 @@ mod traffic;
 mod validate;
 pub mod value;
 
+pub use addr::Cidr;
 pub use error::ConfigError;
 pub use model::*;
 pub use routing::*;

@@ -723,6 +723,69 @@ pub struct ProxySettings {
     pub intercept_errors: bool,
     /// `gzip` and its `gzip_*` settings.
     pub gzip: Gzip,
+    /// `allow` / `deny`, in order (the first that matches decides; none
+    /// matching allows). A level with any replaces the inherited list.
+    pub access: Vec<AccessRule>,
+    /// `set_real_ip_from`, `real_ip_header`, `real_ip_recursive`.
+    pub real_ip: RealIp,
+    /// The realip settings of the location's server (what nginx applies
+    /// in its post-read phase, before the location is known; the
+    /// location's own apply only when these did not).
+    pub server_real_ip: RealIp,
+    /// `proxy_redirect`: None = `off`; an empty list = nginx's default
+    /// (the `default` rule at a location with `proxy_pass`).
+    pub redirect: Option<Vec<RedirectRule>>,
+    /// `proxy_hide_header` (lowercase names).
+    pub hide_headers: Vec<String>,
+    /// `proxy_pass_header` (lowercase names).
+    pub pass_headers: Vec<String>,
+}
+
+/// One `proxy_redirect`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RedirectRule {
+    /// `default`: the `proxy_pass` URL (with `/` when it has no URI) to
+    /// the location's name (to `/`).
+    Default,
+    /// `REDIRECT REPLACEMENT` (both may hold variables).
+    Rewrite {
+        /// A prefix of the header's value (case-sensitive).
+        redirect: String,
+        /// What replaces it.
+        replacement: String,
+    },
+}
+
+/// One `allow` or `deny`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AccessRule {
+    /// `allow` (true) or `deny`.
+    pub allow: bool,
+    /// The addresses it is for.
+    pub net: crate::config::Cidr,
+}
+
+/// nginx's realip module: which peers may say who the client is, and where.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct RealIp {
+    /// `set_real_ip_from` (none: the module is off).
+    pub from: Vec<crate::config::Cidr>,
+    /// `real_ip_header`, default `X-Real-IP`.
+    pub header: RealIpHeader,
+    /// `real_ip_recursive`, default off.
+    pub recursive: bool,
+}
+
+/// `real_ip_header`.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum RealIpHeader {
+    /// `X-Real-IP` (the first such header).
+    #[default]
+    XRealIp,
+    /// `X-Forwarded-For` (every such header, last first).
+    XForwardedFor,
+    /// Any other header (lowercase name; the first such header).
+    Other(String),
 }
 
 /// `gzip on` and the `gzip_*` directives (nginx's gzip filter, 1.22).
@@ -1039,6 +1102,12 @@ impl Default for ProxySettings {
             error_pages: Vec::new(),
             intercept_errors: false,
             gzip: Gzip::default(),
+            access: Vec::new(),
+            real_ip: RealIp::default(),
+            server_real_ip: RealIp::default(),
+            redirect: Some(Vec::new()),
+            hide_headers: Vec::new(),
+            pass_headers: Vec::new(),
         }
     }
 }

@@ -139,7 +139,7 @@ fn debian_stock_conf_is_read_whole() {
 #[test]
 fn tls_reverse_proxy_gets_every_refusal_and_its_traps_in_one_run() {
     let loaded = load("tls_reverse_proxy.conf");
-    assert_eq!(refused(&loaded), ["85: expires", "90: allow", "91: deny",]);
+    assert_eq!(refused(&loaded), ["85: expires"]);
     // The TLS server keeps its listen addresses, with `ssl`.
     let ports: Vec<(u16, bool)> = loaded.config.servers[1]
         .listen
@@ -178,9 +178,9 @@ fn tls_reverse_proxy_gets_every_refusal_and_its_traps_in_one_run() {
 fn wordpress_is_all_refusals() {
     let loaded = load("wordpress.conf");
     let r = refused(&loaded);
-    // 9 in the file (its regex locations are served now), 21 fastcgi_param
-    // lines of the included fastcgi_params.
-    assert_eq!(r.len(), 30, "{r:#?}");
+    // 8 in the file (its regex locations and `deny` are served now), 21
+    // fastcgi_param lines of the included fastcgi_params.
+    assert_eq!(r.len(), 29, "{r:#?}");
     assert_eq!(
         r.iter()
             .filter(|x| x.starts_with("fastcgi_params:"))
@@ -195,7 +195,6 @@ fn wordpress_is_all_refusals() {
         "fastcgi_param",
         "expires",
         "log_not_found",
-        "deny",
     ] {
         assert!(
             r.iter().any(|x| x.ends_with(&format!(": {word}"))),

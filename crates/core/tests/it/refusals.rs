@@ -425,3 +425,57 @@ fn gzip_settings_nginx_refuses() {
         same_refusal(body, None);
     }
 }
+
+#[test]
+fn access_rules_and_real_ip_nginx_refuses() {
+    for (body, msg) in [
+        ("allow 10.0.0.256;", "invalid parameter \"10.0.0.256\""),
+        ("deny 10.0.0.0/33;", "invalid parameter \"10.0.0.0/33\""),
+        ("deny 10.0.0.0/;", "invalid parameter \"10.0.0.0/\""),
+        (
+            "server { listen 127.0.0.1:18080;\ndeny all x; }",
+            "invalid number of arguments in \"deny\" directive",
+        ),
+        (
+            "set_real_ip_from;",
+            "invalid number of arguments in \"set_real_ip_from\" directive",
+        ),
+    ] {
+        same_refusal(body, Some(msg));
+    }
+    for body in [
+        "allow 10.1.1.0/16; allow 2001:db8::/32; deny unix:; deny all;",
+        "set_real_ip_from 10.0.0.0/8; set_real_ip_from ::1; set_real_ip_from unix:;\n\
+         real_ip_header CF-Connecting-IP; real_ip_recursive on;",
+        "server { listen 127.0.0.1:18080; location / { allow 127.0.0.1; deny all;\n\
+         set_real_ip_from 127.0.0.1; real_ip_header X-Forwarded-For; } }",
+    ] {
+        same_refusal(body, None);
+    }
+}
+
+#[test]
+fn proxy_redirect_forms_nginx_refuses() {
+    for (body, msg) in [
+        (
+            "server { listen 127.0.0.1:18080;\nproxy_redirect foo; }",
+            "invalid parameter \"foo\"",
+        ),
+        (
+            "server { listen 127.0.0.1:18080;\nproxy_redirect off; proxy_redirect http://a/ /; }",
+            "\"proxy_redirect\" directive is duplicate",
+        ),
+        (
+            "server { listen 127.0.0.1:18080;\nproxy_redirect http://a/ /; proxy_redirect off; }",
+            "\"proxy_redirect\" directive is duplicate",
+        ),
+    ] {
+        same_refusal(body, Some(msg));
+    }
+    same_refusal(
+        "server { listen 127.0.0.1:18080; proxy_redirect http://a/ /b/; proxy_redirect http://c/ $scheme://$host/;\n\
+         proxy_hide_header X-Powered-By; proxy_pass_header Server;\n\
+         location / { proxy_pass http://127.0.0.1:9/x/; proxy_redirect default; proxy_redirect off_not http://z/; } }",
+        None,
+    );
+}

@@ -28,6 +28,9 @@ enum Op {
     /// first line, except Cookie and X-Forwarded-For, which it joins.
     Header(String),
     RemoteUser,
+    /// `$realip_remote_addr` / `$realip_remote_port`: the peer before realip.
+    RealIpAddr,
+    RealIpPort,
     Status,
     /// Known only when the response has been sent.
     Late(Late),
@@ -117,6 +120,18 @@ impl Format {
                 }
                 Op::Header(name) => self.value(&mut cur, header(cx.parts, name).as_deref()),
                 Op::RemoteUser => self.value(&mut cur, remote_user(cx.parts).as_deref()),
+                Op::RealIpAddr | Op::RealIpPort => {
+                    let peer = cx
+                        .parts
+                        .extensions
+                        .get::<crate::realip::Original>()
+                        .map_or(cx.client, |o| o.0);
+                    let v = match op {
+                        Op::RealIpAddr => peer.ip().to_string(),
+                        _ => peer.port().to_string(),
+                    };
+                    self.value(&mut cur, Some(v.as_bytes()));
+                }
                 Op::Var(t) => {
                     let v = t.expand(cx);
                     // vigil's variables do not say "not found": empty is taken for it.
@@ -151,6 +166,8 @@ impl Op {
             "body_bytes_sent" => Op::Late(Late::BodyBytesSent),
             "status" => Op::Status,
             "remote_user" => Op::RemoteUser,
+            "realip_remote_addr" => Op::RealIpAddr,
+            "realip_remote_port" => Op::RealIpPort,
             n if n.starts_with("http_") => Op::Header(n[5..].to_ascii_lowercase()),
             "bytes_sent" | "request_length" | "pipe" => {
                 return Err(UnknownVariable(name.to_string()))

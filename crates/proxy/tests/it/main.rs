@@ -1,6 +1,7 @@
 //! vigil-proxy integration tests: real sockets on 127.0.0.1, in-process
 //! backends and an in-process proxy built from nginx.conf text.
 
+mod access;
 mod access_log;
 mod behaviour;
 mod bodies;
@@ -8,6 +9,7 @@ mod gzip;
 mod hardening;
 mod hedge;
 mod locations;
+mod redirects;
 mod reload;
 mod returns;
 mod routing;

@@ -127,3 +127,75 @@ pub(super) fn gzip(g: &mut Gzip, d: &Directive, own_types: &mut bool) -> Result<
 fn directive_says(d: &Directive, what: &str) -> ConfigError {
     ConfigError::invalid(&d.span, format!("\"{}\" directive {what}", d.name))
 }
+
+/// Which header lists this level has its own of.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct OwnHeaders {
+    redirect: bool,
+    hide: bool,
+    pass: bool,
+}
+
+/// `proxy_redirect default|off|REDIRECT REPLACEMENT`, `proxy_hide_header`,
+/// `proxy_pass_header` (a level's first replaces the inherited list).
+pub(super) fn headers(
+    p: &mut crate::config::ProxySettings,
+    own: &mut OwnHeaders,
+    d: &Directive,
+) -> Result<(), ConfigError> {
+    use crate::config::RedirectRule;
+    match d.name.as_str() {
+        "proxy_redirect" => {
+            let a = args(d, 1, 2)?;
+            let first = !std::mem::replace(&mut own.redirect, true);
+            let rule =
+                match (a[0].value.as_str(), a.get(1)) {
+                    ("off", None) => {
+                        if !first {
+                            return Err(directive_says(d, "is duplicate"));
+                        }
+                        p.redirect = None;
+                        return Ok(());
+                    }
+                    ("default", None) => RedirectRule::Default,
+                    (v, None) => {
+                        return Err(ConfigError::invalid(
+                            &a[0].span,
+                            format!("invalid parameter \"{v}\""),
+                        ))
+                    }
+                    (v, Some(_)) if v.starts_with('~') => return Err(ConfigError::invalid(
+                        &a[0].span,
+                        "proxy_redirect with a regular expression is not supported by vigil yet",
+                    )),
+                    (v, Some(r)) => RedirectRule::Rewrite {
+                        redirect: v.to_string(),
+                        replacement: r.value.clone(),
+                    },
+                };
+            if !first && p.redirect.is_none() {
+                return Err(directive_says(d, "is duplicate"));
+            }
+            if first {
+                p.redirect = Some(Vec::new());
+            }
+            if let Some(list) = &mut p.redirect {
+                list.push(rule);
+            }
+        }
+        "proxy_hide_header" | "proxy_pass_header" => {
+            let name = one(d)?.value.to_ascii_lowercase();
+            let (list, own) = if d.name == "proxy_hide_header" {
+                (&mut p.hide_headers, &mut own.hide)
+            } else {
+                (&mut p.pass_headers, &mut own.pass)
+            };
+            if !std::mem::replace(own, true) {
+                list.clear();
+            }
+            list.push(name);
+        }
+        _ => {}
+    }
+    Ok(())
+}

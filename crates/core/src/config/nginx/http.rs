@@ -40,6 +40,10 @@ struct Level {
     own_access_log: Option<bool>,
     /// Whether this level has its own `gzip_types` (a second adds to it).
     own_gzip_types: bool,
+    /// Whether this level has its own `allow`/`deny`, `set_real_ip_from`.
+    own_access: crate::config::nginx::access::Own,
+    /// Whether this level has its own proxy_redirect / hide / pass lists.
+    own_headers: crate::config::nginx::filters::OwnHeaders,
 }
 
 pub(super) fn http_block(cx: &mut Context<'_>, body: &[&Directive]) -> Result<(), ConfigError> {
@@ -182,6 +186,8 @@ fn server_block(
         });
     }
     let tls = cx.keep(level.tls.finish())?.unwrap_or_default();
+    // nginx's post-read phase applies the server's realip settings.
+    level.proxy.server_real_ip = level.proxy.real_ip.clone();
     let mut out: Vec<Location> = Vec::new();
     let mut placed = Vec::new();
     for l in locations {
@@ -636,6 +642,8 @@ impl Level {
             formats: Vec::new(),
             own_access_log: None,
             own_gzip_types: false,
+            own_access: Default::default(),
+            own_headers: Default::default(),
         }
     }
 
@@ -801,6 +809,12 @@ impl Level {
                         ))
                     }
                 }
+            }
+            "proxy_redirect" | "proxy_hide_header" | "proxy_pass_header" => {
+                crate::config::nginx::filters::headers(p, &mut self.own_headers, d)?;
+            }
+            "allow" | "deny" | "set_real_ip_from" | "real_ip_header" | "real_ip_recursive" => {
+                crate::config::nginx::access::directive(p, &mut self.own_access, d)?;
             }
             n if n.starts_with("gzip") || n == "gunzip" || n == "postpone_gzipping" => {
                 use crate::config::nginx::filters::{gzip, Done};

@@ -16,6 +16,7 @@
 //! model. So the first lenient refusal is always the strict error, and a
 //! file with no refusals gives the same model in both modes.
 
+mod access;
 mod filters;
 mod http;
 mod log;

@@ -421,6 +421,12 @@ fn diff(p: &ProxySettings, base: &ProxySettings) -> RawProxy {
         // The TOML front end has no keys for the nginx.conf-only filters
         // yet (gzip, allow/deny, real_ip): `convert` does not carry them.
         gzip: _,
+        access: _,
+        real_ip: _,
+        server_real_ip: _,
+        redirect: _,
+        hide_headers: _,
+        pass_headers: _,
     } = p;
     fn changed<T: PartialEq + Clone>(v: &T, base: &T) -> Option<T> {
         (v != base).then(|| v.clone())
