@@ -14,4 +14,5 @@ mod support;
 mod telemetry;
 mod timeouts;
 mod tls;
+mod tls_listen;
 mod twin;
