@@ -46,6 +46,19 @@ impl TlsSites {
             .iter()
             .map(load_keys)
             .collect::<Result<Vec<_>, _>>()?;
+        // Once per `ssl_protocols` directive (blocks inherit it from http).
+        let mut warned: Vec<String> = Vec::new();
+        for t in config.servers.iter().map(|s| &s.tls) {
+            let at = t.protocols_origin.to_string();
+            if !t.not_offered.is_empty() && !warned.contains(&at) {
+                tracing::warn!(
+                    %at,
+                    protocols = %t.not_offered.join(" "),
+                    "ssl_protocols: not offered (rustls implements TLSv1.2 and TLSv1.3 only)"
+                );
+                warned.push(at);
+            }
+        }
         // By address: TLS, HTTP/2, default block, blocks in order.
         let mut addrs: Vec<(SocketAddr, bool, bool, usize, Vec<usize>)> = Vec::new();
         for (i, s) in config.servers.iter().enumerate() {
@@ -153,13 +166,6 @@ fn options(s: &ServerBlock, h2: bool) -> ServerOptions {
 /// A block's certificates, each checked against its key; errors at the
 /// directive naming the file at fault.
 fn load_keys(s: &ServerBlock) -> Result<Vec<Key>, RouteError> {
-    if !s.tls.not_offered.is_empty() {
-        tracing::warn!(
-            at = %s.tls.protocols_origin,
-            protocols = %s.tls.not_offered.join(" "),
-            "ssl_protocols: not offered (rustls implements TLSv1.2 and TLSv1.3 only)"
-        );
-    }
     s.tls
         .certificates
         .iter()

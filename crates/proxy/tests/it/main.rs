@@ -19,5 +19,6 @@ mod support;
 mod telemetry;
 mod timeouts;
 mod tls;
+mod tls_listen;
 mod twin;
 mod upstream;

@@ -18,14 +18,18 @@ fn pair(dir: &Path, name: &str) -> (PathBuf, PathBuf, Vec<u8>) {
         .expect("params")
         .self_signed(&key)
         .expect("cert");
-    let (c, k) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
+    let (c, k) = (
+        dir.join(format!("{name}.crt")),
+        dir.join(format!("{name}.key")),
+    );
     std::fs::write(&c, cert.pem()).expect("write cert");
     std::fs::write(&k, key.serialize_pem()).expect("write key");
     (c, k, cert.der().to_vec())
 }
 
 /// Three blocks on one TLS address: `a.test` (the default, its own
-/// certificate), `b.test` (its own), `c.test` (none: the default's).
+/// certificate), `b.test` (its own), `c.test` (none: the default's). Keep
+/// it alive as long as the twin: `nginx -s stop` reads the certificates.
 struct Sites {
     _dir: tempfile::TempDir,
     conf: String,
@@ -112,7 +116,9 @@ async fn scheme_and_https_reach_the_backend() {
     assert_eq!((sent(vs), sent(ns)), (tls.clone(), tls));
     // On a plain address: http, and no X-Https (an empty value is not sent).
     let plain = Twin::start(
-        &format!("server {{ listen {{LISTEN}}; {headers} location / {{ proxy_pass http://{{B0}}; }} }}"),
+        &format!(
+            "server {{ listen {{LISTEN}}; {headers} location / {{ proxy_pass http://{{B0}}; }} }}"
+        ),
         1,
     )
     .await;
@@ -126,17 +132,23 @@ async fn scheme_and_https_reach_the_backend() {
 #[tokio::test]
 async fn alpn_offers_h2_only_on_http2_listeners() {
     let both = ["h2", "http/1.1"];
-    let t = Twin::start(&sites("ssl http2", "").conf, 3).await;
+    let s1 = sites("ssl http2", "");
+    let t = Twin::start(&s1.conf, 3).await;
     let (v, n) = t.send_tls(Some("a.test"), &both, b"").await;
-    assert_eq!((v.alpn.as_deref(), n.alpn.as_deref()), (Some("h2"), Some("h2")));
-    let t = Twin::start(&sites("ssl", "").conf, 3).await;
+    assert_eq!(
+        (v.alpn.as_deref(), n.alpn.as_deref()),
+        (Some("h2"), Some("h2"))
+    );
+    let s2 = sites("ssl", "");
+    let t = Twin::start(&s2.conf, 3).await;
     let (v, n) = t.send_tls(Some("a.test"), &both, b"").await;
     assert_eq!(
         (v.alpn.as_deref(), n.alpn.as_deref()),
         (Some("http/1.1"), Some("http/1.1"))
     );
     // Without ALPN an HTTP/1.1 request is served on an http2 listener too.
-    let t = Twin::start(&sites("ssl http2", "").conf, 3).await;
+    let s3 = sites("ssl http2", "");
+    let t = Twin::start(&s3.conf, 3).await;
     let (v, n) = t.send_tls(Some("b.test"), &[], &get("b.test")).await;
     assert_eq!((v.alpn.as_deref(), n.alpn.as_deref()), (None, None));
     assert_eq!((v.raw.body, n.raw.body), (b"b1".to_vec(), b"b1".to_vec()));
@@ -145,24 +157,33 @@ async fn alpn_offers_h2_only_on_http2_listeners() {
 #[tokio::test]
 async fn ssl_protocols_as_nginx_1_22() {
     // nginx 1.22's default has no TLSv1.3.
-    let t = Twin::start(&sites("ssl", "").conf, 3).await;
+    let s4 = sites("ssl", "");
+    let t = Twin::start(&s4.conf, 3).await;
     let (v, n) = t.send_tls(Some("a.test"), &[], b"").await;
-    assert_eq!((v.version.as_str(), n.version.as_str()), ("TLSv1_2", "TLSv1_2"));
+    assert_eq!(
+        (v.version.as_str(), n.version.as_str()),
+        ("TLSv1_2", "TLSv1_2")
+    );
     // TLSv1.1 is accepted, not offered (rustls has none; nor has the
     // client here).
-    let t = Twin::start(&sites("ssl", "ssl_protocols TLSv1.1 TLSv1.2 TLSv1.3;").conf, 3).await;
+    let s5 = sites("ssl", "ssl_protocols TLSv1.1 TLSv1.2 TLSv1.3;");
+    let t = Twin::start(&s5.conf, 3).await;
     let (v, n) = t.send_tls(Some("a.test"), &[], b"").await;
-    assert_eq!((v.version.as_str(), n.version.as_str()), ("TLSv1_3", "TLSv1_3"));
+    assert_eq!(
+        (v.version.as_str(), n.version.as_str()),
+        ("TLSv1_3", "TLSv1_3")
+    );
 }
 
 #[tokio::test]
 async fn plain_http_to_a_tls_port_is_answered_400() {
-    let t = Twin::start(&sites("ssl", "").conf, 3).await;
-    let (v, n) = t
-        .send(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n")
-        .await;
+    let s6 = sites("ssl", "");
+    let t = Twin::start(&s6.conf, 3).await;
+    let (v, n) = t.send(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n").await;
     assert_eq!((v.status, n.status), (400, 400), "{v:?}\n{n:?}");
-    let nginx_body = String::from_utf8_lossy(&n.body).replace("nginx/1.22.1", "vigil").replace("<center>nginx</center>", "<center>vigil</center>");
+    let nginx_body = String::from_utf8_lossy(&n.body)
+        .replace("nginx/1.22.1", "vigil")
+        .replace("<center>nginx</center>", "<center>vigil</center>");
     assert_eq!(String::from_utf8_lossy(&v.body), nginx_body);
     assert_eq!(
         (v.header("connection"), n.header("connection")),
@@ -178,11 +199,14 @@ async fn plain_http_to_a_tls_port_is_answered_400() {
     assert!(vu.iter().chain(&nu).all(Vec::is_empty));
 }
 
-fn build(text: &str) -> Result<vigil_proxy::Generation, String> {
+/// Build a generation of `text`: the error's text, if any.
+fn build(text: &str) -> Result<(), String> {
     let clock: std::sync::Arc<dyn vigil_core::Clock> =
         std::sync::Arc::new(vigil_core::SystemClock::new());
     let events = std::sync::Arc::new(vigil_core::event::EventBus::default());
-    vigil_proxy::Generation::build(load(text), None, events, clock).map_err(|e| e.to_string())
+    vigil_proxy::Generation::build(load(text), None, events, clock)
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
 #[test]
@@ -200,13 +224,22 @@ fn certificate_errors_name_the_directive_and_the_file() {
     assert!(build(&conf(&ac, &ak)).is_ok());
     let missing = dir.path().join("missing.crt");
     let e = build(&conf(&missing, &ak)).unwrap_err();
-    assert!(e.starts_with("test.conf:3:2: cannot load \"ssl_certificate\": "), "{e}");
+    assert!(
+        e.starts_with("test.conf:3:2: cannot load \"ssl_certificate\": "),
+        "{e}"
+    );
     assert!(e.contains("missing.crt"), "{e}");
     let e = build(&conf(&ac, &bk)).unwrap_err();
-    assert!(e.starts_with("test.conf:4:2: cannot load \"ssl_certificate_key\": "), "{e}");
+    assert!(
+        e.starts_with("test.conf:4:2: cannot load \"ssl_certificate_key\": "),
+        "{e}"
+    );
     assert!(e.contains("does not match the certificate"), "{e}");
     let e = build(&conf(&ac, &ac)).unwrap_err();
-    assert!(e.starts_with("test.conf:4:2:") && e.contains("no private key"), "{e}");
+    assert!(
+        e.starts_with("test.conf:4:2:") && e.contains("no private key"),
+        "{e}"
+    );
 }
 
 #[tokio::test]
@@ -214,12 +247,20 @@ async fn a_bad_certificate_on_reload_keeps_the_old_configuration() {
     let s = sites("ssl", "");
     let running = crate::support::start_proxy(&format!(
         "http {{\n{}\n}}",
-        s.conf.replace("{B0}", "127.0.0.1:9").replace("{B1}", "127.0.0.1:9").replace("{B2}", "127.0.0.1:9")
+        s.conf
+            .replace("{B0}", "127.0.0.1:9")
+            .replace("{B1}", "127.0.0.1:9")
+            .replace("{B2}", "127.0.0.1:9")
     ))
     .await;
     let before = running.proxy.reloads();
     let broken = running.text.replace("a.test.key", "b.test.key");
-    let e = running.proxy.reload(load(&broken)).map(drop).unwrap_err().to_string();
+    let e = running
+        .proxy
+        .reload(load(&broken))
+        .map(drop)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("does not match the certificate"), "{e}");
     assert_eq!(running.proxy.reloads(), before);
     let got = tls_raw(running.addr, Some("a.test"), &[], b"").await;
