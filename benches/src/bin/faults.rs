@@ -247,7 +247,7 @@ async fn scenario(o: &Options, extra: Option<&str>) -> Result<Figures, String> {
         server_params: o.server_params.clone(),
         upstream_extra,
         location,
-        ..Site::new(free_addr().map_err(|e| e.to_string())?, lab.addrs())
+        ..Site::new(free_addr(), lab.addrs())
     };
     let site = if extra.is_none() {
         // nginx: the vigil-only directives dropped, keepalive kept.

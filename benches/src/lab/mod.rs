@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! let lab = Lab::start(4, BackendOptions::default()).await?;
-//! let site = Site { server_params: "max_fails=1 fail_timeout=2s".into(), ..Site::new(free_addr()?, lab.addrs()) };
+//! let site = Site { server_params: "max_fails=1 fail_timeout=2s".into(), ..Site::new(free_addr(), lab.addrs()) };
 //! let proxy = Proxy::nginx(&site).await?;
 //! lab.wait_serving(proxy.addr).await?;
 //! let load = tokio::spawn(Load::new(proxy.addr, Duration::from_secs(7)).run());
@@ -29,8 +29,9 @@ use std::time::Duration;
 
 pub use backend::{Backend, BackendOptions, Behaviour, Counts, Delivery, Ledger};
 pub use load::{Failure, Load, Outcome, Record, Run};
-pub use proxy::{free_addr, nginx_bin, Kind, Proxy, Site};
+pub use proxy::{Kind, Proxy, Site};
 pub use summary::{Summary, SLOW};
+pub use vigil_testkit::{find_nginx as nginx_bin, free_addr};
 
 /// A set of backends sharing one ledger.
 #[derive(Debug)]

@@ -91,23 +91,6 @@ impl Site {
     }
 }
 
-/// A free port on 127.0.0.1 (bound and released: the proxy binds it next).
-pub fn free_addr() -> io::Result<SocketAddr> {
-    std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()
-}
-
-/// The stock nginx binary: the first `nginx` on PATH, else `/usr/sbin/nginx`.
-pub fn nginx_bin() -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join("nginx"))
-            .find(|c| c.is_file())
-    });
-    on_path
-        .or_else(|| Some(PathBuf::from("/usr/sbin/nginx")))
-        .filter(|p| p.is_file())
-}
-
 // === impl Proxy ===
 
 impl Proxy {
@@ -132,7 +115,7 @@ impl Proxy {
     /// Stock nginx (one worker, in the foreground) on `site` without its
     /// `upstream_extra`, once it accepts connections.
     pub async fn nginx(site: &Site) -> io::Result<Self> {
-        let bin = nginx_bin().ok_or_else(|| {
+        let bin = vigil_testkit::find_nginx().ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::NotFound,
                 "stock nginx not found (PATH, /usr/sbin/nginx): apt-get install -y nginx",

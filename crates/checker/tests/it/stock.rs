@@ -5,28 +5,10 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+pub(crate) use vigil_testkit::{free_port, nginx_bin};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-pub(crate) fn nginx_bin() -> PathBuf {
-    let on_path = std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join("nginx"))
-            .find(|c| c.is_file())
-    });
-    let bin = on_path.unwrap_or_else(|| PathBuf::from("/usr/sbin/nginx"));
-    assert!(
-        bin.is_file(),
-        "nginx is not installed (looked on PATH and at /usr/sbin/nginx): these tests need a stock nginx; install it with `apt-get install -y nginx` (.ci/run does)"
-    );
-    bin
-}
-
-pub(crate) fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("test step");
-    l.local_addr().expect("test step").port()
-}
 
 /// A stock nginx in the foreground with everything under `dir`.
 pub(crate) struct Nginx {

@@ -130,12 +130,9 @@ async fn read_head(s: &mut TcpStream) {
     }
 }
 
-/// An address that refuses connections (bound, then closed).
+/// An address that refuses connections (nothing listens there).
 pub(crate) fn refused_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let a = l.local_addr().expect("addr");
-    drop(l);
-    a
+    vigil_testkit::free_addr()
 }
 
 /// An address whose connects time out: a listener with backlog 0 whose

@@ -38,7 +38,7 @@ async fn scenario(
         .await
         .expect("start the backends");
     let mut site = site(lab.addrs());
-    site.listen = free_addr().expect("a free port");
+    site.listen = free_addr();
     let proxy = match kind {
         Kind::Vigil => Proxy::vigil(env!("CARGO_BIN_EXE_vigil").as_ref(), &site).await,
         Kind::Nginx => Proxy::nginx(&site).await,
@@ -67,7 +67,7 @@ fn site(upstream_extra: &str, location: &str) -> impl Fn(Vec<std::net::SocketAdd
         server_params: SERVER.to_string(),
         upstream_extra: extra.clone(),
         location: location.clone(),
-        ..Site::new(free_addr().expect("a free port"), servers)
+        ..Site::new(free_addr(), servers)
     }
 }
 

@@ -6,6 +6,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use tokio::time::Instant;
+use vigil_testkit::free_addr as free_port;
 
 /// A backend answering every request with `body`, on its own thread.
 fn backend(body: &'static str) -> SocketAddr {
@@ -32,13 +33,6 @@ fn backend(body: &'static str) -> SocketAddr {
         }
     });
     addr
-}
-
-fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
 }
 
 fn get(addr: SocketAddr) -> Option<String> {

@@ -3,25 +3,11 @@
 //! same file in the same test and compares the messages. The TOML front
 //! end refuses the same with the field path.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use vigil_core::config::{literal_resolver, nginx, toml};
-
-/// The stock nginx binary (`.ci/run` installs it).
-fn nginx_bin() -> PathBuf {
-    let on_path = std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join("nginx"))
-            .find(|c| c.is_file())
-    });
-    let bin = on_path.unwrap_or_else(|| PathBuf::from("/usr/sbin/nginx"));
-    assert!(
-        bin.is_file(),
-        "nginx is not installed (PATH, /usr/sbin/nginx): these tests compare vigil's refusals with stock nginx's; `apt-get install -y nginx` (.ci/run does)"
-    );
-    bin
-}
+use vigil_testkit::nginx_bin;
 
 /// A whole nginx.conf around `http_body`, which starts on line 3.
 fn conf(dir: &Path, http_body: &str) -> String {

@@ -92,9 +92,7 @@ impl Served {
 }
 
 async fn serve(conf: &str) -> Served {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    drop(listener);
+    let addr = vigil_testkit::free_addr();
     let config = load(&conf.replace("{LISTEN}", &addr.to_string()));
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let events = Arc::new(EventBus::default());
@@ -325,9 +323,7 @@ async fn post_to_hanging(next_upstream: &str, nginx: bool) -> (u16, Vec<String>,
     let req =
         b"POST /h HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\nConnection: close\r\n\r\npayload";
     let status = if nginx {
-        let addr = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port");
+        let addr = vigil_testkit::free_addr();
         let n = crate::twin::Nginx::start(&body.replace("{LISTEN}", &addr.to_string()), addr).await;
         let got = crate::twin::raw(n.addr, req).await.status;
         drop(n);

@@ -134,9 +134,7 @@ pub(crate) fn load(text: &str) -> vigil_core::config::Config {
 }
 
 pub(crate) async fn start_proxy(conf: &str) -> Running {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    drop(listener);
+    let addr = vigil_testkit::free_addr();
     let text = conf.replace("{LISTEN}", &addr.to_string());
     let config = load(&text);
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());

@@ -186,9 +186,7 @@ async fn start_proxy(
     metrics: Arc<ProxyMetrics>,
     telemetry: Option<&Telemetry>,
 ) -> Served {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    drop(listener);
+    let addr = vigil_testkit::free_addr();
     let config = load(&conf.replace("{LISTEN}", &addr.to_string()));
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let events = Arc::new(EventBus::default());

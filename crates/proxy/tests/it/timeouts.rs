@@ -351,9 +351,7 @@ async fn a_client_that_stops_reading_is_cut_after_send_timeout_and_the_upstream_
     let (vb, v_cut) = endless_backend().await;
     let (nb, n_cut) = endless_backend().await;
     let running = start_proxy(&format!("http {{ {} }}", conf(vb))).await;
-    let naddr = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port");
+    let naddr = vigil_testkit::free_addr();
     let _nginx = Nginx::start(&conf(nb).replace("{LISTEN}", &naddr.to_string()), naddr).await;
     let (v, n) = tokio::join!(
         stop_reading(running.addr, &v_cut),

@@ -21,26 +21,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::support::{start_proxy, Backend, Running, Seen};
-
-/// The stock nginx binary; these tests need one (`.ci/run` installs it).
-pub(crate) fn nginx_bin() -> PathBuf {
-    let on_path = std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join("nginx"))
-            .find(|c| c.is_file())
-    });
-    let bin = on_path.unwrap_or_else(|| PathBuf::from("/usr/sbin/nginx"));
-    assert!(
-        bin.is_file(),
-        "nginx is not installed (looked on PATH and at /usr/sbin/nginx): these tests compare vigil with a stock nginx; install it with `apt-get install -y nginx` (.ci/run does)"
-    );
-    bin
-}
-
-fn free_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr")
-}
+pub(crate) use vigil_testkit::{free_addr, nginx_bin};
 
 /// A stock nginx in the foreground with its pid, logs and temp paths in a
 /// temporary directory.

@@ -16,6 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+pub(super) use vigil_testkit::free_addr as free_port;
 
 use tokio::time::Instant;
 
@@ -539,13 +540,6 @@ pub(super) fn settle(members: &[Member], n: usize) {
 }
 
 // === helpers ===
-
-pub(super) fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("test step")
-        .local_addr()
-        .expect("test step")
-}
 
 /// GET `path`: (status, body).
 pub(super) fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
