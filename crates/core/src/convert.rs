@@ -6,6 +6,45 @@
 use crate::config::nginx::Loaded;
 use crate::config::toml::to_toml_string;
 
+/// What the TOML schema cannot carry (`rewrite`, `set`, `map`,
+/// `error_page`, regex, named and nested locations), each with its place:
+/// `vigil convert` refuses such a file rather than drop them.
+pub fn untranslatable(config: &crate::config::Config) -> Vec<String> {
+    use crate::config::{LocationMatch, RewriteStep};
+    let mut out = Vec::new();
+    for m in &config.maps {
+        out.push(format!("{}: map ${}", m.origin, m.variable));
+    }
+    let script = |steps: &[RewriteStep], out: &mut Vec<String>, at: &dyn std::fmt::Display| {
+        for s in steps {
+            match s {
+                RewriteStep::Rewrite(r) => out.push(format!("{}: rewrite", r.origin)),
+                RewriteStep::Set(v) => out.push(format!("{}: set ${}", v.origin, v.name)),
+                // The first `return` is the block's `return` in TOML.
+                RewriteStep::Return(_) if steps.len() == 1 => {}
+                RewriteStep::Return(_) => out.push(format!("{at}: return after rewrite")),
+            }
+        }
+    };
+    for s in &config.servers {
+        script(&s.rewrite, &mut out, &s.origin);
+        for l in &s.locations {
+            script(&l.routing.script, &mut out, &l.origin);
+            if matches!(
+                l.matcher,
+                LocationMatch::Regex | LocationMatch::RegexCaseless | LocationMatch::Named
+            ) || l.routing.parent.is_some()
+            {
+                out.push(format!("{}: location {}", l.origin, l.path));
+            }
+            if !l.proxy.error_pages.is_empty() || l.proxy.intercept_errors {
+                out.push(format!("{}: error_page / proxy_intercept_errors", l.origin));
+            }
+        }
+    }
+    out
+}
+
 /// `loaded.config` as TOML, headed by a comment that lists the nginx
 /// directives that were accepted without effect (`loaded.ignored`) and so
 /// have no counterpart in the output.
@@ -101,5 +140,31 @@ mod tests {
                 .map(|r| r.content_type.as_str()),
             Some("application/json")
         );
+    }
+
+    #[test]
+    fn what_toml_cannot_carry_is_listed() {
+        let load = |src: &str| {
+            crate::config::nginx::load_str(
+                src,
+                Path::new("nginx.conf"),
+                Path::new("."),
+                &literal_resolver,
+            )
+            .expect("nginx.conf loads")
+        };
+        let plain = load(
+            "http { server { listen 8080; return 301 https://$host$request_uri; }\n\
+             server { listen 8081; location /gone { return 410; } } }",
+        );
+        assert!(untranslatable(&plain.config).is_empty());
+        let rich = load(
+            "http { map $host $m { default x; }\n\
+             server { listen 8080; rewrite ^/a /b; set $v 1;\n\
+             location ~ ^/r { return 200; } location /p { location /pp { } } } }",
+        );
+        let lost = untranslatable(&rich.config);
+        assert_eq!(lost.len(), 5, "{lost:#?}");
+        assert!(lost[0].starts_with("nginx.conf:1:") && lost[0].ends_with("map $m"));
     }
 }

@@ -243,6 +243,9 @@ fn serve_checks(loaded: &Loaded) -> Vec<Finding> {
     if let Err(e) = vigil_proxy::route::Router::build(config) {
         found.push(config_error(e.at, e.message));
     }
+    for e in vigil_proxy::route::error_page_errors(config) {
+        found.push(config_error(e.at, e.message));
+    }
     found
 }
 
