@@ -243,9 +243,10 @@ impl Script {
                             } else {
                                 302
                             };
-                            return Ran::Answer(Answer::Return(Arc::new(
-                                base.map_or_else(Reply::internal_error, |b| b.redirect(code, &url)),
-                            )));
+                            return Ran::Answer(Answer::Return(Arc::new(base.map_or_else(
+                                || Reply::internal_error().redirect(code, &url),
+                                |b| b.redirect(code, &url),
+                            ))));
                         }
                         _ => {}
                     }
