@@ -30,10 +30,13 @@ pub fn untranslatable(config: &crate::config::Config) -> Vec<String> {
         script(&s.rewrite, &mut out, &s.origin);
         for l in &s.locations {
             script(&l.routing.script, &mut out, &l.origin);
+            // `^~@x` is a prefix location named `@x` (nginx's reading), which
+            // the TOML schema takes for a named one.
             if matches!(
                 l.matcher,
                 LocationMatch::Regex | LocationMatch::RegexCaseless | LocationMatch::Named
             ) || l.routing.parent.is_some()
+                || l.path.starts_with('@')
             {
                 out.push(format!("{}: location {}", l.origin, l.path));
             }
