@@ -71,8 +71,8 @@ pub fn nginx_conf(data: &[u8]) {
         return;
     };
     let _ = lint_config(&loaded.config);
-    if !vigil_core::convert::not_convertible(&loaded.config).is_empty() {
-        // `vigil convert` refuses these confs.
+    // `vigil convert` refuses what the TOML schema cannot carry.
+    if !vigil_core::convert::untranslatable(&loaded.config).is_empty() {
         return;
     }
     let text = nginx_to_toml(&loaded);

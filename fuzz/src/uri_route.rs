@@ -11,19 +11,22 @@ use std::net::SocketAddr;
 use std::sync::OnceLock;
 
 use http::{HeaderMap, HeaderValue, Uri, Version};
-use vigil_core::config::{literal_resolver, nginx, Config};
+use vigil_core::config::{literal_resolver, nginx, pattern, Config, LocationMatch};
 use vigil_proxy::route::{upstream_target, Refusal, Router};
 use vigil_proxy::uri::{escape_uri, RequestUri};
 
 /// Blocks on two addresses: exact, wildcard, regex and "" names, a
 /// default_server, merge_slashes off on a named block, prefix, `^~` and
 /// exact locations, auto-redirecting ones, proxy_pass with and without a
-/// URI part.
+/// URI part, regex locations (one nested in a prefix one).
 const CONF: &str = r#"http {
   upstream u { server 127.0.0.1:1; }
   server { listen 127.0.0.1:8080; server_name a.test *.wild.test;
     location / { proxy_pass http://u; }
-    location /public/ { proxy_pass http://u; }
+    location /public/ { proxy_pass http://u;
+      location ~ \.js$ { proxy_pass http://u; } }
+    location ~ ^/re/([0-9]+)$ { proxy_pass http://u; }
+    location ~* \.PHP$ { proxy_pass http://u; }
     location /static/ { proxy_pass http://u/files/; }
     location /api/ { proxy_pass http://u/v1; }
     location = /exact/ { proxy_pass http://u/e?x=1; }
@@ -155,11 +158,22 @@ pub fn uri_route(data: &[u8]) {
     if merged {
         assert!(!path.windows(2).any(|w| w == b"//"), "// left in {t:?}");
     }
-    assert!(
-        path.starts_with(location.path.as_bytes()),
-        "{t:?} matched {}",
-        location.path
-    );
+    match location.matcher {
+        // A regex location matched: its expression matches the path.
+        LocationMatch::Regex | LocationMatch::RegexCaseless => {
+            let caseless = location.matcher == LocationMatch::RegexCaseless;
+            let re = match pattern::compile(&location.path, caseless) {
+                Ok(re) => re,
+                Err(e) => panic!("{e}"),
+            };
+            assert!(re.is_match(path), "{t:?} matched {}", location.path);
+        }
+        _ => assert!(
+            path.starts_with(location.path.as_bytes()),
+            "{t:?} matched {}",
+            location.path
+        ),
+    }
     assert!(!path.contains(&0), "NUL in {t:?}");
     // Normalising is idempotent (the path re-escaped is a target again).
     let mut again = String::new();

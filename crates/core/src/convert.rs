@@ -6,6 +6,53 @@
 use crate::config::nginx::Loaded;
 use crate::config::toml::to_toml_string;
 
+/// What the TOML schema cannot carry (`rewrite`, `set`, `map`,
+/// `error_page`, regex, named and nested locations, TLS listeners, the
+/// filters), each with its place: `vigil convert` refuses such a file
+/// rather than drop them.
+pub fn untranslatable(config: &crate::config::Config) -> Vec<String> {
+    use crate::config::{LocationMatch, RewriteStep};
+    let mut out = Vec::new();
+    for m in &config.maps {
+        out.push(format!("{}: map ${}", m.origin, m.variable));
+    }
+    let script = |steps: &[RewriteStep], out: &mut Vec<String>, at: &dyn std::fmt::Display| {
+        for s in steps {
+            match s {
+                RewriteStep::Rewrite(r) => out.push(format!("{}: rewrite", r.origin)),
+                RewriteStep::Set(v) => out.push(format!("{}: set ${}", v.origin, v.name)),
+                // The first `return` is the block's `return` in TOML.
+                RewriteStep::Return(_) if steps.len() == 1 => {}
+                RewriteStep::Return(_) => out.push(format!("{at}: return after rewrite")),
+            }
+        }
+    };
+    for s in &config.servers {
+        script(&s.rewrite, &mut out, &s.origin);
+        for l in &s.locations {
+            script(&l.routing.script, &mut out, &l.origin);
+            // `^~@x` is a prefix location named `@x` (nginx's reading), which
+            // the TOML schema takes for a named one.
+            if matches!(
+                l.matcher,
+                LocationMatch::Regex | LocationMatch::RegexCaseless | LocationMatch::Named
+            ) || l.routing.parent.is_some()
+                || l.path.starts_with('@')
+            {
+                out.push(format!("{}: location {}", l.origin, l.path));
+            }
+            if !l.proxy.error_pages.is_empty() || l.proxy.intercept_errors {
+                out.push(format!("{}: error_page / proxy_intercept_errors", l.origin));
+            }
+        }
+        if s.listen.iter().any(|l| l.ssl || l.http2) || !s.tls.certificates.is_empty() {
+            out.push(format!("{}: listen ... ssl / ssl_certificate", s.origin));
+        }
+    }
+    out.extend(filters(config));
+    out
+}
+
 /// `loaded.config` as TOML, headed by a comment that lists the nginx
 /// directives that were accepted without effect (`loaded.ignored`) and so
 /// have no counterpart in the output.
@@ -28,12 +75,11 @@ pub fn nginx_to_toml(loaded: &Loaded) -> String {
     out
 }
 
-/// The nginx.conf-only settings of `config` that the TOML schema cannot
-/// express yet (gzip, allow/deny, real IP, proxy_redirect, hidden and
-/// passed headers, a `log_format`, `if=`), each as
-/// "DIRECTIVE in location PATH (at ORIGIN)": `vigil convert` refuses such a
-/// conf rather than drop them (a dropped `deny` would open the location).
-pub fn not_convertible(config: &crate::config::Config) -> Vec<String> {
+/// The filters of `config` the TOML schema cannot express yet (gzip,
+/// allow/deny, real IP, proxy_redirect, hidden and passed headers, a
+/// `log_format`, `if=`), each as "DIRECTIVE in location PATH (at ORIGIN)"
+/// (a dropped `deny` would open the location).
+fn filters(config: &crate::config::Config) -> Vec<String> {
     use crate::config::{LogFormat, ProxySettings};
     let base = ProxySettings::default();
     let mut out = Vec::new();
@@ -143,7 +189,7 @@ mod tests {
     }
 
     #[test]
-    fn confs_with_nginx_only_filters_are_not_convertible() {
+    fn confs_with_nginx_only_filters_are_untranslatable() {
         let load = |body: &str| {
             let src = format!(
                 "events {{ }} http {{ upstream u {{ server 127.0.0.1:8001; }}\n{body}\n\
@@ -158,8 +204,8 @@ mod tests {
             .expect("nginx.conf loads")
             .config
         };
-        assert!(not_convertible(&load("")).is_empty());
-        assert!(not_convertible(&load("access_log /tmp/a.log;")).is_empty());
+        assert!(untranslatable(&load("")).is_empty());
+        assert!(untranslatable(&load("access_log /tmp/a.log;")).is_empty());
         for (body, what) in [
             ("gzip on;", "gzip"),
             ("deny all;", "allow/deny"),
@@ -171,11 +217,37 @@ mod tests {
                 "log_format",
             ),
         ] {
-            let lost = not_convertible(&load(body));
+            let lost = untranslatable(&load(body));
             assert!(
                 lost.len() == 1 && lost[0].contains(what) && lost[0].contains("location /"),
                 "{body}: {lost:?}"
             );
         }
+    }
+
+    #[test]
+    fn what_toml_cannot_carry_is_listed() {
+        let load = |src: &str| {
+            crate::config::nginx::load_str(
+                src,
+                Path::new("nginx.conf"),
+                Path::new("."),
+                &literal_resolver,
+            )
+            .expect("nginx.conf loads")
+        };
+        let plain = load(
+            "http { server { listen 8080; return 301 https://$host$request_uri; }\n\
+             server { listen 8081; location /gone { return 410; } } }",
+        );
+        assert!(untranslatable(&plain.config).is_empty());
+        let rich = load(
+            "http { map $host $m { default x; }\n\
+             server { listen 8080; rewrite ^/a /b; set $v 1;\n\
+             location ~ ^/r { return 200; } location /p { location /pp { } } } }",
+        );
+        let lost = untranslatable(&rich.config);
+        assert_eq!(lost.len(), 5, "{lost:#?}");
+        assert!(lost[0].starts_with("nginx.conf:1:") && lost[0].ends_with("map $m"));
     }
 }

@@ -92,11 +92,6 @@ impl ErrorPages {
         }
         self.pages.iter().find(|p| p.codes.contains(&status))
     }
-
-    /// The literal targets, for the startup check.
-    fn targets(&self) -> impl Iterator<Item = &To> {
-        self.pages.iter().map(|p| &p.to)
-    }
 }
 
 /// What an error page makes of a response of `status`: the reply to send
@@ -163,40 +158,45 @@ pub(crate) fn apply(
     }
 }
 
-/// Startup: every page of a location that proxies must end in a `return`
-/// vigil can answer (a page that proxies is not implemented).
+/// Startup (and `vigil lint`): every page of a location that proxies
+/// must be one vigil can answer: a literal URI or `@name` whose location
+/// answers with `return` (a page that proxies is not implemented yet).
 pub(crate) fn check(
-    routes: &Routes,
-    server: usize,
-    pages: &ErrorPages,
-    at: &str,
-) -> Result<(), RouteError> {
-    for to in pages.targets() {
-        let li = match to {
-            To::Uri(t) if t.is_literal() => {
-                let text = t.literal_text();
-                let path = text.split('?').next().unwrap_or("");
-                routes.router.static_location(server, path)
-            }
-            To::Named(n) => match routes.router.named(server, n) {
-                Some(li) => Some(li),
-                None => {
-                    return Err(RouteError {
-                        at: at.to_string(),
-                        message: format!("no location \"{n}\" for error_page"),
-                    })
+    config: &vigil_core::config::Config,
+    router: &crate::router::Router,
+) -> Vec<RouteError> {
+    let mut out = Vec::new();
+    for (si, s) in config.servers.iter().enumerate() {
+        for l in s.locations.iter().filter(|l| l.proxy.pass.is_some()) {
+            for p in &l.proxy.error_pages {
+                let err = |message: String| RouteError {
+                    at: p.origin.to_string(),
+                    message,
+                };
+                let li = if p.uri.starts_with('@') {
+                    match router.named(si, &p.uri) {
+                        Some(li) => Some(li),
+                        None => {
+                            out.push(err(format!("no location \"{}\" for error_page", p.uri)));
+                            continue;
+                        }
+                    }
+                } else if p.uri.starts_with('/') && !p.uri.contains('$') {
+                    router.static_location(si, p.uri.split('?').next().unwrap_or(""))
+                } else {
+                    None
+                };
+                let proxies = li
+                    .and_then(|li| s.locations.get(li))
+                    .is_some_and(|t| t.proxy.pass.is_some() && t.ret.is_none());
+                if proxies {
+                    out.push(err(format!(
+                        "error_page to a location that proxies is not implemented yet (\"{}\" must answer with return)",
+                        p.uri
+                    )));
                 }
-            },
-            _ => None,
-        };
-        if let Some(li) = li {
-            if routes.proxies_only(server, li) {
-                return Err(RouteError {
-                    at: at.to_string(),
-                    message: "error_page to a location that proxies is not implemented yet (its page must be a location that answers with return)".to_string(),
-                });
             }
         }
     }
-    Ok(())
+    out
 }

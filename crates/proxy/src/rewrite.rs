@@ -176,7 +176,7 @@ impl Script {
 
     /// Run the script on the request (`max_body`: the location's, for a
     /// redirect it makes).
-    fn run(&self, parts: &mut Parts, net: Net, redirect: &Reply) -> Ran {
+    fn run(&self, parts: &mut Parts, net: Net, base: Option<&Reply>) -> Ran {
         for step in &self.0 {
             match step {
                 Step::Return(r) => return Ran::Answer(Answer::Return(r.clone())),
@@ -243,9 +243,10 @@ impl Script {
                             } else {
                                 302
                             };
-                            return Ran::Answer(Answer::Return(Arc::new(
-                                redirect.redirect(code, &url),
-                            )));
+                            return Ran::Answer(Answer::Return(Arc::new(base.map_or_else(
+                                || Reply::internal_error().redirect(code, &url),
+                                |b| b.redirect(code, &url),
+                            ))));
                         }
                         _ => {}
                     }
@@ -263,7 +264,8 @@ impl Script {
                     };
                     if path.is_empty() {
                         tracing::error!("the rewritten URI has a zero length");
-                        return Ran::Answer(Answer::Return(Arc::new(redirect.status(500))));
+                        let page = base.map_or_else(Reply::internal_error, |b| b.status(500));
+                        return Ran::Answer(Answer::Return(Arc::new(page)));
                     }
                     t.uri.rewrite(path.into_bytes(), new_args);
                     t.internal = true;
@@ -336,7 +338,7 @@ impl Routes {
         parts: &mut Parts,
     ) -> Result<Answer, Refusal> {
         if let Some(script) = self.server_scripts.get(server).filter(|s| !s.is_empty()) {
-            match script.run(parts, net, &Reply::internal_error()) {
+            match script.run(parts, net, None) {
                 Ran::Answer(a) => return Ok(a),
                 Ran::Done | Ran::Last => {}
             }
@@ -388,8 +390,9 @@ impl Routes {
             };
             let script = self.scripts.get(server).and_then(|s| s.get(li));
             let base = self.redirect_base(server, li);
+
             let ran = match script {
-                Some(s) if !s.is_empty() => s.run(parts, net, &base),
+                Some(s) if !s.is_empty() => s.run(parts, net, base),
                 _ => Ran::Done,
             };
             match ran {

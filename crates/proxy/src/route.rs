@@ -220,23 +220,13 @@ impl Routes {
                 None => None,
             });
         }
-        for (si, s) in out.proxies.iter().enumerate() {
-            for r in s.iter().flatten() {
-                if !r.error_pages.is_empty() {
-                    let at = r.location.origin.to_string();
-                    crate::error_page::check(&out, si, &r.error_pages, &at)?;
-                }
-            }
+        if let Some(e) = crate::error_page::check(config, &out.router)
+            .into_iter()
+            .next()
+        {
+            return Err(e);
         }
         Ok(out)
-    }
-
-    /// Whether location `li` of `server` proxies (and has no `return`).
-    pub(crate) fn proxies_only(&self, server: usize, li: usize) -> bool {
-        matches!(
-            self.routes.get(server).and_then(|s| s.get(li)),
-            Some(Some(Answer::Proxy(_)))
-        )
     }
 
     /// The index (into `Config::servers`) of the default server of `listener`.
@@ -262,11 +252,8 @@ impl Routes {
     }
 
     /// The reply a location's script bases its redirects on.
-    pub(crate) fn redirect_base(&self, server: usize, location: usize) -> Reply {
-        self.bases
-            .get(server)
-            .and_then(|s| s.get(location))
-            .map_or_else(Reply::internal_error, |b| b.status(500))
+    pub(crate) fn redirect_base(&self, server: usize, location: usize) -> Option<&Reply> {
+        self.bases.get(server).and_then(|s| s.get(location))
     }
 
     /// Every listen address.
@@ -358,6 +345,15 @@ pub fn variable_errors(config: &Config) -> Vec<RouteError> {
         }
     }
     out
+}
+
+/// The `error_page`s `vigil serve` refuses (a page that proxies, a named
+/// location that does not exist), each at its directive (`vigil lint`).
+pub fn error_page_errors(config: &Config) -> Vec<RouteError> {
+    match Router::build(config) {
+        Ok(router) => crate::error_page::check(config, &router),
+        Err(_) => Vec::new(),
+    }
 }
 
 /// The URI nginx sends upstream for `location` (the `proxy_pass` URI part

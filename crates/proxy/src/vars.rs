@@ -187,17 +187,6 @@ impl Template {
         Ok(Self { parts })
     }
 
-    /// The literal parts of the value, joined.
-    pub(crate) fn literal_text(&self) -> String {
-        self.parts
-            .iter()
-            .filter_map(|p| match p {
-                Part::Lit(s) => Some(s.as_str()),
-                Part::Var(_) => None,
-            })
-            .collect()
-    }
-
     /// Whether the value has no variables.
     pub fn is_literal(&self) -> bool {
         self.parts.iter().all(|p| matches!(p, Part::Lit(_)))

@@ -16,12 +16,11 @@ pub(crate) struct Args {
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let loaded = nginx::load_file(&args.path, &system_resolver)?;
-    let lost = vigil_core::convert::not_convertible(&loaded.config);
+    let lost = vigil_core::convert::untranslatable(&loaded.config);
     if !lost.is_empty() {
         anyhow::bail!(
-            "{}: vigil.toml cannot express these yet (serve the nginx.conf itself): {}",
-            args.path.display(),
-            lost.join("; ")
+            "the TOML schema cannot express these (keep the nginx.conf for vigil serve):\n  {}",
+            lost.join("\n  ")
         );
     }
     let text = vigil_core::convert::nginx_to_toml(&loaded);

@@ -246,6 +246,9 @@ fn serve_checks(loaded: &Loaded) -> Vec<Finding> {
     if let Err(e) = vigil_proxy::route::certificate_errors(config) {
         found.push(config_error(e.at, e.message));
     }
+    for e in vigil_proxy::route::error_page_errors(config) {
+        found.push(config_error(e.at, e.message));
+    }
     found
 }
 

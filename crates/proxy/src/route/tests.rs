@@ -315,5 +315,5 @@ fn an_error_page_that_proxies_is_refused_at_startup() {
         .collect();
     let e = Routes::build(&config, &reg, &pools).err().expect("refused");
     assert!(e.message.contains("not implemented"), "{e}");
-    assert!(e.at.starts_with("t.conf:3:"), "{e}");
+    assert!(e.at.starts_with("t.conf:3:"), "at the error_page: {e}");
 }

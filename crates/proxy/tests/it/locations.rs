@@ -273,6 +273,10 @@ async fn error_pages_answer_as_nginx() {
         r#"upstream dead { server 127.0.0.1:1; }
          upstream gone { server {R0}; }
          server { listen {LISTEN};
+           error_page 502 =200 /srv;
+           location = /srv { return 200 "server page"; }
+           location /inherit/ { proxy_pass http://dead; }
+           location /own/ { proxy_pass http://dead; error_page 404 /srv; }
            location /down/ { proxy_pass http://dead; error_page 502 =503 @maint; }
            location @maint { return 200 "maintenance $uri"; }
            location /down2/ { proxy_pass http://dead; error_page 502 504 /err.txt?code=5xx; }
@@ -300,6 +304,8 @@ async fn error_pages_answer_as_nginx() {
             "/down5/v",
             "/inter/a",
             "/nointer/b",
+            "/inherit/c",
+            "/own/d",
         ],
     )
     .await;

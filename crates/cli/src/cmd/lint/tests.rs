@@ -438,3 +438,29 @@ fn unreadable_files_are_exit_2_and_syntax_errors_are_findings() {
     assert_eq!(super::exit_code(&nginx), std::process::ExitCode::SUCCESS);
     assert_eq!(super::exit_code(&serve), std::process::ExitCode::from(1));
 }
+
+#[test]
+fn an_error_page_serve_cannot_answer_is_linted_at_the_directive() {
+    let text = "http {\n    server {\n        listen 127.0.0.1:8080;\n        location / { proxy_pass http://127.0.0.1:9; error_page 502 @p; }\n        location /x { proxy_pass http://127.0.0.1:9; error_page 502 @none; }\n        location @p { proxy_pass http://127.0.0.1:9; }\n    }\n}\n";
+    let found = lint_for_serve(&parse(text, &BTreeMap::new()));
+    let hits: Vec<&Finding> = found
+        .iter()
+        .filter(|f| f.title.contains("error_page"))
+        .collect();
+    assert_eq!(hits.len(), 2, "{found:#?}");
+    assert!(
+        hits[0].at.starts_with("/etc/nginx/nginx.conf:4:"),
+        "{}",
+        hits[0].at
+    );
+    assert!(
+        hits[0].title.contains("not implemented"),
+        "{}",
+        hits[0].title
+    );
+    assert!(
+        hits[1].title.contains("no location \"@none\""),
+        "{}",
+        hits[1].title
+    );
+}
