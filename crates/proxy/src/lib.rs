@@ -33,6 +33,7 @@ mod upstream;
 pub mod uri;
 pub mod vars;
 mod vhost;
+mod wallclock;
 pub mod worker;
 
 pub use handler::AttemptRecord;

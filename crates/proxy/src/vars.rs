@@ -10,6 +10,8 @@ use std::sync::Arc;
 
 use http::request::Parts;
 
+use crate::wallclock::{self, Wall};
+
 /// A value with `$variables`, split into literal and variable parts.
 #[derive(Clone, Debug)]
 pub struct Template {
@@ -298,21 +300,13 @@ impl Var {
             }
             Var::Hostname => out.push_str(hostname()),
             Var::Msec => {
-                let now = wall();
-                let _ = write!(out, "{}.{:03}", now.as_secs(), now.subsec_millis());
+                let _ = wallclock::write(out, Wall::Msec, std::time::SystemTime::now());
             }
             Var::TimeIso8601 => {
-                let (y, mo, d, h, mi, s) = civil(wall().as_secs());
-                let _ = write!(out, "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}+00:00");
+                let _ = wallclock::write(out, Wall::Iso8601, std::time::SystemTime::now());
             }
             Var::TimeLocal => {
-                const MONTHS: [&str; 12] = [
-                    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
-                    "Dec",
-                ];
-                let (y, mo, d, h, mi, s) = civil(wall().as_secs());
-                let m = MONTHS.get(mo.saturating_sub(1) as usize).unwrap_or(&"Jan");
-                let _ = write!(out, "{d:02}/{m}/{y:04}:{h:02}:{mi:02}:{s:02} +0000");
+                let _ = wallclock::write(out, Wall::Local, std::time::SystemTime::now());
             }
             Var::BodyBytesSent => {
                 let n = p.extensions.get::<BodyBytes>().map_or(0, |b| b.0);
@@ -527,13 +521,6 @@ fn args_of(p: &Parts) -> &str {
     }
 }
 
-/// The wall clock since the epoch (`$msec`, `$time_*`).
-fn wall() -> std::time::Duration {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-}
-
 /// `$hostname`: the machine's name as gethostname() gives it, read once.
 fn hostname() -> &'static str {
     static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -544,23 +531,6 @@ fn hostname() -> &'static str {
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| "localhost".to_string())
     })
-}
-
-/// UTC date and time of `secs` since the epoch (Howard Hinnant's
-/// days-to-civil): year, month, day, hour, minute, second.
-pub(crate) fn civil(secs: u64) -> (u64, u64, u64, u64, u64, u64) {
-    let days = secs / 86_400;
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + u64::from(m <= 2);
-    (y, m, d, rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
 /// What routing found, when the handler routed the request.
@@ -644,9 +614,6 @@ mod tests {
         assert_eq!(t("[$v]$is_args$args"), "[set]?x=1");
         assert_eq!(t("$server_addr"), "127.0.0.1");
         assert!(Template::parse("$v").is_err(), "unknown without the scope");
-        assert_eq!(civil(0), (1970, 1, 1, 0, 0, 0));
-        assert_eq!(civil(1_796_109_178), (2026, 12, 1, 7, 12, 58));
-        assert_eq!(civil(951_782_400), (2000, 2, 29, 0, 0, 0));
     }
 
     #[test]

@@ -4,12 +4,13 @@
 //! `ngx_http_log_module` escapes it (1.22).
 
 use std::fmt::Write as _;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use http::request::Parts;
 use vigil_core::config::LogEscape;
 
 use crate::vars::{Template, UnknownVariable, VarContext};
+use crate::wallclock::{self, Wall};
 
 /// nginx's `combined`.
 pub(crate) const COMBINED: &str = "$remote_addr - $remote_user [$time_local] \"$request\" $status $body_bytes_sent \"$http_referer\" \"$http_user_agent\"";
@@ -223,45 +224,17 @@ impl std::fmt::Write for Bytes<'_> {
 }
 
 fn late(out: &mut Vec<u8>, l: Late, end: &End) {
-    let since = end.now.duration_since(UNIX_EPOCH).unwrap_or_default();
     let mut w = Bytes(out);
     let _ = match l {
-        Late::TimeLocal => {
-            let (y, mo, d, h, mi, s) = civil(since.as_secs());
-            const MONTHS: [&str; 12] = [
-                "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-            ];
-            let m = MONTHS[(mo as usize).saturating_sub(1).min(11)];
-            write!(w, "{d:02}/{m}/{y}:{h:02}:{mi:02}:{s:02} +0000")
-        }
-        Late::TimeIso8601 => {
-            let (y, mo, d, h, mi, s) = civil(since.as_secs());
-            write!(w, "{y}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}+00:00")
-        }
-        Late::Msec => write!(w, "{}.{:03}", since.as_secs(), since.subsec_millis()),
+        Late::TimeLocal => wallclock::write(&mut w, Wall::Local, end.now),
+        Late::TimeIso8601 => wallclock::write(&mut w, Wall::Iso8601, end.now),
+        Late::Msec => wallclock::write(&mut w, Wall::Msec, end.now),
         Late::RequestTime => {
             let ms = (end.request_time.max(0.0) * 1000.0) as u64;
             write!(w, "{}.{:03}", ms / 1000, ms % 1000)
         }
         Late::BodyBytesSent => write!(w, "{}", end.body_bytes_sent),
     };
-}
-
-/// UTC civil time of a Unix time: year, month, day, hour, minute, second
-/// (Howard Hinnant's `civil_from_days`).
-fn civil(secs: u64) -> (i64, u32, u32, u64, u64, u64) {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d, rem / 3600, rem / 60 % 60, rem % 60)
 }
 
 /// `$http_NAME` (NAME with `_` for `-`) as nginx 1.22 finds it.
@@ -303,36 +276,21 @@ fn remote_user(p: &Parts) -> Option<Vec<u8>> {
     (colon > 0).then(|| decoded[..colon].to_vec())
 }
 
-/// `ngx_decode_base64`: the standard alphabet up to the first `=`.
+/// `ngx_decode_base64`: the standard alphabet up to the first `=`, padding
+/// optional.
 fn decode_base64(s: &[u8]) -> Option<Vec<u8>> {
-    fn val(c: u8) -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        } as u32)
-    }
-    if s.is_empty() {
-        return None;
-    }
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+    const NGINX: GeneralPurpose = GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        GeneralPurposeConfig::new()
+            .with_decode_padding_mode(DecodePaddingMode::RequireNone)
+            .with_decode_allow_trailing_bits(true),
+    );
     let end = s.iter().position(|&b| b == b'=').unwrap_or(s.len());
-    let s = &s[..end];
-    if s.len() % 4 == 1 {
+    if end == 0 {
         return None;
     }
-    let mut out = Vec::with_capacity(s.len() * 3 / 4);
-    for chunk in s.chunks(4) {
-        let mut n = 0u32;
-        for (i, &c) in chunk.iter().enumerate() {
-            n |= val(c)? << (18 - 6 * i);
-        }
-        let bytes = n.to_be_bytes();
-        out.extend_from_slice(&bytes[1..chunk.len()]);
-    }
-    Some(out)
+    base64::Engine::decode(&NGINX, &s[..end]).ok()
 }
 
 /// `ngx_http_log_escape`: `"`, `\`, bytes below 0x20 and from 0x7f as `\xHH`.

@@ -20,7 +20,7 @@ fn line(text: &str, escape: LogEscape, p: &Parts) -> String {
     };
     let end = End {
         // 2026-12-01 07:12:58 UTC
-        now: UNIX_EPOCH + std::time::Duration::from_millis(1_796_109_178_123),
+        now: std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_796_109_178_123),
         request_time: 1.2345,
         body_bytes_sent: 42,
     };
@@ -98,11 +98,4 @@ fn remote_user_is_decoded_as_nginx_decodes_it() {
     assert_eq!(u(b"Basic YWxpY2U="), None, "no colon");
     assert_eq!(u(b"Basic !!!!"), None);
     assert_eq!(u(b"Bearer YWxpY2U6c2VjcmV0"), None);
-}
-
-#[test]
-fn civil_time_is_right_across_years() {
-    assert_eq!(civil(0), (1970, 1, 1, 0, 0, 0));
-    assert_eq!(civil(951_782_400), (2000, 2, 29, 0, 0, 0));
-    assert_eq!(civil(1_796_109_178), (2026, 12, 1, 7, 12, 58));
 }
