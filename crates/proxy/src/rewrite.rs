@@ -322,9 +322,10 @@ impl Routes {
         client: SocketAddr,
         parts: &mut Parts,
     ) -> Result<Answer, Refusal> {
-        let (server, target) =
+        let (server, mut target) =
             self.router
                 .select(local, parts.version, &parts.uri, &parts.headers)?;
+        target.secure = parts.extensions.get::<crate::tls::Secure>().is_some();
         parts.extensions.insert(target);
         self.phases(server, Net { local, client }, parts)
     }

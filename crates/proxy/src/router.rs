@@ -78,6 +78,9 @@ pub struct Target {
     pub valid_location: bool,
     /// Index of the server block (in `Config::servers`).
     pub server: usize,
+    /// The request came over TLS: redirects vigil makes absolute say
+    /// `https://` (and leave out port 443).
+    pub secure: bool,
 }
 
 /// A request routing answers itself.
@@ -255,6 +258,7 @@ impl Router {
             internal: false,
             valid_location: true,
             server,
+            secure: false,
         };
         Ok((server, target))
     }
@@ -394,16 +398,21 @@ fn redirect_location(target: &Target, listener: SocketAddr, path: &str) -> Strin
 
 /// What nginx's header filter puts before a `Location` that starts with
 /// `/` (`absolute_redirect on`, `server_name_in_redirect off`,
-/// `port_in_redirect on`): `http://`, the request's host (else the
-/// listener's address) and the listener's port unless it is 80.
+/// `port_in_redirect on`): the scheme, the request's host (else the
+/// listener's address) and the listener's port unless it is the scheme's
+/// own (80 for `http://`, 443 for `https://`).
 pub(crate) fn absolute_prefix(target: &Target, listener: SocketAddr) -> String {
-    let mut out = String::from("http://");
+    let (mut out, default_port) = if target.secure {
+        (String::from("https://"), 443)
+    } else {
+        (String::from("http://"), 80)
+    };
     if target.host.is_empty() {
         out.push_str(&listener.ip().to_string());
     } else {
         out.push_str(&target.host);
     }
-    if listener.port() != 80 {
+    if listener.port() != default_port {
         out.push(':');
         out.push_str(&listener.port().to_string());
     }

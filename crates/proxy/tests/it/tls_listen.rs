@@ -266,3 +266,31 @@ async fn a_bad_certificate_on_reload_keeps_the_old_configuration() {
     let got = tls_raw(running.addr, Some("a.test"), &[], b"").await;
     assert_eq!(got.cert, s.a, "the old certificate is still served");
 }
+
+#[tokio::test]
+async fn redirects_made_absolute_on_a_tls_listener_say_https_as_nginx() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cert, key, _) = pair(dir.path(), "a.test");
+    let conf = format!(
+        "server {{ listen {{LISTEN}} ssl; server_name a.test;
+                  ssl_certificate {}; ssl_certificate_key {};
+                  location = /old {{ return 301 /new; }}
+                  location /dir/ {{ proxy_pass http://{{B0}}; }} }}",
+        cert.display(),
+        key.display()
+    );
+    let t = Twin::start(&conf, 1).await;
+    for path in ["/old", "/dir"] {
+        let req = format!("GET {path} HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n");
+        let (v, n) = t.send_tls(Some("a.test"), &[], req.as_bytes()).await;
+        let loc = |r: &crate::twin::Raw, port: u16| {
+            r.header("location").replace(&format!(":{port}"), ":PORT")
+        };
+        let (lv, ln) = (
+            loc(&v.raw, t.vigil.addr.port()),
+            loc(&n.raw, t.nginx.addr.port()),
+        );
+        assert_eq!((v.raw.status, &lv), (n.raw.status, &ln), "{path}");
+        assert!(lv.starts_with("https://a.test:PORT/"), "{path}: {lv}");
+    }
+}
