@@ -41,7 +41,7 @@ pub(super) struct Etcd {
 impl Etcd {
     pub(super) fn start() -> Self {
         let mut e = Etcd {
-            dir: tempfile::tempdir().expect("test step"),
+            dir: data_dir(),
             client: free_port(),
             peer: free_port(),
             tls: None,
@@ -54,7 +54,7 @@ impl Etcd {
     /// An etcd that serves clients over TLS only and asks for their certificates.
     pub(super) fn start_tls(cert: PathBuf, key: PathBuf, ca: PathBuf) -> Self {
         let mut e = Etcd {
-            dir: tempfile::tempdir().expect("test step"),
+            dir: data_dir(),
             client: free_port(),
             peer: free_port(),
             tls: Some((cert, key, ca)),
@@ -577,4 +577,17 @@ pub(super) fn probed_at_least(b: &Backends, n: usize, bound: Duration) {
 
 pub(super) fn distinct(v: &[String]) -> BTreeSet<String> {
     v.iter().cloned().collect()
+}
+
+/// A directory for etcd's data: in memory (/dev/shm) where there is one, so
+/// that its fsyncs do not wait on a disk the parallel tests keep busy (a
+/// slow etcd is degraded mode, which the tests of sharding do not want).
+fn data_dir() -> tempfile::TempDir {
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        if let Ok(d) = tempfile::tempdir_in(shm) {
+            return d;
+        }
+    }
+    tempfile::tempdir().expect("test step")
 }
