@@ -61,24 +61,28 @@ def main():
         for rnd in range(a.rounds):
             for path in a.paths.split(","):
                 for name, binary in bins:
-                    ir, reqs = measure(binary, path, d, a.duration)
-                    rows.append((rnd, path, name, ir, reqs))
-                    print(f"round {rnd} {path} {name}: {ir} Ir / {reqs} requests = {ir / reqs:.0f} Ir/request",
-                          file=sys.stderr, flush=True)
+                    ir, reqs, mem = measure(binary, path, d, a.duration)
+                    rows.append((rnd, path, name, ir, reqs, mem))
+                    print(f"round {rnd} {path} {name}: {ir} Ir / {reqs} requests = {ir / reqs:.0f} Ir/request"
+                          f" ({(ir - mem) / reqs:.0f} without memset/memcpy)", file=sys.stderr, flush=True)
     finally:
         os.killpg(backend.pid, signal.SIGTERM)
         backend.wait(timeout=10)
         shutil.rmtree(d, ignore_errors=True)
     print(f"\ncallgrind, one worker, wrk -t1 -c8 -d{a.duration}s after warm-up; user-space instructions per request")
-    print("| path | build | Ir/request | requests | ÷ " + bins[0][0] + " |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| path | build | Ir/request | ÷ " + bins[0][0] + " | Ir/request without memset/memcpy | ÷ " + bins[0][0] + " | requests |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+
+    def med(xs):
+        return sorted(xs)[len(xs) // 2]
+
     for path in a.paths.split(","):
+        base = [r for r in rows if r[1] == path and r[2] == bins[0][0]]
+        b_all, b_net = med([r[3] / r[4] for r in base]), med([(r[3] - r[5]) / r[4] for r in base])
         for name, _ in bins:
             got = [r for r in rows if r[1] == path and r[2] == name]
-            per = sorted(r[3] / r[4] for r in got)[len(got) // 2]
-            base = [r for r in rows if r[1] == path and r[2] == bins[0][0]]
-            bper = sorted(r[3] / r[4] for r in base)[len(base) // 2]
-            print(f"| {path} | {name} | {per:,.0f} | {sum(r[4] for r in got)} | {per / bper:.3f} |")
+            per, net = med([r[3] / r[4] for r in got]), med([(r[3] - r[5]) / r[4] for r in got])
+            print(f"| {path} | {name} | {per:,.0f} | {per / b_all:.3f} | {net:,.0f} | {net / b_net:.3f} | {sum(r[4] for r in got)} |")
 
 
 def measure(binary, path, d, duration):
@@ -108,7 +112,14 @@ def measure(binary, path, d, duration):
             time.sleep(0.2)
         if ir is None:
             raise RuntimeError("no callgrind dump")
-        return ir, reqs
+        # valgrind counts every iteration of a `rep stos`/`rep movs` (glibc's
+        # memset/memcpy for larger sizes) as an instruction: show them apart.
+        mem = 0
+        for f in sorted(glob.glob(out + ".*")):
+            ann = subprocess.run(["callgrind_annotate", "--inclusive=yes", f], capture_output=True, text=True).stdout
+            for m in re.finditer(r"^\s*([\d,]+) \([^)]*\)\s+\S*(?:memset|memmove|memcpy)-vec-unaligned-erms\.S:\S+", ann, re.M):
+                mem += int(m.group(1).replace(",", ""))
+        return ir, reqs, mem
     finally:
         os.killpg(p.pid, signal.SIGTERM)
         try:

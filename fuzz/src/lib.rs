@@ -11,12 +11,14 @@ mod admin;
 mod config;
 mod probe;
 mod proxy;
+mod upstream;
 mod uri_route;
 
 pub use admin::admin_query;
 pub use config::{nginx_conf, toml_conf};
 pub use probe::probe_response;
 pub use proxy::proxy_request;
+pub use upstream::upstream_response;
 pub use uri_route::uri_route;
 
 /// A target's body.
@@ -29,5 +31,6 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("probe_response", probe_response),
     ("proxy_request", proxy_request),
     ("toml_conf", toml_conf),
+    ("upstream_response", upstream_response),
     ("uri_route", uri_route),
 ];

@@ -247,14 +247,17 @@ impl<I: AsyncRead + Unpin> AsyncRead for Gate<I> {
                 }
                 return Poll::Ready(Ok(()));
             }
-            let mut chunk = [0u8; 8192];
-            let mut rb = ReadBuf::new(&mut chunk);
-            ready!(Pin::new(&mut this.inner).poll_read(cx, &mut rb))?;
-            if rb.filled().is_empty() {
+            // Into the buffer's spare room: no 8 KiB zeroed per read.
+            this.buf.reserve(8192);
+            if ready!(tokio_util::io::poll_read_buf(
+                Pin::new(&mut this.inner),
+                cx,
+                &mut this.buf
+            ))? == 0
+            {
                 // EOF: a partial head or body is dropped; hyper sees the end.
                 return Poll::Ready(Ok(()));
             }
-            this.buf.extend_from_slice(rb.filled());
         }
     }
 }
