@@ -58,7 +58,11 @@ struct Logged {
 impl AccessLogWriter {
     /// Open (append, create) `log.path`, or share `open`'s file (the same
     /// path); compile its format. The error says what failed.
-    pub fn open(log: &AccessLog, open: Option<&AccessLogWriter>) -> Result<Self, String> {
+    pub fn open(
+        log: &AccessLog,
+        open: Option<&AccessLogWriter>,
+        scope: &crate::vars::Scope,
+    ) -> Result<Self, String> {
         let file = match open {
             Some(w) => w.file.clone(),
             None => {
@@ -73,17 +77,17 @@ impl AccessLogWriter {
         let format = match &log.format {
             LogFormat::Json => Compiled::Json,
             LogFormat::Combined => Compiled::Format(
-                Format::compile(format::COMBINED, LogEscape::Default)
+                Format::compile(format::COMBINED, LogEscape::Default, scope)
                     .map_err(|e| format!("log format \"combined\": {e}"))?,
             ),
             LogFormat::Custom(f) => Compiled::Format(
-                Format::compile(&f.text, f.escape)
+                Format::compile(&f.text, f.escape, scope)
                     .map_err(|e| format!("log_format \"{}\" at {}: {e}", f.name, f.origin))?,
             ),
         };
         let condition = match &log.condition {
             Some(c) => Some(
-                Format::compile(c, LogEscape::None)
+                Format::compile(c, LogEscape::None, scope)
                     .map_err(|e| format!("access_log {} if={c}: {e}", log.path.display()))?,
             ),
             None => None,

@@ -441,7 +441,10 @@ impl Reply {
             None => None,
         };
         let (add_headers, access_log) = match loc {
-            Some(l) => (add_headers(l, &err, scope)?, access_log(l, logs, &err)?),
+            Some(l) => (
+                add_headers(l, &err, scope)?,
+                access_log(l, logs, scope, &err)?,
+            ),
             None => (Vec::new(), None),
         };
         let content_type = http::HeaderValue::from_str(&ret.content_type)
@@ -495,6 +498,7 @@ fn add_headers(
 fn access_log(
     loc: &Location,
     logs: &mut HashMap<std::path::PathBuf, Arc<crate::log::AccessLogWriter>>,
+    scope: &Scope,
     err: &impl Fn(String) -> RouteError,
 ) -> Result<Option<Arc<crate::log::AccessLogWriter>>, RouteError> {
     let Some(a) = &loc.proxy.access_log else {
@@ -502,7 +506,8 @@ fn access_log(
     };
     // One file per path; each access_log its own format and if=.
     let w = Arc::new(
-        crate::log::AccessLogWriter::open(a, logs.get(&a.path).map(|w| &**w)).map_err(err)?,
+        crate::log::AccessLogWriter::open(a, logs.get(&a.path).map(|w| &**w), scope)
+            .map_err(err)?,
     );
     logs.entry(a.path.clone()).or_insert_with(|| w.clone());
     Ok(Some(w))
@@ -558,7 +563,7 @@ impl Route {
             }
             _ => None,
         };
-        let access_log = access_log(loc, logs, &err)?;
+        let access_log = access_log(loc, logs, scope, &err)?;
         let headers =
             crate::redirect::Rules::of(loc).map_err(|e| err(format!("proxy_redirect: {e}")))?;
         Ok(Some(Self {

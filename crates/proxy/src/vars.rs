@@ -52,6 +52,8 @@ pub(crate) enum Var {
     Args,
     RequestMethod,
     ServerPort,
+    /// `$realip_remote_addr`: the connection's address before realip.
+    RealIpRemoteAddr,
     ServerName,
     ProxyHost,
     Http(String),
@@ -251,6 +253,7 @@ impl Var {
             "args" | "query_string" => Var::Args,
             "request_method" => Var::RequestMethod,
             "server_port" => Var::ServerPort,
+            "realip_remote_addr" => Var::RealIpRemoteAddr,
             "server_name" => Var::ServerName,
             "proxy_host" => Var::ProxyHost,
             "upstream_addr" => Var::UpstreamAddr,
@@ -356,6 +359,13 @@ impl Var {
             Var::RequestMethod => out.push_str(p.method.as_str()),
             Var::ServerPort => {
                 let _ = write!(out, "{}", cx.local.port());
+            }
+            Var::RealIpRemoteAddr => {
+                let peer = p
+                    .extensions
+                    .get::<crate::realip::Original>()
+                    .map_or(cx.client, |o| o.0);
+                let _ = write!(out, "{}", peer.ip());
             }
             Var::ProxyHost => out.push_str(cx.proxy_host),
             // nginx 1.22 takes HTTP/2's :authority as the Host header.

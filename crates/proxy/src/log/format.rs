@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use http::request::Parts;
 use vigil_core::config::LogEscape;
 
-use crate::vars::{Template, UnknownVariable, VarContext};
+use crate::vars::{Scope, Template, UnknownVariable, VarContext};
 use crate::wallclock::{self, Wall};
 
 /// nginx's `combined`.
@@ -71,7 +71,12 @@ pub(crate) struct End {
 
 impl Format {
     /// Compile `text`; the syntax was checked when the conf was read.
-    pub(crate) fn compile(text: &str, escape: LogEscape) -> Result<Self, UnknownVariable> {
+    /// `scope`: the conf's `set`, `map` and capture variables.
+    pub(crate) fn compile(
+        text: &str,
+        escape: LogEscape,
+        scope: &Scope,
+    ) -> Result<Self, UnknownVariable> {
         let mut ops = Vec::new();
         let b = text.as_bytes();
         let mut i = 0;
@@ -100,7 +105,7 @@ impl Format {
             if name.is_empty() {
                 return Err(UnknownVariable(String::new()));
             }
-            ops.push(Op::of(name)?);
+            ops.push(Op::of(name, scope)?);
         }
         Ok(Self { ops, escape })
     }
@@ -158,7 +163,7 @@ impl Format {
 }
 
 impl Op {
-    fn of(name: &str) -> Result<Self, UnknownVariable> {
+    fn of(name: &str, scope: &Scope) -> Result<Self, UnknownVariable> {
         Ok(match name {
             "time_local" => Op::Late(Late::TimeLocal),
             "time_iso8601" => Op::Late(Late::TimeIso8601),
@@ -173,7 +178,7 @@ impl Op {
             "bytes_sent" | "request_length" | "pipe" => {
                 return Err(UnknownVariable(name.to_string()))
             }
-            n => Op::Var(Template::parse(&format!("${{{n}}}"))?),
+            n => Op::Var(Template::parse_with(&format!("${{{n}}}"), scope)?),
         })
     }
 }

@@ -24,7 +24,7 @@ fn line(text: &str, escape: LogEscape, p: &Parts) -> String {
         request_time: 1.2345,
         body_bytes_sent: 42,
     };
-    let f = Format::compile(text, escape).expect("compile");
+    let f = Format::compile(text, escape, &Scope::default()).expect("compile");
     let out = f.render(&cx).finish(&end);
     String::from_utf8(out).expect("utf8")
 }
@@ -85,8 +85,13 @@ fn the_log_variables_and_escapes_are_nginx_s() {
 
 #[test]
 fn unknown_variables_are_refused_when_compiled() {
-    assert!(Format::compile("$nope", LogEscape::Default).is_err());
-    assert!(Format::compile("$bytes_sent", LogEscape::Default).is_err());
+    assert!(Format::compile("$nope", LogEscape::Default, &Scope::default()).is_err());
+    assert!(Format::compile("$bytes_sent", LogEscape::Default, &Scope::default()).is_err());
+    // A `map` or `set` variable of the conf is known to a log format.
+    let mut scope = Scope::default();
+    scope.declare("backend_group");
+    assert!(Format::compile("$backend_group", LogEscape::Default, &scope).is_ok());
+    assert!(Format::compile("$realip_remote_addr", LogEscape::Default, &scope).is_ok());
 }
 
 #[test]
