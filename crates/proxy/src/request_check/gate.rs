@@ -247,17 +247,18 @@ impl<I: AsyncRead + Unpin> AsyncRead for Gate<I> {
                 }
                 return Poll::Ready(Ok(()));
             }
-            // Into the buffer's spare room: no 8 KiB zeroed per read.
-            this.buf.reserve(8192);
-            if ready!(tokio_util::io::poll_read_buf(
-                Pin::new(&mut this.inner),
-                cx,
-                &mut this.buf
-            ))? == 0
-            {
+            // A stack chunk, left uninitialised (no 8 KiB zeroed per read),
+            // and not the buffer's own spare room: reserved there, 8 KiB
+            // would stay allocated by every idle keep-alive connection
+            // (the read waits with it), as benches/load/idle.py showed.
+            let mut chunk = [std::mem::MaybeUninit::<u8>::uninit(); 8192];
+            let mut rb = ReadBuf::uninit(&mut chunk);
+            ready!(Pin::new(&mut this.inner).poll_read(cx, &mut rb))?;
+            if rb.filled().is_empty() {
                 // EOF: a partial head or body is dropped; hyper sees the end.
                 return Poll::Ready(Ok(()));
             }
+            this.buf.extend_from_slice(rb.filled());
         }
     }
 }
