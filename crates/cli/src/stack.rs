@@ -125,7 +125,7 @@ pub(crate) async fn start(config: Config, opts: Options) -> anyhow::Result<Stack
     )?);
     if let Some(f) = &fleet {
         f.attach(&checker);
-        f.hear_ejections(&events);
+        f.wire_events(&events, &clock);
     }
     // No 502 window at start: the first probe round (up to `rise` probes
     // back to back while they pass) runs before the listeners open, for at

@@ -208,6 +208,15 @@ pub enum EventKind {
         /// The test command's message.
         error: String,
     },
+    /// Fleet mode: this member joined the fleet, fell back to probing
+    /// every target itself (etcd unreachable or slow), or left it
+    /// (`upstream` and `peer` empty: the instance as a whole).
+    Fleet {
+        /// `joined`, `degraded` or `left`.
+        state: &'static str,
+        /// What happened (the member count, or etcd's error).
+        detail: String,
+    },
 }
 
 /// `vigil check`: when a render reaches nginx.
@@ -270,6 +279,7 @@ impl EventKind {
             EventKind::Reload { .. } => "reload",
             EventKind::ReloadFailed { .. } => "reload_failed",
             EventKind::Rollback { .. } => "rollback",
+            EventKind::Fleet { .. } => "fleet",
         }
     }
 
@@ -285,6 +295,10 @@ impl EventKind {
                 | EventKind::MaxEjected { kept: true, .. }
                 | EventKind::ReloadFailed { .. }
                 | EventKind::Rollback { .. }
+                | EventKind::Fleet {
+                    state: "degraded",
+                    ..
+                }
         )
     }
 }
@@ -435,6 +449,7 @@ impl fmt::Display for EventKind {
                 }
                 write!(f, ": {error}; retry in {retry_ms} ms")
             }
+            EventKind::Fleet { state, detail } => write!(f, "fleet: {state} ({detail})"),
             EventKind::Rollback { files, error } => write!(
                 f,
                 "nginx -t rejected {}; previous files restored, no reload: {error}",

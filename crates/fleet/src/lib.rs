@@ -83,6 +83,17 @@ impl Fleet {
         self.shared.attach(checker);
     }
 
+    /// Publish this member's state changes (joined, degraded, left) on
+    /// `bus` as [`EventKind::Fleet`](vigil_core::event::EventKind::Fleet)
+    /// events, from now on.
+    pub fn publish_to(
+        &self,
+        bus: Arc<vigil_core::event::EventBus>,
+        clock: Arc<dyn vigil_core::Clock>,
+    ) {
+        self.shared.publish_to(bus, clock);
+    }
+
     /// This instance ejected `peer` of `upstream` on its own traffic
     /// (feed it the core event bus's `Excluded` events): with
     /// `share_passive`, the other members probe that peer at once.

@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use arc_swap::ArcSwap;
 use tokio::sync::mpsc;
 use vigil_checker::{Checker, Sharing};
+use vigil_core::event::{Event, EventBus, EventKind};
 use vigil_core::health::ProbeReport;
+use vigil_core::Clock;
 
 use crate::rendezvous;
 use crate::view::{FleetView, HistoryView, TargetView, VerdictView};
@@ -43,6 +45,8 @@ pub(crate) struct Shared {
     verdicts: Mutex<HashMap<String, VerdictView>>,
     outbox: mpsc::Sender<Outgoing>,
     checker: OnceLock<Weak<Checker>>,
+    /// Where state changes go as events (`vigil events`), once given.
+    events: OnceLock<(Arc<EventBus>, Arc<dyn Clock>)>,
 }
 
 struct Status {
@@ -78,12 +82,45 @@ impl Shared {
             verdicts: Mutex::new(HashMap::new()),
             outbox: tx,
             checker: OnceLock::new(),
+            events: OnceLock::new(),
         });
         (shared, rx)
     }
 
     pub(crate) fn attach(&self, checker: &Arc<Checker>) {
         let _ = self.checker.set(Arc::downgrade(checker));
+    }
+
+    /// From now on, state changes are events on `bus`; the changes before
+    /// (the session starts before the bus is wired) are published now, in
+    /// order. Under the status lock, so each change is published once.
+    pub(crate) fn publish_to(&self, bus: Arc<EventBus>, clock: Arc<dyn Clock>) {
+        let earlier: Vec<HistoryView> = {
+            let Ok(s) = self.status.lock() else {
+                return;
+            };
+            if self.events.set((bus, clock)).is_err() {
+                return;
+            }
+            s.history.iter().cloned().collect()
+        };
+        for h in earlier {
+            self.publish(state_name(&h.state), h.detail);
+        }
+    }
+
+    fn publish(&self, state: &'static str, detail: String) {
+        if let Some((bus, clock)) = self.events.get() {
+            let at = clock.now();
+            bus.publish(Event {
+                seq: 0,
+                at,
+                unix_ms: clock.unix_ms(at),
+                upstream: "".into(),
+                peer: "".into(),
+                kind: EventKind::Fleet { state, detail },
+            });
+        }
     }
 
     pub(crate) fn me(&self) -> &str {
@@ -144,21 +181,27 @@ impl Shared {
     }
 
     fn change(&self, state: &'static str, reason: Option<String>, detail: String) {
-        let Ok(mut s) = self.status.lock() else {
-            return;
+        let wired = {
+            let Ok(mut s) = self.status.lock() else {
+                return;
+            };
+            let now = unix_ms();
+            s.state = state;
+            s.since = now;
+            s.reason = reason;
+            if s.history.len() == HISTORY {
+                s.history.pop_front();
+            }
+            s.history.push_back(HistoryView {
+                at_unix_ms: now,
+                state: state.into(),
+                detail: detail.clone(),
+            });
+            self.events.get().is_some()
         };
-        let now = unix_ms();
-        s.state = state;
-        s.since = now;
-        s.reason = reason;
-        if s.history.len() == HISTORY {
-            s.history.pop_front();
+        if wired {
+            self.publish(state, detail);
         }
-        s.history.push_back(HistoryView {
-            at_unix_ms: now,
-            state: state.into(),
-            detail,
-        });
     }
 
     /// A result another member published: record it here as active
@@ -311,5 +354,15 @@ impl std::fmt::Debug for Shared {
             .field("joined", &self.is_joined())
             .field("members", &self.members.load().len())
             .finish()
+    }
+}
+
+/// A state's name as the events carry it.
+fn state_name(state: &str) -> &'static str {
+    match state {
+        "joined" => "joined",
+        "degraded" => "degraded",
+        "left" => "left",
+        _ => "joining",
     }
 }

@@ -157,7 +157,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         let running = CheckOnly::start(options).await?;
         if let Some(f) = &fleet {
             f.attach(running.checker());
-            f.hear_ejections(running.events());
+            f.wire_events(running.events(), running.clock());
         }
         if let Some(addr) = running.status_addr() {
             tracing::info!(%addr, "status page on /status and /metrics");

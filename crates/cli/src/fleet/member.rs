@@ -85,11 +85,18 @@ impl Member {
         let _ = checker;
     }
 
-    /// Hear this instance's passive ejections (core's event bus): with
-    /// `share_passive` the other members probe the peer at once.
-    pub(crate) fn hear_ejections(self: &Arc<Self>, events: &vigil_core::event::EventBus) {
+    /// Wire the member to core's event bus: hear this instance's passive
+    /// ejections (with `share_passive` the other members probe the peer at
+    /// once), and publish the member's own state changes (joined,
+    /// degraded, left) there as `fleet` events.
+    pub(crate) fn wire_events(
+        self: &Arc<Self>,
+        events: &Arc<vigil_core::event::EventBus>,
+        clock: &Arc<dyn vigil_core::Clock>,
+    ) {
         #[cfg(feature = "fleet")]
         {
+            self.fleet.publish_to(events.clone(), clock.clone());
             let me = Arc::downgrade(self);
             events.subscribe(move |e| {
                 if matches!(e.kind, vigil_core::event::EventKind::Excluded { .. }) {
@@ -100,7 +107,7 @@ impl Member {
             });
         }
         #[cfg(not(feature = "fleet"))]
-        let _ = events;
+        let _ = (events, clock);
     }
 
     /// `GET /api/fleet`'s document.

@@ -224,6 +224,27 @@ fn with_etcd_stopped_every_member_probes_on_its_own_and_serves_then_rejoins() {
             .filter_map(|h| h["state"].as_str())
             .collect();
         assert_eq!(history, ["joined", "degraded", "joined"], "{}", m.name);
+        // The same changes are events (`vigil events`), degraded as a warning.
+        let (_, body) = http_get(m.admin, "/api/events?limit=1000").expect("events");
+        let v: serde_json::Value = serde_json::from_str(&body).expect("events json");
+        let fleet: Vec<String> = v["events"]
+            .as_array()
+            .expect("test step")
+            .iter()
+            .filter(|e| e["kind"] == "fleet")
+            .filter_map(|e| e["text"].as_str().map(str::to_string))
+            .collect();
+        let states: Vec<&str> = fleet
+            .iter()
+            .filter_map(|t| t.strip_prefix("fleet: "))
+            .filter_map(|t| t.split(' ').next())
+            .collect();
+        assert_eq!(
+            states,
+            ["joined", "degraded", "joined"],
+            "{}: {fleet:?}",
+            m.name
+        );
     }
     b.clear_probes();
     probed_at_least(&b, 4, Duration::from_secs(20));
