@@ -169,7 +169,7 @@ fn server_block(
             }
             "if" | "try_files" | "root" | "alias" | "index" => cx.refuse(unsupported(
                 d,
-                "vigil routes to upstreams only (no `if`, static files or try_files)",
+                "vigil routes to upstreams only (no `if`, static files or try_files; to keep this conf on nginx, run `vigil check` beside it)",
             ))?,
             _ => level_directive(cx, &mut level, d, "server")?,
         }
@@ -289,7 +289,7 @@ fn location_block(
             }
             "if" | "try_files" | "root" | "alias" | "index" => cx.refuse(unsupported(
                 d,
-                "vigil routes to upstreams only (no `if`, static files or try_files)",
+                "vigil routes to upstreams only (no `if`, static files or try_files; to keep this conf on nginx, run `vigil check` beside it)",
             ))?,
             _ if Level::is_client_directive(&d.name) => cx.refuse(ConfigError::invalid(
                 &d.span,

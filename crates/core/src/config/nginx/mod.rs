@@ -296,7 +296,7 @@ pub(crate) fn unknown(d: &Directive, context: &str) -> ConfigError {
     ConfigError::invalid(
         &d.span,
         format!(
-            "unknown or unsupported directive \"{}\" in {context} context (vigil refuses directives it does not implement rather than ignore them)",
+            "unknown or unsupported directive \"{}\" in {context} context (vigil refuses directives it does not implement rather than ignore them; to keep this conf on nginx, run `vigil check` beside it)",
             d.name
         ),
     )
