@@ -272,7 +272,9 @@ fn probe_load_at_1_3_and_10_members() {
     // 1 s, not the tests' 300 ms: ten processes on two cores must not
     // saturate the machine, or the figures measure the CPU, not the fleet.
     let interval_ms = 1000;
-    let window = Duration::from_secs(4);
+    // Probes per target to count over: the rate is taken over the time
+    // they take.
+    let rounds = 4;
     for n in [1, 3, 10] {
         for in_fleet in [false, true] {
             let fleet = format!("load{n}{}", if in_fleet { "f" } else { "p" });
@@ -289,12 +291,27 @@ fn probe_load_at_1_3_and_10_members() {
             if in_fleet {
                 settle(&members, n);
             } else {
-                // Past every start round.
-                std::thread::sleep(Duration::from_millis(2 * interval_ms));
+                // Every instance past its start round and probing (the
+                // probes of the phase before do not count).
+                b.clear_probes();
+                wait_for(
+                    "every instance to probe every target",
+                    Duration::from_secs(20),
+                    || {
+                        (0..b.addrs.len()).all(|i| {
+                            distinct(&b.probers(i))
+                                .iter()
+                                .filter(|m| m.starts_with(&fleet))
+                                .count()
+                                == n
+                        })
+                    },
+                );
             }
             b.clear_probes();
             let start = Instant::now();
-            std::thread::sleep(window);
+            let expected_per_round = if in_fleet { 1 } else { n };
+            probed_at_least(&b, rounds * expected_per_round, Duration::from_secs(30));
             let total: usize = (0..b.addrs.len()).map(|i| b.probers(i).len()).sum();
             let unknown: usize = (0..b.addrs.len())
                 .map(|i| b.probers(i).iter().filter(|m| *m == "?").count())
