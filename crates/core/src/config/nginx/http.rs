@@ -154,23 +154,7 @@ fn server_block(
                 }
             }
             "location" => locations.push(d),
-            "return" => {
-                let r = return_directive(d);
-                if let Some(r) = cx.keep(r)? {
-                    // nginx runs the first `return` of a block; the rest never.
-                    ret.get_or_insert(r.clone());
-                    script.push(RewriteStep::Return(r));
-                }
-            }
-            "rewrite" | "set" => {
-                if let Some(step) = cx.keep(script_step(d))? {
-                    script.push(step);
-                }
-            }
-            "if" | "try_files" | "root" | "alias" | "index" => cx.refuse(unsupported(
-                d,
-                "vigil routes to upstreams only (no `if`, static files or try_files; to keep this conf on nginx, run `vigil check` beside it)",
-            ))?,
+            _ if script_directive(cx, d, &mut ret, &mut script)? => {}
             _ => level_directive(cx, &mut level, d, "server")?,
         }
     }
@@ -209,6 +193,37 @@ fn server_block(
         },
         placed,
     ))
+}
+
+/// The rewrite module's directives (`return`, `rewrite`, `set`) and the
+/// static-file ones vigil refuses, alike in a server and a location: true
+/// when `d` was one of them.
+fn script_directive(
+    cx: &mut Context<'_>,
+    d: &Directive,
+    ret: &mut Option<Return>,
+    script: &mut Vec<RewriteStep>,
+) -> Result<bool, ConfigError> {
+    match d.name.as_str() {
+        "return" => {
+            if let Some(r) = cx.keep(return_directive(d))? {
+                // nginx runs the first `return` of a block; the rest never.
+                ret.get_or_insert(r.clone());
+                script.push(RewriteStep::Return(r));
+            }
+        }
+        "rewrite" | "set" => {
+            if let Some(step) = cx.keep(script_step(d))? {
+                script.push(step);
+            }
+        }
+        "if" | "try_files" | "root" | "alias" | "index" => cx.refuse(unsupported(
+            d,
+            "vigil routes to upstreams only (no `if`, static files or try_files; to keep this conf on nginx, run `vigil check` beside it)",
+        ))?,
+        _ => return Ok(false),
+    }
+    Ok(true)
 }
 
 /// A `rewrite` or `set`.
@@ -275,22 +290,7 @@ fn location_block(
                 }
             }
             "location" => nested.push(d),
-            "return" => {
-                let r = return_directive(d);
-                if let Some(r) = cx.keep(r)? {
-                    ret.get_or_insert(r.clone());
-                    script.push(RewriteStep::Return(r));
-                }
-            }
-            "rewrite" | "set" => {
-                if let Some(step) = cx.keep(script_step(d))? {
-                    script.push(step);
-                }
-            }
-            "if" | "try_files" | "root" | "alias" | "index" => cx.refuse(unsupported(
-                d,
-                "vigil routes to upstreams only (no `if`, static files or try_files; to keep this conf on nginx, run `vigil check` beside it)",
-            ))?,
+            _ if script_directive(cx, d, &mut ret, &mut script)? => {}
             _ if Level::is_client_directive(&d.name) => cx.refuse(ConfigError::invalid(
                 &d.span,
                 format!("\"{}\" directive is not allowed here", d.name),
