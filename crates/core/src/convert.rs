@@ -124,18 +124,23 @@ mod tests {
     use crate::config::{literal_resolver, toml};
     use std::path::Path;
 
-    #[test]
-    fn header_lists_ignored_directives_and_body_loads_back() {
-        let src = "worker_processes 1; events { worker_connections 1024; }\n\
-                   http { sendfile on; upstream u { server 127.0.0.1:8001; }\n\
-                   server { listen 8080; location / { proxy_pass http://u; } } }";
-        let loaded = crate::config::nginx::load_str(
+    /// `src` as an nginx.conf named `nginx.conf`, names taken literally.
+    fn load(src: &str) -> Loaded {
+        crate::config::nginx::load_str(
             src,
             Path::new("nginx.conf"),
             Path::new("."),
             &literal_resolver,
         )
-        .expect("nginx.conf loads");
+        .expect("nginx.conf loads")
+    }
+
+    #[test]
+    fn header_lists_ignored_directives_and_body_loads_back() {
+        let src = "worker_processes 1; events { worker_connections 1024; }\n\
+                   http { sendfile on; upstream u { server 127.0.0.1:8001; }\n\
+                   server { listen 8080; location / { proxy_pass http://u; } } }";
+        let loaded = load(src);
         let text = nginx_to_toml(&loaded);
         assert!(
             text.contains("#   worker_processes (first at nginx.conf:1:1)"),
@@ -155,13 +160,7 @@ mod tests {
                    server { listen 8081; location /gone { return 410; }\n\
                    location /hi { default_type application/json; return 200 \"hi $arg_a\"; }\n\
                    location / { proxy_pass http://u; } } }";
-        let loaded = crate::config::nginx::load_str(
-            src,
-            Path::new("nginx.conf"),
-            Path::new("."),
-            &literal_resolver,
-        )
-        .expect("nginx.conf loads");
+        let loaded = load(src);
         let text = nginx_to_toml(&loaded);
         assert!(
             text.contains("[server.return]") || text.contains("return ="),
@@ -190,22 +189,15 @@ mod tests {
 
     #[test]
     fn confs_with_nginx_only_filters_are_untranslatable() {
-        let load = |body: &str| {
-            let src = format!(
+        let with_body = |body: &str| {
+            load(&format!(
                 "events {{ }} http {{ upstream u {{ server 127.0.0.1:8001; }}\n{body}\n\
                  server {{ listen 8080; location / {{ proxy_pass http://u; }} }} }}"
-            );
-            crate::config::nginx::load_str(
-                &src,
-                Path::new("nginx.conf"),
-                Path::new("."),
-                &literal_resolver,
-            )
-            .expect("nginx.conf loads")
+            ))
             .config
         };
-        assert!(untranslatable(&load("")).is_empty());
-        assert!(untranslatable(&load("access_log /tmp/a.log;")).is_empty());
+        assert!(untranslatable(&with_body("")).is_empty());
+        assert!(untranslatable(&with_body("access_log /tmp/a.log;")).is_empty());
         for (body, what) in [
             ("gzip on;", "gzip"),
             ("deny all;", "allow/deny"),
@@ -217,7 +209,7 @@ mod tests {
                 "log_format",
             ),
         ] {
-            let lost = untranslatable(&load(body));
+            let lost = untranslatable(&with_body(body));
             assert!(
                 lost.len() == 1 && lost[0].contains(what) && lost[0].contains("location /"),
                 "{body}: {lost:?}"
@@ -227,15 +219,6 @@ mod tests {
 
     #[test]
     fn what_toml_cannot_carry_is_listed() {
-        let load = |src: &str| {
-            crate::config::nginx::load_str(
-                src,
-                Path::new("nginx.conf"),
-                Path::new("."),
-                &literal_resolver,
-            )
-            .expect("nginx.conf loads")
-        };
         let plain = load(
             "http { server { listen 8080; return 301 https://$host$request_uri; }\n\
              server { listen 8081; location /gone { return 410; } } }",
