@@ -33,11 +33,7 @@ struct Harness {
 fn harness() -> &'static Harness {
     static H: OnceLock<Harness> = OnceLock::new();
     H.get_or_init(|| {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("fuzz runtime");
+        let rt = runtime();
         let backend = rt.block_on(backend());
         let conf = format!(
             "http {{ upstream u {{ server {backend}; }}
@@ -48,14 +44,7 @@ fn harness() -> &'static Harness {
                    proxy_set_header Upgrade $http_upgrade; proxy_set_header Connection upgrade; }}
                  location /nobuf/ {{ proxy_pass http://u; proxy_request_buffering off; }} }} }}"
         );
-        let config = nginx::load_str(&conf, "fuzz.conf".as_ref(), ".".as_ref(), &literal_resolver)
-            .expect("fuzz conf")
-            .config;
-        let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
-        let events = Arc::new(EventBus::default());
-        let generation =
-            Generation::build(config, None, events.clone(), clock.clone()).expect("fuzz routes");
-        let proxy = Arc::new(Proxy::new(generation, events, clock, std::env::temp_dir()));
+        let proxy = proxy_for(&conf);
         Harness { rt, proxy }
     })
 }
@@ -122,11 +111,7 @@ async fn exchange(proxy: &Arc<Proxy>, data: Vec<u8>, hang_up: bool) -> Vec<u8> {
         }
     };
     // The client said all and read to the end: the connection is over.
-    match tokio::time::timeout(Duration::from_secs(10), conn).await {
-        Err(_) => panic!("the connection outlived its client"),
-        Ok(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Ok(_) => {}
-    }
+    connection_ended(conn).await;
     out
 }
 
@@ -151,4 +136,36 @@ pub fn proxy_request(data: &[u8]) {
             String::from_utf8_lossy(&plain)
         );
     });
+}
+
+/// The fuzz targets' runtime (two workers, so a stuck task shows as a hang
+/// of its exchange, not of the whole process).
+pub(crate) fn runtime() -> Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("fuzz runtime")
+}
+
+/// The proxy `vigil serve` would run for the nginx.conf `conf`.
+pub(crate) fn proxy_for(conf: &str) -> Arc<Proxy> {
+    let config = nginx::load_str(conf, "fuzz.conf".as_ref(), ".".as_ref(), &literal_resolver)
+        .expect("fuzz conf")
+        .config;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let events = Arc::new(EventBus::default());
+    let generation =
+        Generation::build(config, None, events.clone(), clock.clone()).expect("fuzz routes");
+    Arc::new(Proxy::new(generation, events, clock, std::env::temp_dir()))
+}
+
+/// The client has gone: its connection must end soon, and without a panic
+/// (a panic in the service is the fuzzer's finding, re-raised here).
+pub(crate) async fn connection_ended(conn: tokio::task::JoinHandle<()>) {
+    match tokio::time::timeout(Duration::from_secs(10), conn).await {
+        Err(_) => panic!("the connection outlived its client"),
+        Ok(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Ok(_) => {}
+    }
 }

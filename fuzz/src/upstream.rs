@@ -11,10 +11,9 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::runtime::Runtime;
-use vigil_core::config::{literal_resolver, nginx};
-use vigil_core::event::EventBus;
-use vigil_core::{Clock, SystemClock};
-use vigil_proxy::{Generation, Proxy};
+use vigil_proxy::Proxy;
+
+use crate::proxy::{connection_ended, proxy_for, runtime};
 
 const LOCAL: &str = "127.0.0.1:1";
 const CLIENT: &str = "127.0.0.1:40001";
@@ -28,11 +27,7 @@ struct Harness {
 fn harness() -> &'static Harness {
     static H: OnceLock<Harness> = OnceLock::new();
     H.get_or_init(|| {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("fuzz runtime");
+        let rt = runtime();
         let reply = Arc::new(Mutex::new(Vec::new()));
         let scripted = rt.block_on(backend(Some(reply.clone())));
         let plain = rt.block_on(backend(None));
@@ -43,14 +38,7 @@ fn harness() -> &'static Harness {
                  location / {{ proxy_pass http://u; proxy_http_version 1.1; proxy_set_header Connection \"\"; }}
                  location /plain {{ proxy_pass http://p; proxy_http_version 1.1; proxy_set_header Connection \"\"; }} }} }}"
         );
-        let config = nginx::load_str(&conf, "fuzz.conf".as_ref(), ".".as_ref(), &literal_resolver)
-            .expect("fuzz conf")
-            .config;
-        let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
-        let events = Arc::new(EventBus::default());
-        let generation =
-            Generation::build(config, None, events.clone(), clock.clone()).expect("fuzz routes");
-        let proxy = Arc::new(Proxy::new(generation, events, clock, std::env::temp_dir()));
+        let proxy = proxy_for(&conf);
         Harness { rt, proxy, reply }
     })
 }
@@ -101,11 +89,7 @@ async fn exchange(proxy: &Arc<Proxy>, request: &[u8]) -> Vec<u8> {
     let _ = client.write_all(request).await;
     let mut out = Vec::new();
     let _ = client.read_to_end(&mut out).await;
-    match tokio::time::timeout(Duration::from_secs(10), conn).await {
-        Err(_) => panic!("the connection outlived its client"),
-        Ok(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Ok(_) => {}
-    }
+    connection_ended(conn).await;
     out
 }
 
