@@ -196,20 +196,9 @@ fn write_conf(dir: &Path, site: &Site) -> io::Result<PathBuf> {
 impl Drop for Proxy {
     fn drop(&mut self) {
         if self.kind == Kind::Nginx {
-            let _ = Command::new(&self.bin)
-                .arg("-p")
-                .arg(self.dir.path())
-                .arg("-c")
-                .arg(self.dir.path().join("nginx.conf"))
-                .args(["-s", "stop"])
-                .stderr(Stdio::null())
-                .status();
-            for _ in 0..200 {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            let conf = self.dir.path().join("nginx.conf");
+            vigil_testkit::stop_nginx(&self.bin, self.dir.path(), &conf, &mut self.child);
+            return;
         }
         let _ = self.child.kill();
         let _ = self.child.wait();

@@ -6,11 +6,14 @@
 //!   range, so no outgoing connection of a test running in parallel is
 //!   given it as its source port between the pick and the bind, and from a
 //!   per-process counter, so two tests of one binary never pick the same.
-//! - [`nginx_bin`] / [`find_nginx`]: the stock nginx the comparisons run.
+//! - [`nginx_bin`] / [`find_nginx`]: the stock nginx the comparisons run,
+//!   and [`stop_nginx`] to stop one the tests started in the foreground.
 
 use std::net::{SocketAddr, TcpListener};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 /// First port of the range handed out (below Linux's default ephemeral
 /// range, 32768–60999, `/proc/sys/net/ipv4/ip_local_port_range`).
@@ -68,6 +71,28 @@ pub fn nginx_bin() -> PathBuf {
              `apt-get install -y nginx` (.ci/run does)"
         )
     })
+}
+
+/// Stop a stock nginx started in the foreground (`daemon off`) with prefix
+/// `prefix` and conf `conf`: `nginx -s stop` and up to 2 s for the master
+/// to exit (a bounded wait on the condition), else SIGKILL.
+pub fn stop_nginx(bin: &Path, prefix: &Path, conf: &Path, child: &mut Child) {
+    let _ = Command::new(bin)
+        .arg("-p")
+        .arg(prefix)
+        .arg("-c")
+        .arg(conf)
+        .args(["-s", "stop"])
+        .stderr(Stdio::null())
+        .status();
+    for _ in 0..200 {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 #[cfg(test)]

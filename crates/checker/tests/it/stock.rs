@@ -73,22 +73,7 @@ impl Nginx {
 
 impl Drop for Nginx {
     fn drop(&mut self) {
-        let _ = Command::new(&self.bin)
-            .arg("-p")
-            .arg(&self.dir)
-            .arg("-c")
-            .arg(&self.conf)
-            .args(["-s", "stop"])
-            .stderr(Stdio::null())
-            .status();
-        for _ in 0..200 {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        vigil_testkit::stop_nginx(&self.bin, &self.dir, &self.conf, &mut self.child);
     }
 }
 

@@ -98,22 +98,8 @@ impl Nginx {
 
 impl Drop for Nginx {
     fn drop(&mut self) {
-        let _ = Command::new(&self.bin)
-            .arg("-p")
-            .arg(self.prefix())
-            .arg("-c")
-            .arg(self.conf())
-            .args(["-s", "stop"])
-            .stderr(Stdio::null())
-            .status();
-        for _ in 0..200 {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let (prefix, conf) = (self.prefix().to_path_buf(), self.conf());
+        vigil_testkit::stop_nginx(&self.bin, &prefix, &conf, &mut self.child);
     }
 }
 
