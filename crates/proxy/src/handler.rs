@@ -21,6 +21,7 @@ use vigil_core::{FailureVerdict, RequestFacts, SelectKey, StatusVerdict};
 
 use crate::attempt::{self, Answered, Failed};
 use crate::body::{self, BodyError, Buffered, ClientBody, Streamed, UpBody};
+use crate::hop::strip_hop_by_hop;
 use crate::metrics::Outcome;
 use crate::route::{Answer, Refusal, Reply, Route};
 use crate::server::Proxy;
@@ -765,65 +766,6 @@ fn body_len(body: &ReqBody) -> Option<u64> {
     match body {
         ReqBody::Buffered(b) => Some(b.len()),
         ReqBody::Stream(_) => None,
-    }
-}
-
-/// Hop-by-hop headers (RFC 9110 §7.6.1) are not forwarded; neither is any
-/// header the `Connection` header names.
-fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
-    // One look at the names (no hashing) says whether there is anything to do.
-    let mut named = false;
-    let mut hop = false;
-    for n in headers.keys() {
-        if n == header::CONNECTION || n == header::TE {
-            named = true;
-            break;
-        }
-        hop |= n == header::TRAILER
-            || n == header::TRANSFER_ENCODING
-            || (!keep_upgrade && n == header::UPGRADE)
-            || n == "keep-alive"
-            || n == "proxy-connection";
-    }
-    if !named {
-        if !hop {
-            return;
-        }
-        // The common case: nothing hop-by-hop but what hyper already took.
-        for n in [header::TRAILER, header::TRANSFER_ENCODING] {
-            headers.remove(n);
-        }
-        if !keep_upgrade {
-            headers.remove(header::UPGRADE);
-        }
-        headers.remove("keep-alive");
-        headers.remove("proxy-connection");
-        return;
-    }
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-        .collect();
-    for n in named {
-        if !(keep_upgrade && n == header::UPGRADE) {
-            headers.remove(n);
-        }
-    }
-    for n in [
-        header::CONNECTION,
-        HeaderName::from_static("keep-alive"),
-        HeaderName::from_static("proxy-connection"),
-        header::TE,
-        header::TRAILER,
-        header::TRANSFER_ENCODING,
-    ] {
-        headers.remove(n);
-    }
-    if !keep_upgrade {
-        headers.remove(header::UPGRADE);
     }
 }
 

@@ -14,6 +14,7 @@ mod errlog;
 mod error_page;
 mod gzip;
 mod handler;
+mod hop;
 mod listener;
 mod location;
 mod log;

@@ -226,7 +226,7 @@ fn json(cx: &VarContext<'_>, parts: &Parts) -> String {
         "upstream_addr": join(&|a| a.addr.to_string().into()),
         "upstream_status": join(&|a| a.status.into()),
         "upstream_response_time": join(&|a| a.response_time.into()),
-        "request_id": parts.extensions.get::<crate::vars::RequestId>().map(|r| r.0.as_str()),
+        "request_id": parts.extensions.get::<crate::vars::RequestId>().map(|r| r.to_string()),
     });
     v.to_string()
 }

@@ -104,9 +104,7 @@ impl Rules {
 
     /// Apply to the upstream's headers `h`.
     pub(crate) fn apply(&self, h: &mut HeaderMap, cx: &VarContext<'_>, local: SocketAddr) {
-        for n in &self.hide {
-            h.remove(n);
-        }
+        crate::hop::remove_present(h, &self.hide);
         if self.redirects.is_empty() {
             return;
         }

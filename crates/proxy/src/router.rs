@@ -31,6 +31,8 @@ struct Address {
     names: ServerNames,
     /// The `default_server`, else the first block listing the address.
     default: usize,
+    /// Blocks listening on the address: with one, its names need no lookup.
+    blocks: usize,
 }
 
 #[derive(Debug)]
@@ -131,6 +133,7 @@ impl Router {
                 let a = addresses.entry(l.addr).or_insert_with(|| Address {
                     names: ServerNames::default(),
                     default: si,
+                    blocks: 0,
                 });
                 if l.default_server {
                     let earlier = config.servers[..si].iter().any(|o| {
@@ -154,6 +157,7 @@ impl Router {
                 let Some(a) = addresses.get_mut(&l.addr) else {
                     continue;
                 };
+                a.blocks += 1;
                 if s.server_names.is_empty() {
                     // nginx's default: server_name "".
                     a.names.add("", si).map_err(|e| at(e.0))?;
@@ -239,7 +243,10 @@ impl Router {
                 })
             })
         };
-        let pick = |host: &str| address.names.find(host).unwrap_or(address.default);
+        let pick = |host: &str| match address.blocks {
+            1 => address.default,
+            _ => address.names.find(host).unwrap_or(address.default),
+        };
         // HTTP/1.x reads the request line, with the address's default
         // block's settings, before any header; HTTP/2 clients send
         // :authority before :path, so nginx has picked the block by then.

@@ -407,10 +407,10 @@ impl Var {
                     out.push_str(&String::from_utf8_lossy(v));
                 }
             }
-            Var::RequestId => match p.extensions.get::<RequestId>() {
-                Some(id) => out.push_str(&id.0),
-                None => out.push_str(&RequestId::new().0),
-            },
+            Var::RequestId => {
+                let id = p.extensions.get::<RequestId>().copied();
+                let _ = write!(out, "{}", id.unwrap_or_else(RequestId::new));
+            }
             Var::Request => {
                 // nginx's request line; hyper keeps its parts, not its bytes.
                 let target = if p.uri.scheme().is_some() {
@@ -455,14 +455,21 @@ impl Var {
     }
 }
 
-/// `$request_id`: 16 random bytes in hex, made once per request (the
-/// handler puts it in the request's extensions) as nginx makes it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct RequestId(pub(crate) String);
+/// `$request_id`: 16 random bytes, drawn once per request (the handler
+/// puts them in the request's extensions) as nginx draws them, and written
+/// in hex only where a variable or a log line asks for them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RequestId(u128);
 
 impl RequestId {
     pub(crate) fn new() -> Self {
-        Self(format!("{:032x}", rand::random::<u128>()))
+        Self(rand::random::<u128>())
+    }
+}
+
+impl std::fmt::Display for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:032x}", self.0)
     }
 }
 
@@ -640,8 +647,10 @@ mod tests {
         assert_eq!(c(&["a=1, b=7"], "b").as_deref(), Some("7"));
         assert_eq!(c(&["c=1", "B=9;d"], "b").as_deref(), Some("9"));
         assert_eq!(c(&["bb=1;b"], "b"), None);
-        let id = RequestId::new().0;
+        let id = RequestId::new().to_string();
         assert_eq!(id.len(), 32);
-        assert_ne!(id, RequestId::new().0);
+        assert!(id.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(RequestId(0xab).to_string(), format!("{:0>32}", "ab"));
+        assert_ne!(id, RequestId::new().to_string());
     }
 }
