@@ -298,6 +298,21 @@ fn fails(p: &PeerView) -> String {
     }
 }
 
+/// The weight column: `5`, or `5→2 until 12:00:03 (by b)` while a fleet
+/// member's ejection halves it (share_passive).
+fn weight(p: &PeerView) -> String {
+    match p.halved_until_unix_ms {
+        Some(until) => format!(
+            "{}→{} until {} (by {})",
+            p.weight,
+            p.weight_now,
+            client::clock(until),
+            p.halved_by.as_deref().unwrap_or("?")
+        ),
+        None => p.weight.to_string(),
+    }
+}
+
 fn cells(p: &PeerView, checker: bool) -> Vec<String> {
     let state = if p.backup && p.state == "eligible" {
         "backup".to_string()
@@ -341,7 +356,7 @@ fn cells(p: &PeerView, checker: bool) -> Vec<String> {
     vec![
         peer_name(p),
         state,
-        p.weight.to_string(),
+        weight(p),
         p.conns.to_string(),
         fails(p),
         since,
