@@ -479,7 +479,7 @@ impl fmt::Display for EventKind {
                 from, to, for_ms, by, ..
             } => write!(
                 f,
-                "weight halved by fleet member {by}: {from} -> {to} for {for_ms} ms (member {by} ejected it on its traffic; no active check here to probe it)"
+                "weight halved by fleet member {by}: {from} → {to} for {for_ms} ms (member {by} ejected it on its traffic; no active check here to probe it)"
             ),
             EventKind::WeightRestored { weight, by } => write!(
                 f,

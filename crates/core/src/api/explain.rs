@@ -628,7 +628,7 @@ mod tests {
             .iter()
             .map(|e| e.kind.to_string())
             .collect();
-        assert_eq!(events[0], "weight halved by fleet member b: 5 -> 2 for 3000 ms (member b ejected it on its traffic; no active check here to probe it)");
+        assert_eq!(events[0], "weight halved by fleet member b: 5 → 2 for 3000 ms (member b ejected it on its traffic; no active check here to probe it)");
         clock.advance(Duration::from_secs(3));
         let doc = super::super::status(&reg, &*clock);
         let p = &doc.upstreams[0].peers[0];

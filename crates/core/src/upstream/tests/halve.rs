@@ -217,3 +217,44 @@ fn a_reload_ends_the_halving() {
     assert_eq!(again.peers()[0].halved_until(), Timestamp(0));
     assert_eq!(again.status(f.now())[0].weight_now, 4);
 }
+
+#[test]
+fn hash_methods_pick_by_the_key_whatever_the_halving() {
+    for balancer in [
+        Balancer::Hash {
+            key: "k".into(),
+            consistent: false,
+        },
+        Balancer::Hash {
+            key: "k".into(),
+            consistent: true,
+        },
+    ] {
+        let f = weighted(&[4, 4, 4], balancer.clone());
+        let homes = |f: &Fixture| -> Vec<u32> {
+            (0..60u32)
+                .map(|k| {
+                    let key = format!("user-{k}");
+                    let mut sel = f.up.begin(
+                        SelectKey::Hash(key.as_bytes()),
+                        RetryPolicy::default(),
+                        RequestFacts::default(),
+                        f.now(),
+                    );
+                    f.up.select(&mut sel, f.now()).expect("peer").peer().id().0
+                })
+                .collect()
+        };
+        let before = homes(&f);
+        assert!(
+            before.contains(&0),
+            "{balancer:?}: some key lives on peer 0"
+        );
+        assert!(f.halve(0, 10_000));
+        assert_eq!(
+            homes(&f),
+            before,
+            "{balancer:?}: the same peer for each key"
+        );
+    }
+}
