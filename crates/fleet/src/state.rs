@@ -271,8 +271,8 @@ impl Shared {
         if local.is_some() {
             return;
         }
-        // What is left of the penalty (the wall clocks of the members are
-        // assumed close; a value heard again after a reconnect is stale).
+        // What is left of the penalty (the members' wall clocks are assumed
+        // close); an ejection whose penalty is over when heard is ignored.
         let Some(penalty) = value.penalty_ms else {
             return;
         };
