@@ -217,6 +217,28 @@ pub enum EventKind {
         /// What happened (the member count, or etcd's error).
         detail: String,
     },
+    /// Fleet `share_passive`: another member ejected this peer (which has
+    /// no active check here) on its own traffic; its weight here is
+    /// halved (`max(1, weight/2)`) until `until`.
+    WeightHalved {
+        /// The weight before.
+        from: u32,
+        /// The weight until `until`.
+        to: u32,
+        /// The end of the halving.
+        until: Timestamp,
+        /// Its length from now, in milliseconds.
+        for_ms: u64,
+        /// The member that ejected it.
+        by: String,
+    },
+    /// Fleet `share_passive`: the halving ended; the weight is whole again.
+    WeightRestored {
+        /// The weight again.
+        weight: u32,
+        /// The member whose ejection halved it.
+        by: String,
+    },
 }
 
 /// `vigil check`: when a render reaches nginx.
@@ -280,6 +302,8 @@ impl EventKind {
             EventKind::ReloadFailed { .. } => "reload_failed",
             EventKind::Rollback { .. } => "rollback",
             EventKind::Fleet { .. } => "fleet",
+            EventKind::WeightHalved { .. } => "weight_halved",
+            EventKind::WeightRestored { .. } => "weight_restored",
         }
     }
 
@@ -299,6 +323,7 @@ impl EventKind {
                     state: "degraded",
                     ..
                 }
+                | EventKind::WeightHalved { .. }
         )
     }
 }
@@ -450,6 +475,16 @@ impl fmt::Display for EventKind {
                 write!(f, ": {error}; retry in {retry_ms} ms")
             }
             EventKind::Fleet { state, detail } => write!(f, "fleet: {state} ({detail})"),
+            EventKind::WeightHalved {
+                from, to, for_ms, by, ..
+            } => write!(
+                f,
+                "weight halved by fleet member {by}: {from} → {to} for {for_ms} ms (member {by} ejected it on its traffic; no active check here to probe it)"
+            ),
+            EventKind::WeightRestored { weight, by } => write!(
+                f,
+                "weight restored to {weight} (the halving after fleet member {by}'s ejection ended)"
+            ),
             EventKind::Rollback { files, error } => write!(
                 f,
                 "nginx -t rejected {}; previous files restored, no reload: {error}",

@@ -47,6 +47,11 @@ pub struct Peer {
     admin_since: AtomicU64,
     /// End of the `slow_start` ramp (0: none), written under the tier lock.
     ramp_until: AtomicU64,
+    /// Fleet `share_passive`: end of a halving of the weight another
+    /// member asked for (0: none), written under the tier lock.
+    halved_until: AtomicU64,
+    /// The member that asked for it.
+    halved_by: Mutex<Option<Arc<str>>>,
     health: ActiveHealth,
     last_probe: Mutex<Option<crate::health::ProbeReport>>,
 }
@@ -121,6 +126,8 @@ impl Peer {
             admin: AtomicU8::new(AdminState::Up.as_u8()),
             admin_since: AtomicU64::new(0),
             ramp_until: AtomicU64::new(0),
+            halved_until: AtomicU64::new(0),
+            halved_by: Mutex::new(None),
             health,
             last_probe: Mutex::new(None),
         }
@@ -207,6 +214,27 @@ impl Peer {
 
     pub(crate) fn set_ramp_until(&self, until: Timestamp) {
         self.ramp_until.store(until.0, Ordering::Relaxed);
+    }
+
+    /// When a fleet member's halving of the weight ends (0: none; a past
+    /// time: ended, not yet cleared). See [`crate::upstream::Upstream::halve_weight`].
+    pub fn halved_until(&self) -> Timestamp {
+        Timestamp(self.halved_until.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn set_halved_until(&self, until: Timestamp) {
+        self.halved_until.store(until.0, Ordering::Relaxed);
+    }
+
+    /// The fleet member that halved the weight (while [`Peer::halved_until`] is set).
+    pub fn halved_by(&self) -> Option<Arc<str>> {
+        self.halved_by.lock().ok().and_then(|g| g.clone())
+    }
+
+    pub(crate) fn set_halved_by(&self, by: Option<Arc<str>>) {
+        if let Ok(mut g) = self.halved_by.lock() {
+            *g = by;
+        }
     }
 
     /// The active-check state.

@@ -94,11 +94,13 @@ impl Fleet {
         self.shared.publish_to(bus, clock);
     }
 
-    /// This instance ejected `peer` of `upstream` on its own traffic
-    /// (feed it the core event bus's `Excluded` events): with
-    /// `share_passive`, the other members probe that peer at once.
-    pub fn ejected(&self, upstream: &str, peer: &str) {
-        self.shared.ejected(upstream, peer);
+    /// This instance ejected `peer` of `upstream` on its own traffic for
+    /// `penalty_ms` (feed it the core event bus's `Excluded` events): with
+    /// `share_passive`, the other members probe that peer at once, or,
+    /// where it has no check, halve its weight for the rest of the penalty
+    /// ([`vigil_core::upstream::Upstream::halve_weight`]).
+    pub fn ejected(&self, upstream: &str, peer: &str, penalty_ms: u64) {
+        self.shared.ejected(upstream, peer, penalty_ms);
     }
 
     /// The fleet as this member sees it.

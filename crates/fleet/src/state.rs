@@ -5,6 +5,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::sync::mpsc;
@@ -15,7 +16,7 @@ use vigil_core::Clock;
 
 use crate::rendezvous;
 use crate::view::{FleetView, HistoryView, TargetView, VerdictView};
-use crate::wire::{PassiveValue, ResultValue};
+use crate::wire::{self, PassiveValue, ResultValue};
 use crate::FleetOptions;
 
 /// Results waiting to be published at most (a slow etcd drops the
@@ -227,32 +228,34 @@ impl Shared {
         }
     }
 
-    /// This instance ejected `peer` of `upstream` (passive evidence): with
-    /// `share_passive`, tell the others, who probe it at once rather than
-    /// eject it blindly. A peer without a check has no target: nothing is
-    /// published.
-    pub(crate) fn ejected(&self, upstream: &str, peer: &str) {
+    /// This instance ejected `peer` of `upstream` (passive evidence) for
+    /// `penalty_ms`: with `share_passive`, tell the others, who probe it at
+    /// once rather than eject it blindly, or, without a check there, halve
+    /// its weight for what is left of the penalty.
+    pub(crate) fn ejected(&self, upstream: &str, peer: &str, penalty_ms: u64) {
         if !self.opts.share_passive || !self.is_joined() {
             return;
         }
         let Some(checker) = self.checker.get().and_then(Weak::upgrade) else {
             return;
         };
-        let Some(target) = checker.target_of(upstream, peer) else {
-            return;
-        };
+        let target = checker
+            .target_of(upstream, peer)
+            .unwrap_or_else(|| wire::peer_id(upstream, peer));
         let _ = self.outbox.try_send(Outgoing::Passive {
             target,
             value: PassiveValue {
                 upstream: upstream.to_string(),
                 peer: peer.to_string(),
                 at_unix_ms: unix_ms(),
+                penalty_ms: Some(penalty_ms),
             },
         });
     }
 
-    /// Another member ejected a peer of `target` passively: probe it here
-    /// now (the result decides, as any probe's).
+    /// Another member ejected a peer passively: a peer with a check here is
+    /// probed now (the result decides, as any probe's); one without has its
+    /// weight halved for what is left of that member's penalty.
     pub(crate) fn remote_ejection(&self, member: &str, target: &str, value: &PassiveValue) {
         if member == self.me() || !self.opts.share_passive {
             return;
@@ -260,9 +263,46 @@ impl Shared {
         let Some(checker) = self.checker.get().and_then(Weak::upgrade) else {
             return;
         };
-        if checker.probe_now(target) {
+        let local = checker.target_of(&value.upstream, &value.peer);
+        if checker.probe_now(target) || local.as_deref().is_some_and(|t| checker.probe_now(t)) {
             tracing::info!(target: "vigil::fleet", %member, upstream = %value.upstream, peer = %value.peer, "fleet: member {member} ejected upstream {} server {} on its traffic; probing it here now instead of ejecting it blindly", value.upstream, value.peer);
+            return;
         }
+        if local.is_some() {
+            return;
+        }
+        // What is left of the penalty (the members' wall clocks are assumed
+        // close); an ejection whose penalty is over when heard is ignored.
+        let Some(penalty) = value.penalty_ms else {
+            return;
+        };
+        let left = penalty.saturating_sub(unix_ms().saturating_sub(value.at_unix_ms));
+        if left == 0 {
+            return;
+        }
+        let Some((_, clock)) = self.events.get() else {
+            return;
+        };
+        let registry = checker.registry();
+        let Some(up) = registry.get(&value.upstream) else {
+            return;
+        };
+        let Some(id) = up.peer_by_name(&value.peer).map(|p| p.id()) else {
+            return;
+        };
+        let now = clock.now();
+        if !up.halve_weight(id, now.after(Duration::from_millis(left)), member, now) {
+            return;
+        }
+        tracing::info!(target: "vigil::fleet", %member, upstream = %value.upstream, peer = %value.peer, ms = left, "fleet: member {member} ejected upstream {} server {} on its traffic; it has no check here: its weight is halved for {left} ms", value.upstream, value.peer);
+        // End it on time even without traffic (a pick would, too).
+        let (up, clock) = (Arc::downgrade(up), clock.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(left + 5)).await;
+            if let Some(up) = up.upgrade() {
+                up.settle_halvings(clock.now());
+            }
+        });
     }
 
     pub(crate) fn view(&self) -> FleetView {

@@ -6,6 +6,9 @@
 //! | `ROOT results/MEMBER/TARGET` | [`ResultValue`]: the last probe result | the member's |
 //! | `ROOT passive/MEMBER/TARGET` | [`PassiveValue`]: a passive ejection (`share_passive`) | the member's |
 //!
+//! A passive ejection of a peer without an active check has no target: its
+//! `TARGET` is [`peer_id`] of the upstream and the peer.
+//!
 //! Values are JSON. Everything a member wrote goes with its lease: when a
 //! member dies its keys vanish after the TTL and the others re-assign its
 //! targets.
@@ -51,6 +54,12 @@ pub struct PassiveValue {
     pub peer: String,
     /// When (ms since the epoch).
     pub at_unix_ms: u64,
+    /// How long the ejecting member excludes the peer (`fail_timeout`, or
+    /// the `passive_penalty` length then), in ms: a member without a check
+    /// for the peer halves its weight for what is left of it. Absent from
+    /// older members' values (then nothing is halved).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub penalty_ms: Option<u64>,
 }
 
 /// A key of the fleet, parsed.
@@ -94,6 +103,19 @@ pub fn parse_key<'a>(root: &str, key: &'a [u8]) -> Option<Key<'a>> {
         }
         _ => None,
     }
+}
+
+/// The `TARGET` of a passive ejection of a peer that has no active check
+/// (no probe target): `peer-` and 16 hex digits of a hash (FNV-1a, 64 bits)
+/// of the upstream's name and the peer's address as configured, so any
+/// text is a safe key; the value names both.
+pub fn peer_id(upstream: &str, peer: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in upstream.bytes().chain([0]).chain(peer.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("peer-{h:016x}")
 }
 
 /// `ROOT members/MEMBER`.
@@ -178,6 +200,32 @@ mod tests {
                 target: "tcp-[::1]:80-00000000"
             })
         );
+    }
+
+    #[test]
+    fn a_peer_without_a_check_gets_a_safe_stable_id_and_old_values_still_decode() {
+        let id = peer_id("api", "unix:/run/app.sock");
+        assert_eq!(id, peer_id("api", "unix:/run/app.sock"));
+        assert_ne!(id, peer_id("ap", "iunix:/run/app.sock"));
+        assert!(id.starts_with("peer-") && id.len() == 21, "{id}");
+        let k = passive_key(ROOT, "m1", &id);
+        assert_eq!(
+            parse_key(ROOT, k.as_bytes()),
+            Some(Key::Passive {
+                member: "m1",
+                target: &id
+            })
+        );
+        let old: PassiveValue =
+            serde_json::from_str(r#"{"upstream":"api","peer":"10.0.0.1:80","at_unix_ms":5}"#)
+                .expect("test step");
+        assert_eq!(old.penalty_ms, None);
+        let new = PassiveValue {
+            penalty_ms: Some(10_000),
+            ..old
+        };
+        let text = serde_json::to_string(&new).expect("test step");
+        assert!(text.contains(r#""penalty_ms":10000"#), "{text}");
     }
 
     #[test]

@@ -298,6 +298,21 @@ fn fails(p: &PeerView) -> String {
     }
 }
 
+/// The weight column: `5`, or `5->2 until 12:00:03 (by b)` while a fleet
+/// member's ejection halves it (share_passive). ASCII, as the table is.
+fn weight(p: &PeerView) -> String {
+    match p.halved_until_unix_ms {
+        Some(until) => format!(
+            "{}->{} until {} (by {})",
+            p.weight,
+            p.weight_now,
+            client::clock(until),
+            p.halved_by.as_deref().unwrap_or("?")
+        ),
+        None => p.weight.to_string(),
+    }
+}
+
 fn cells(p: &PeerView, checker: bool) -> Vec<String> {
     let state = if p.backup && p.state == "eligible" {
         "backup".to_string()
@@ -341,7 +356,7 @@ fn cells(p: &PeerView, checker: bool) -> Vec<String> {
     vec![
         peer_name(p),
         state,
-        p.weight.to_string(),
+        weight(p),
         p.conns.to_string(),
         fails(p),
         since,
@@ -437,6 +452,17 @@ mod tests {
             }],
         }))
         .expect("a status document")
+    }
+
+    #[test]
+    fn a_weight_a_fleet_member_halved_shows_both_weights_the_end_and_who() {
+        let d = doc_of(vec![serde_json::json!({
+            "weight": 4, "weight_now": 2, "halved_until_unix_ms": 3_603_000, "halved_by": "b",
+        })]);
+        let text = render(&d, false);
+        assert!(text.contains("4->2 until 01:00:03 (by b)"), "{text}");
+        let whole = render(&doc_of(vec![serde_json::json!({"weight": 4})]), false);
+        assert!(!whole.contains("->"), "{whole}");
     }
 
     fn probe(ok: bool, detail: &str) -> serde_json::Value {

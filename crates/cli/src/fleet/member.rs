@@ -87,7 +87,7 @@ impl Member {
 
     /// Wire the member to core's event bus: hear this instance's passive
     /// ejections (with `share_passive` the other members probe the peer at
-    /// once), and publish the member's own state changes (joined,
+    /// once, or halve its weight where it has no check), and publish the member's own state changes (joined,
     /// degraded, left) there as `fleet` events.
     pub(crate) fn wire_events(
         self: &Arc<Self>,
@@ -99,9 +99,10 @@ impl Member {
             self.fleet.publish_to(events.clone(), clock.clone());
             let me = Arc::downgrade(self);
             events.subscribe(move |e| {
-                if matches!(e.kind, vigil_core::event::EventKind::Excluded { .. }) {
+                if let vigil_core::event::EventKind::Excluded { until, .. } = e.kind {
                     if let Some(m) = me.upgrade() {
-                        m.fleet.ejected(&e.upstream, &e.peer);
+                        m.fleet
+                            .ejected(&e.upstream, &e.peer, until.millis_since(e.at));
                     }
                 }
             });

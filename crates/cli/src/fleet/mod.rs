@@ -58,8 +58,9 @@ pub(crate) struct FleetArgs {
     /// File holding the etcd user's password (its first line).
     #[arg(long, value_name = "PATH", requires = "fleet_etcd_user")]
     pub(crate) fleet_etcd_password_file: Option<PathBuf>,
-    /// Share passive ejections: when this instance ejects a checked peer on its traffic, the
-    /// other members probe that peer at once (they do not eject it blindly).
+    /// Share passive ejections: when this instance ejects a peer on its traffic, the other
+    /// members probe that peer at once (they do not eject it blindly), or, where it has no
+    /// check, halve its weight for the rest of this instance's exclusion.
     #[arg(long)]
     pub(crate) fleet_share_passive: bool,
 }

@@ -203,6 +203,9 @@ pub fn explain(up: &UpstreamView, peer: &PeerView, events: &[EventView]) -> Vec<
                 dur(peer.slow_start_ms.unwrap_or(0))
             ));
         }
+        if let Some(until) = peer.halved_until_unix_ms {
+            s.push_str(&halved_text(up, peer, until));
+        }
         s.push_str(&pick_hint(up, peer));
         s.push('.');
         out.push(s);
@@ -448,6 +451,26 @@ fn at(t: Option<u64>) -> String {
 }
 
 /// `HH:MM:SS` (UTC) of a Unix time in milliseconds.
+/// Fleet `share_passive`: why the weight is halved, and what it does
+/// under the upstream's method.
+fn halved_text(up: &UpstreamView, peer: &PeerView, until: u64) -> String {
+    let by = peer.halved_by.as_deref().unwrap_or("?");
+    let hashed = up.balancer.starts_with("hash") || up.balancer == "ip_hash";
+    format!(
+        "; weight {} → {} until {}: fleet member {by} ejected it on its traffic (share_passive; no active check here to probe it){}",
+        peer.weight,
+        peer.weight_now,
+        clock(until),
+        if hashed {
+            " — the key picks under this method, so the halving changes no share"
+        } else if peer.weight_now == peer.weight {
+            " — weight 1 cannot be halved"
+        } else {
+            ""
+        }
+    )
+}
+
 pub(crate) fn clock(unix_ms: u64) -> String {
     let s = unix_ms / 1000 % 86_400;
     format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
@@ -564,6 +587,52 @@ mod tests {
         );
         let healthy = super::explain(upv, &upv.peers[0], &events).join(" ");
         assert!(healthy.contains("10.0.0.1:80 is eligible; with weight 1 of 1 it is picked about once every 1 request(s)"), "{healthy}");
+    }
+
+    #[test]
+    fn a_fleet_halving_is_explained_with_the_member_and_the_end() {
+        let (reg, clock, bus) = setup(
+            "upstream api { server 10.0.0.1:80 weight=5; server 10.0.0.2:80; }
+             upstream h { hash $uri; server 10.0.0.1:80 weight=4; server 10.0.0.2:80; }",
+        );
+        let now = clock.now();
+        for name in ["api", "h"] {
+            let up = reg.get(name).expect("upstream").clone();
+            assert!(up.halve_weight(
+                crate::peer::PeerId(0),
+                now.after(Duration::from_secs(3)),
+                "b",
+                now
+            ));
+        }
+        let doc = super::super::status(&reg, &*clock);
+        let upv = &doc.upstreams[0];
+        let p = &upv.peers[0];
+        assert_eq!(
+            (p.weight, p.weight_now, p.halved_by.as_deref()),
+            (5, 2, Some("b"))
+        );
+        let text = super::explain(upv, p, &[]).join(" ");
+        assert!(
+            text.contains("10.0.0.1:80 is eligible; weight 5 → 2 until 12:01:10: fleet member b ejected it on its traffic (share_passive; no active check here to probe it)"),
+            "{text}"
+        );
+        let h = &doc.upstreams[1];
+        let text = super::explain(h, &h.peers[0], &[]).join(" ");
+        assert!(text.contains("the key picks under this method"), "{text}");
+        let json = serde_json::to_string(p).expect("json");
+        assert!(json.contains("\"halved_by\":\"b\""), "{json}");
+        let events: Vec<_> = bus
+            .since(0, 10)
+            .events
+            .iter()
+            .map(|e| e.kind.to_string())
+            .collect();
+        assert_eq!(events[0], "weight halved by fleet member b: 5 → 2 for 3000 ms (member b ejected it on its traffic; no active check here to probe it)");
+        clock.advance(Duration::from_secs(3));
+        let doc = super::super::status(&reg, &*clock);
+        let p = &doc.upstreams[0].peers[0];
+        assert_eq!((p.weight_now, p.halved_until_unix_ms), (5, None), "over");
     }
 
     #[test]

@@ -249,6 +249,14 @@ pub struct PeerView {
     /// End of the slow-start ramp in progress, ms since the epoch.
     #[serde(default)]
     pub ramp_until_unix_ms: Option<u64>,
+    /// Fleet `share_passive`: the weight is halved (`max(1, weight/2)`)
+    /// until then, ms since the epoch, because another member ejected the
+    /// peer on its traffic (it has no active check here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub halved_until_unix_ms: Option<u64>,
+    /// The member whose ejection halved it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub halved_by: Option<String>,
     /// `passive_penalty`: exclusions in a row so far.
     #[serde(default)]
     pub penalty_nth: u32,
@@ -605,6 +613,8 @@ fn peer_view(s: &PeerStatus, clock: &dyn Clock) -> PeerView {
     let reasons: Vec<ReasonView> = s.reasons.iter().map(|r| reason_view(r, clock)).collect();
     let state = s.reasons.first().map_or("eligible", Ineligible::state);
     let ramp = s.peer.ramp_until();
+    let halved = s.peer.halved_until();
+    let halved = (halved != Timestamp(0) && clock.now() < halved).then_some(halved);
     PeerView {
         address: cfg.address.clone(),
         addr: s.peer.addr_text().to_string(),
@@ -616,6 +626,10 @@ fn peer_view(s: &PeerStatus, clock: &dyn Clock) -> PeerView {
         ramp_until_unix_ms: (s.weight_now < cfg.weight.get())
             .then(|| ms(ramp))
             .flatten(),
+        halved_until_unix_ms: halved.and_then(ms),
+        halved_by: halved
+            .and_then(|_| s.peer.halved_by())
+            .map(|b| b.to_string()),
         penalty_nth: s.passive.penalty_nth,
         probation: s
             .probation

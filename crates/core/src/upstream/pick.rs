@@ -377,11 +377,12 @@ fn take(
     global
 }
 
-/// `slow_start` with `random`: a draw of a ramping peer is kept with
-/// probability (weight now / weight), so draws follow the ramped weights.
+/// `slow_start` (or a fleet halving) with `random`: a draw of a ramping
+/// peer is kept with probability (weight now / weight), so draws follow
+/// the ramped weights.
 #[cold]
 fn ramp_admits(gate: &Gate<'_>, peer: &crate::peer::Peer, rng: &mut u64) -> bool {
-    if !policy::ramp::ramping(peer) {
+    if !policy::ramp::ramping(peer) && !policy::halve::in_force(peer, gate.now()) {
         return true;
     }
     let w = u64::from(peer.config().weight.get());

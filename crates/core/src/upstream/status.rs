@@ -12,7 +12,7 @@ use crate::config::Recovery;
 use crate::health::ProbeReport;
 use crate::peer::{Peer, PeerId};
 
-use super::policy::{self, ramp, Ineligible};
+use super::policy::{self, Ineligible};
 use super::slot::Slot;
 use super::tier::Tier;
 use super::{PassiveView, PeerFigure, Upstream};
@@ -119,7 +119,7 @@ impl Upstream {
                     backup: !tier.primary,
                     reasons,
                     waived,
-                    weight_now: ramp::nominal(peer, now),
+                    weight_now: policy::halve::nominal(peer, now),
                     probation: policy::probation(&self.config.rules, peer, slot, tier.single, now),
                     header_figure: self.peer_header_figure(tier.offset + i, now),
                     waiting: self.waiting_now(tier.offset + i, now),

@@ -729,6 +729,8 @@ enum FastOp {
     Probe(u8, bool),
     Admin(u8, u8),
     Status,
+    /// A fleet member's halving of a peer's weight for so many ms.
+    Halve(u8, u16),
 }
 
 fn fast_op() -> impl Strategy<Value = FastOp> {
@@ -738,6 +740,7 @@ fn fast_op() -> impl Strategy<Value = FastOp> {
         1 => (0u8..8, any::<bool>()).prop_map(|(p, ok)| FastOp::Probe(p, ok)),
         1 => (0u8..8, 0u8..3).prop_map(|(p, a)| FastOp::Admin(p, a)),
         1 => Just(FastOp::Status),
+        1 => (0u8..8, 1u16..4000).prop_map(|(p, ms)| FastOp::Halve(p, ms)),
     ]
 }
 
@@ -766,8 +769,8 @@ proptest! {
 
     /// The round-robin fast path picks exactly what nginx's scan picks,
     /// through failures, exclusions, probe and admin changes, retries,
-    /// status reads and time, with or without slow-start ramps and the
-    /// other vigil rules.
+    /// status reads, fleet halvings and time, with or without slow-start
+    /// ramps and the other vigil rules.
     #[test]
     fn fast_path_equals_the_scan(
         weights in proptest::collection::vec(1u32..6, 2..8),
@@ -815,6 +818,12 @@ proptest! {
                     let to = [AdminState::Up, AdminState::Down, AdminState::Drain][a as usize];
                     fast.set_admin(id, to, now);
                     slow.set_admin(id, to, now);
+                }
+                FastOp::Halve(i, ms) => {
+                    let id = PeerId(u32::from(i) % n as u32);
+                    let until = Timestamp(now.0 + u64::from(ms));
+                    fast.halve_weight(id, until, "m", now);
+                    slow.halve_weight(id, until, "m", now);
                 }
                 FastOp::Status => {
                     let (a, b) = (fast.status(now), slow.status(now));
@@ -1163,6 +1172,7 @@ fn a_guard_knows_when_its_attempt_started() {
     assert_eq!(f.now().millis_since(g.started()), 250);
 }
 
+mod halve;
 mod latency;
 mod limits;
 mod rules;

@@ -11,6 +11,7 @@
 //! the peer so other components never take this lock.
 
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::clock::Timestamp;
@@ -69,6 +70,9 @@ pub(crate) struct Tier {
     pub(crate) primary: bool,
     /// Some server has `slow_start`: weights may ramp.
     ramps: bool,
+    /// Peers marked halved by a fleet member (`policy::halve`), counted
+    /// under the lock: while not 0 the weights are read as ramping ones.
+    pub(crate) halved: AtomicUsize,
     /// Non-down peers (nginx's `peers->tries`).
     pub(crate) tries: u32,
     /// Peers in the tier.
@@ -137,6 +141,7 @@ impl Tier {
             ramps: peers
                 .iter()
                 .any(|p| p.config().slow_start.is_some_and(|t| !t.is_zero())),
+            halved: AtomicUsize::new(0),
             tries: peers.iter().filter(|p| !p.config().down).count() as u32,
             size: peers.len(),
             state: Mutex::new(TierState {
@@ -158,6 +163,13 @@ impl Tier {
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         st.plan = None;
         st.fast = None;
+    }
+
+    /// Whether weights may differ from the configured ones now: some
+    /// server has `slow_start`, or a fleet member's halving is marked.
+    #[inline]
+    fn ramps_now(&self) -> bool {
+        self.ramps || self.halved.load(Ordering::Relaxed) != 0
     }
 
     /// Whether this tier can use the fast path at all.
@@ -267,8 +279,11 @@ impl Tier {
         if up.latency.is_some() {
             self.announce_stuck(up, now, events);
         }
+        if self.halved.load(Ordering::Relaxed) != 0 {
+            policy::halve::settle(self, st, up, now, events);
+        }
         if !self.primary || !rules.limits_ejection() {
-            return Gate::new(rules, self.single, now, None, self.ramps)
+            return Gate::new(rules, self.single, now, None, self.ramps_now())
                 .with_latency(up.latency.as_deref());
         }
         self.limited_gate(up, st, now, events)
@@ -330,7 +345,7 @@ impl Tier {
             self.single,
             now,
             kept.map(|k| Box::new(k.set)),
-            self.ramps,
+            self.ramps_now(),
         )
         .with_latency(up.latency.as_deref())
     }
@@ -338,7 +353,7 @@ impl Tier {
     /// The gate for reading (status, explain, checker-only): no events.
     pub(crate) fn view<'a>(&self, up: &'a Upstream, slots: &[Slot], now: Timestamp) -> Gate<'a> {
         let kept = self.kept_in(up, slots, now).map(|k| Box::new(k.set));
-        Gate::new(&up.config.rules, self.single, now, kept, self.ramps)
+        Gate::new(&up.config.rules, self.single, now, kept, self.ramps_now())
             .with_latency(up.latency.as_deref())
     }
 

@@ -8,6 +8,7 @@
 //! member's targets are probed again by the others; with etcd stopped
 //! every member probes everything and serves, and rejoins when it is back.
 
+mod check;
 mod support;
 
 use std::collections::{BTreeSet, HashMap};
@@ -494,4 +495,83 @@ fn over_tls_with_a_client_certificate_a_member_joins_and_without_one_it_serves_d
     assert_eq!(good.members(), ["t-m1"], "the refused member never joined");
     let (status, _) = http_get(bad.listen, "/").expect("answer");
     assert_eq!(status, 200, "traffic does not depend on etcd");
+}
+
+/// Requests sent to `m`, and how many of them each backend saw.
+fn shares(m: &Member, b: &Backends, n: usize) -> Vec<usize> {
+    let before: Vec<usize> = b.traffic.iter().map(|t| t.load(Ordering::SeqCst)).collect();
+    for _ in 0..n {
+        let (status, _) = http_get(m.listen, "/").expect("answer");
+        assert_eq!(status, 200, "{} serves", m.name);
+    }
+    b.traffic
+        .iter()
+        .zip(before)
+        .map(|(t, was)| t.load(Ordering::SeqCst) - was)
+        .collect()
+}
+
+#[test]
+fn with_share_passive_a_peer_without_a_check_one_member_ejects_has_its_weight_halved_by_the_other()
+{
+    let dir = tempfile::tempdir().expect("test step");
+    let etcd = Etcd::start();
+    let b = Backends::start(2);
+    // No check: passive accounting only. fail_timeout is the penalty the
+    // other member halves the weight for; 60 s outlasts the test.
+    let how = How {
+        no_check: true,
+        share_passive: true,
+        server_params: "weight=4 max_fails=1 fail_timeout=60s",
+        ..How::default()
+    };
+    let members: Vec<Member> = ["hw-a", "hw-b"]
+        .iter()
+        .map(|n| Member::start_with(dir.path(), n, "hw", &etcd.url(), &b, &how))
+        .collect();
+    settle(&members, 2);
+    let (a, other) = (&members[0], &members[1]);
+    let bad = b.addrs[0];
+    // Before: B splits its traffic evenly (smooth round robin, 4 and 4).
+    let even = shares(other, &b, 60);
+    assert_eq!(even, [30, 30], "B's split before");
+    // Only A's traffic meets the broken backend: it is broken while A alone
+    // is sent requests.
+    b.broken[0].store(true, Ordering::SeqCst);
+    wait_for("A to exclude the peer", Duration::from_secs(10), || {
+        let _ = http_get(a.listen, "/");
+        a.peer_state(bad) == "excluded"
+    });
+    b.broken[0].store(false, Ordering::SeqCst);
+    wait_for(
+        "B to halve the peer's weight",
+        Duration::from_secs(10),
+        || other.peer(bad)["halved_by"] == "hw-a",
+    );
+    let p = other.peer(bad);
+    assert_eq!(
+        (&p["state"], &p["weight"], &p["weight_now"]),
+        (&"eligible".into(), &4.into(), &2.into()),
+        "B keeps it, at half its weight: {p}"
+    );
+    assert!(p["halved_until_unix_ms"].as_u64().is_some(), "{p}");
+    let text = other.explain(bad);
+    assert!(
+        text.contains("weight 4 → 2 until")
+            && text.contains("fleet member hw-a ejected it on its traffic"),
+        "B's explain says why: {text}"
+    );
+    let (_, body) = http_get(other.admin, "/api/events?limit=1000").expect("events");
+    assert!(body.contains("\"weight_halved\""), "B's events: {body}");
+    // B's share to it drops from 4 in 8 to 2 in 6.
+    let halved = shares(other, &b, 120);
+    assert!(
+        (36..=44).contains(&halved[0]) && halved[0] + halved[1] == 120,
+        "B's split while halved: {halved:?} (a third of 120 expected, half before)"
+    );
+    eprintln!("B's split over 60 requests before: {even:?}; over 120 while halved: {halved:?}");
+    // A keeps nginx's own exclusion, and halves nothing itself.
+    let pa = a.peer(bad);
+    assert_eq!(pa["state"], "excluded", "{pa}");
+    assert!(pa.get("halved_by").is_none(), "{pa}");
 }

@@ -330,6 +330,8 @@ pub(super) struct How {
     pub(super) server_params: &'static str,
     /// More flags of `vigil serve`.
     pub(super) extra: Vec<String>,
+    /// No `check` in the upstream: passive accounting only.
+    pub(super) no_check: bool,
 }
 
 impl Default for How {
@@ -340,6 +342,7 @@ impl Default for How {
             share_passive: false,
             server_params: "",
             extra: Vec::new(),
+            no_check: false,
         }
     }
 }
@@ -378,10 +381,16 @@ impl Member {
             .iter()
             .map(|a| format!("server {a} {}; ", how.server_params))
             .collect();
+        let check = if how.no_check {
+            String::new()
+        } else {
+            format!(
+                "check interval={interval_ms} rise=1 fall=2 timeout={timeout_ms} type=http; \
+                 check_http_send \"GET /health HTTP/1.0\\r\\n\\r\\n\"; "
+            )
+        };
         let conf = format!(
-            "events {{}} http {{ upstream u {{ {servers} \
-             check interval={interval_ms} rise=1 fall=2 timeout={timeout_ms} type=http; \
-             check_http_send \"GET /health HTTP/1.0\\r\\n\\r\\n\"; }} \
+            "events {{}} http {{ upstream u {{ {servers} {check}}} \
              server {{ listen {listen}; location / {{ proxy_pass http://u; }} }} }}\n"
         );
         let path = dir.join(format!("{name}.conf"));
@@ -484,6 +493,21 @@ impl Member {
             .flatten()
             .find(|p| p["address"] == addr.to_string())
             .and_then(|p| p["state"].as_str().map(str::to_string))
+            .unwrap_or_default()
+    }
+
+    /// Peer `addr` of upstream u as the admin API shows it.
+    pub(super) fn peer(&self, addr: SocketAddr) -> Value {
+        let Some((200, body)) = http_get(self.admin, "/api/upstreams/u") else {
+            return Value::Null;
+        };
+        let v: Value = serde_json::from_str(&body).unwrap_or_default();
+        v["peers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["address"] == addr.to_string())
+            .cloned()
             .unwrap_or_default()
     }
 

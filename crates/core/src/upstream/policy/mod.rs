@@ -15,6 +15,7 @@
 //! nginx 1.22's rule, and the extra state in [`Slot`] stays at zero.
 
 pub(crate) mod ejection;
+pub(crate) mod halve;
 pub(crate) mod passive;
 pub(crate) mod ramp;
 pub(crate) mod slow;
@@ -213,11 +214,12 @@ impl<'a> Gate<'a> {
         Some(stuck_reason(oldest, threshold, self.now))
     }
 
-    /// The weight smooth round robin adds for `peer` now ([`ramp::weight`]).
+    /// The weight smooth round robin adds for `peer` now ([`ramp::weight`],
+    /// under a fleet member's halving: [`halve::weight`]).
     #[inline]
     pub(crate) fn weight(&self, peer: &Peer, s: &Slot) -> i64 {
         if self.ramps {
-            ramp::weight(peer, s, self.now)
+            halve::weight(peer, s, self.now)
         } else {
             s.effective
         }
@@ -228,7 +230,7 @@ impl<'a> Gate<'a> {
     #[inline]
     pub(crate) fn nominal(&self, peer: &Peer) -> u32 {
         if self.ramps {
-            ramp::nominal(peer, self.now)
+            halve::nominal(peer, self.now)
         } else {
             peer.config().weight.get()
         }
@@ -240,7 +242,8 @@ impl<'a> Gate<'a> {
         self.ramps && ramp::settle(peer, self.now)
     }
 
-    /// Whether some server of the tier has `slow_start`.
+    /// Whether some server of the tier has `slow_start` (or a fleet
+    /// member's halving is marked): weights are read per peer.
     pub(crate) fn ramps(&self) -> bool {
         self.ramps
     }
@@ -487,8 +490,8 @@ pub(crate) fn probation(
 }
 
 /// Whether a live (not `down`) peer is at rest: eligible at its full weight
-/// with no passive state pending (a slow ejection is one) and no
-/// slow-start ramp, so the round-robin fast path may follow its
+/// with no passive state pending (a slow ejection is one), no
+/// slow-start ramp and no fleet halving, so the round-robin fast path may follow its
 /// precomputed cycle. `max_conns` is not looked at: tiers with `max_conns`
 /// never plan, nor do tiers under `eject_stuck` (a peer becomes stuck by
 /// time passing, with no event to leave the cycle on).
@@ -496,5 +499,6 @@ pub(crate) fn at_rest(peer: &Peer, s: &Slot) -> bool {
     peer.is_routable()
         && !over_max_fails(peer, s)
         && !ramp::ramping(peer)
+        && !halve::impairs(peer)
         && s.effective == i64::from(peer.config().weight.get())
 }
