@@ -29,15 +29,13 @@ fn registry(conf: &str) -> Arc<Registry> {
 /// must hold every target.
 #[test]
 fn scrape_of_50_upstreams_by_20_peers() {
-    let mut conf = String::from("http {");
-    for u in 0..50 {
-        conf.push_str(&format!(" upstream u{u} {{"));
-        for p in 0..20 {
-            conf.push_str(&format!(" server 127.0.{u}.{p}:80;"));
-        }
-        conf.push_str(" check interval=1000 timeout=500 type=http; }");
-    }
-    conf.push_str(" }");
+    let upstream = |u| {
+        let servers: String = (0..20)
+            .map(|p| format!(" server 127.0.{u}.{p}:80;"))
+            .collect();
+        format!(" upstream u{u} {{{servers} check interval=1000 timeout=500 type=http; }}")
+    };
+    let conf = format!("http {{{} }}", (0..50).map(upstream).collect::<String>());
     let reg = registry(&conf);
     let metrics = Arc::new(Metrics::default());
     let planned =
@@ -51,13 +49,9 @@ fn scrape_of_50_upstreams_by_20_peers() {
     let page = StatusPage::new(move || r.clone());
     let prometheus = page.prometheus_registry(Some(metrics));
     let page = page.with_prometheus(Arc::new(prometheus));
-    let rounds: u32 = 20;
     let start = tokio::time::Instant::now();
-    let mut bytes = 0;
-    for _ in 0..rounds {
-        bytes = page.metrics_text().len();
-    }
-    let each = start.elapsed() / rounds;
+    let bytes = (0..20).map(|_| page.metrics_text().len()).sum::<usize>() / 20;
+    let each = start.elapsed() / 20;
     println!("checker scrape, 50 upstreams x 20 peers: {each:?} per scrape, {bytes} bytes");
     let out = page.metrics_text();
     assert!(out.contains("vigil_probe_targets 1000\n"), "{out}");

@@ -11,7 +11,7 @@ use prometheus_client::encoding::{
 };
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
-use vigil_core::health::HealthState;
+use vigil_core::health::{HealthState, HealthView};
 
 use super::format::{rows, Row};
 use super::RegistryFn;
@@ -95,27 +95,25 @@ impl Collector for PeerMetrics {
                 .filter(|up| up.config().check.is_some())
                 .flat_map(|up| up.peers().iter().map(move |p| (up, p)))
         };
-        let mut m = enc.encode_descriptor(
-            "vigil_peer_up",
-            "1 when active checks let traffic to the peer, 0 when they say down.",
-            None,
-            MetricType::Gauge,
-        )?;
-        for (up, peer) in checked() {
-            let labels = [("upstream", &**up.name()), ("peer", &**peer.name())];
-            let v = u64::from(peer.health().view().state != Some(HealthState::Down));
-            ConstGauge::new(v).encode(m.encode_family(&labels)?)?;
-        }
-        let mut m = enc.encode_descriptor(
-            "vigil_peer_probe_decided",
-            "1 once the peer has a probe result.",
-            None,
-            MetricType::Gauge,
-        )?;
-        for (up, peer) in checked() {
-            let labels = [("upstream", &**up.name()), ("peer", &**peer.name())];
-            let v = u64::from(peer.health().view().decided);
-            ConstGauge::new(v).encode(m.encode_family(&labels)?)?;
+        let up_help = "1 when active checks let traffic to the peer, 0 when they say down.";
+        for (name, help, value) in [
+            (
+                "vigil_peer_up",
+                up_help,
+                (|v: &HealthView| v.state != Some(HealthState::Down)) as fn(&HealthView) -> bool,
+            ),
+            (
+                "vigil_peer_probe_decided",
+                "1 once the peer has a probe result.",
+                |v| v.decided,
+            ),
+        ] {
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for (up, peer) in checked() {
+                let labels = [("upstream", &**up.name()), ("peer", &**peer.name())];
+                let v = u64::from(value(&peer.health().view()));
+                ConstGauge::new(v).encode(m.encode_family(&labels)?)?;
+            }
         }
         Ok(())
     }

@@ -27,7 +27,15 @@ fn report(ok: bool) -> ProbeReport {
 }
 
 async fn get(page: &StatusPage, uri: &str) -> (u16, String, String) {
-    let req = Request::get(uri).body(()).expect("test step");
+    get_accepting(page, uri, "*/*").await
+}
+
+/// `get` with `accept` as the `Accept` header.
+async fn get_accepting(page: &StatusPage, uri: &str, accept: &str) -> (u16, String, String) {
+    let req = Request::get(uri)
+        .header(http::header::ACCEPT, accept)
+        .body(())
+        .expect("test step");
     let resp = page.respond(&req);
     let ct = resp.headers()[http::header::CONTENT_TYPE]
         .to_str()
@@ -156,22 +164,11 @@ async fn metrics_are_openmetrics_when_the_scraper_asks() {
     let accept = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,\
                   application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=1.0.0;\
                   escaping=allow-utf-8;q=0.3,text/plain;version=0.0.4;q=0.2,*/*;q=0.1";
-    let req = Request::get("/metrics")
-        .header(http::header::ACCEPT, accept)
-        .body(())
-        .expect("test step");
-    let resp = page.respond(&req);
+    let (_, ct, body) = get_accepting(&page, "/metrics", accept).await;
     assert_eq!(
-        resp.headers()[http::header::CONTENT_TYPE],
+        ct,
         "application/openmetrics-text; version=1.0.0; charset=utf-8"
     );
-    let body = resp
-        .into_body()
-        .collect()
-        .await
-        .expect("test step")
-        .to_bytes();
-    let body = String::from_utf8(body.to_vec()).expect("test step");
     assert!(body.ends_with("\n# EOF\n"), "{body}");
     assert!(
         body.contains("# TYPE nginx_upstream_count_total gauge\nnginx_upstream_count_total 3\n")
@@ -189,23 +186,8 @@ async fn metrics_are_openmetrics_when_the_scraper_asks() {
     assert_families_are_blocks(&body);
     // Refused (q=0) or not named: Prometheus text 0.0.4.
     for accept in ["application/openmetrics-text;q=0, text/plain", "*/*"] {
-        let req = Request::get("/metrics")
-            .header(http::header::ACCEPT, accept)
-            .body(())
-            .expect("test step");
-        let resp = page.respond(&req);
-        assert_eq!(
-            resp.headers()[http::header::CONTENT_TYPE],
-            "text/plain; version=0.0.4; charset=utf-8",
-            "{accept}"
-        );
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .expect("test step")
-            .to_bytes();
-        let body = String::from_utf8(body.to_vec()).expect("test step");
+        let (_, ct, body) = get_accepting(&page, "/metrics", accept).await;
+        assert_eq!(ct, "text/plain; version=0.0.4; charset=utf-8", "{accept}");
         assert!(body.contains("# TYPE vigil_probe_transitions_total counter\n"));
         assert!(!body.contains("# EOF"));
     }

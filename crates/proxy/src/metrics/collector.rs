@@ -14,14 +14,14 @@ use prometheus_client::encoding::{
 };
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::MetricType::{self, Counter, Gauge, Histogram};
 
 use vigil_core::peer::AdminState;
 use vigil_core::upstream::{Ineligible, PeerStatus};
 use vigil_core::{FailureClass, RetryDenied};
 
 use super::stats::{class_index, Outcome, STATUS_CLASSES};
-use super::{GenerationStats, BUCKETS};
+use super::{GenerationStats, PeerStats, BUCKETS};
 
 /// The values of `vigil_peer_state`'s `state` label.
 pub(crate) const STATES: [&str; 9] = [
@@ -89,7 +89,7 @@ impl Collector for Scrape {
             health(&mut enc, g)?;
             gauges(&mut enc, g)?;
         }
-        let m = enc.encode_descriptor("vigil_reloads", help::RELOADS, None, MetricType::Counter)?;
+        let m = family(&mut enc, "vigil_reloads", help::RELOADS, Counter)?;
         ConstCounter::new(self.reloads).encode(m)
     }
 }
@@ -104,6 +104,25 @@ impl fmt::Debug for Scrape {
             .field("reloads", &self.reloads)
             .finish()
     }
+}
+
+/// A family's `# HELP` and `# TYPE` lines; its samples follow.
+fn family<'s>(
+    enc: &'s mut DescriptorEncoder<'_>,
+    name: &'s str,
+    help: &str,
+    kind: MetricType,
+) -> Result<MetricEncoder<'s>, fmt::Error> {
+    enc.encode_descriptor(name, help, None, kind)
+}
+
+/// `upstream`, `peer` and one more label of a peer's sample.
+fn peer_labels<'a>(
+    p: &'a PeerStats,
+    key: &'static str,
+    value: &'a str,
+) -> [(&'static str, &'a str); 3] {
+    [("upstream", &p.upstream), ("peer", &p.peer), (key, value)]
 }
 
 fn load(a: &AtomicU64) -> u64 {
@@ -122,8 +141,7 @@ fn gauge(m: &mut MetricEncoder<'_>, labels: &impl EncodeLabelSet, v: u64) -> fmt
 
 /// The per-upstream request counters and the duration histogram.
 fn counters(enc: &mut DescriptorEncoder<'_>, g: &GenerationStats) -> fmt::Result {
-    let mut m =
-        enc.encode_descriptor("vigil_requests", help::REQUESTS, None, MetricType::Counter)?;
+    let mut m = family(enc, "vigil_requests", help::REQUESTS, Counter)?;
     for t in g.upstreams.iter().map(|u| &u.totals) {
         for (class, n) in STATUS_CLASSES.iter().zip(&t.requests) {
             counter(
@@ -133,11 +151,11 @@ fn counters(enc: &mut DescriptorEncoder<'_>, g: &GenerationStats) -> fmt::Result
             )?;
         }
     }
-    let mut m = enc.encode_descriptor(
+    let mut m = family(
+        enc,
         "vigil_request_duration_seconds",
         help::DURATION,
-        None,
-        MetricType::Histogram,
+        Histogram,
     )?;
     for t in g.upstreams.iter().map(|u| &u.totals) {
         // Non-cumulative counts per bound, then the overflow at +Inf:
@@ -154,60 +172,32 @@ fn counters(enc: &mut DescriptorEncoder<'_>, g: &GenerationStats) -> fmt::Result
         m.encode_family(&[("upstream", &*t.name)])?
             .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
     }
-    let mut m =
-        enc.encode_descriptor("vigil_attempts", help::ATTEMPTS, None, MetricType::Counter)?;
+    let mut m = family(enc, "vigil_attempts", help::ATTEMPTS, Counter)?;
     for p in g.upstreams.iter().flat_map(|u| u.peers.iter()) {
         for o in Outcome::ALL {
-            let labels = [
-                ("upstream", &*p.upstream),
-                ("peer", &*p.peer),
-                ("outcome", o.as_str()),
-            ];
+            let labels = peer_labels(p, "outcome", o.as_str());
             counter(&mut m, &labels, load(&p.attempts[o.index()]))?;
         }
     }
-    let mut m = enc.encode_descriptor("vigil_retries", help::RETRIES, None, MetricType::Counter)?;
+    let mut m = family(enc, "vigil_retries", help::RETRIES, Counter)?;
     for t in g.upstreams.iter().map(|u| &u.totals) {
         counter(&mut m, &[("upstream", &*t.name)], load(&t.retries))?;
     }
-    let mut m = enc.encode_descriptor(
-        "vigil_failures_counted",
-        help::COUNTED,
-        None,
-        MetricType::Counter,
-    )?;
+    let mut m = family(enc, "vigil_failures_counted", help::COUNTED, Counter)?;
     for p in g.upstreams.iter().flat_map(|u| u.peers.iter()) {
         for c in FailureClass::ALL.into_iter().filter(|c| c.is_counted()) {
-            let labels = [
-                ("upstream", &*p.upstream),
-                ("peer", &*p.peer),
-                ("class", c.as_str()),
-            ];
+            let labels = peer_labels(p, "class", c.as_str());
             counter(&mut m, &labels, load(&p.counted[class_index(c)]))?;
         }
     }
-    let mut m = enc.encode_descriptor(
-        "vigil_rule_charges",
-        help::RULE_CHARGES,
-        None,
-        MetricType::Counter,
-    )?;
+    let mut m = family(enc, "vigil_rule_charges", help::RULE_CHARGES, Counter)?;
     for p in g.upstreams.iter().flat_map(|u| u.peers.iter()) {
         for (rule, n) in COUNT_RULES.iter().zip(&p.by_rule) {
-            let labels = [
-                ("upstream", &*p.upstream),
-                ("peer", &*p.peer),
-                ("rule", *rule),
-            ];
+            let labels = peer_labels(p, "rule", rule);
             counter(&mut m, &labels, load(n))?;
         }
     }
-    let mut m = enc.encode_descriptor(
-        "vigil_no_live_upstreams",
-        help::NO_LIVE,
-        None,
-        MetricType::Counter,
-    )?;
+    let mut m = family(enc, "vigil_no_live_upstreams", help::NO_LIVE, Counter)?;
     for t in g.upstreams.iter().map(|u| &u.totals) {
         counter(&mut m, &[("upstream", &*t.name)], load(&t.no_live))?;
     }
@@ -216,16 +206,11 @@ fn counters(enc: &mut DescriptorEncoder<'_>, g: &GenerationStats) -> fmt::Result
 
 /// `vigil_hedges_total` and `vigil_retries_denied_total`.
 fn traffic(enc: &mut DescriptorEncoder<'_>, g: &GenerationStats) -> fmt::Result {
-    let mut m = enc.encode_descriptor("vigil_hedges", help::HEDGES, None, MetricType::Counter)?;
+    let mut m = family(enc, "vigil_hedges", help::HEDGES, Counter)?;
     for t in g.upstreams.iter().map(|u| &u.totals) {
         counter(&mut m, &[("upstream", &*t.name)], load(&t.hedges))?;
     }
-    let mut m = enc.encode_descriptor(
-        "vigil_retries_denied",
-        help::DENIED,
-        None,
-        MetricType::Counter,
-    )?;
+    let mut m = family(enc, "vigil_retries_denied", help::DENIED, Counter)?;
     for t in g.upstreams.iter().map(|u| &u.totals) {
         for why in RetryDenied::ALL {
             let labels = [("upstream", &*t.name), ("reason", why.as_str())];
@@ -237,12 +222,7 @@ fn traffic(enc: &mut DescriptorEncoder<'_>, g: &GenerationStats) -> fmt::Result 
 
 /// `vigil_exclusions_total` and `vigil_ejections_total`.
 fn health(enc: &mut DescriptorEncoder<'_>, g: &GenerationStats) -> fmt::Result {
-    let mut m = enc.encode_descriptor(
-        "vigil_exclusions",
-        help::EXCLUSIONS,
-        None,
-        MetricType::Counter,
-    )?;
+    let mut m = family(enc, "vigil_exclusions", help::EXCLUSIONS, Counter)?;
     for p in g.upstreams.iter().flat_map(|u| u.peers.iter()) {
         counter(
             &mut m,
@@ -250,19 +230,10 @@ fn health(enc: &mut DescriptorEncoder<'_>, g: &GenerationStats) -> fmt::Result {
             load(&p.exclusions),
         )?;
     }
-    let mut m = enc.encode_descriptor(
-        "vigil_ejections",
-        help::EJECTIONS,
-        None,
-        MetricType::Counter,
-    )?;
+    let mut m = family(enc, "vigil_ejections", help::EJECTIONS, Counter)?;
     for p in g.upstreams.iter().flat_map(|u| u.peers.iter()) {
         for (rule, n) in EJECTION_RULES.iter().zip(&p.ejections) {
-            let labels = [
-                ("upstream", &*p.upstream),
-                ("peer", &*p.peer),
-                ("rule", *rule),
-            ];
+            let labels = peer_labels(p, "rule", rule);
             counter(&mut m, &labels, load(n))?;
         }
     }
@@ -285,12 +256,7 @@ fn gauges(enc: &mut DescriptorEncoder<'_>, g: &GenerationStats) -> fmt::Result {
             .zip(&g.upstreams)
             .flat_map(|(st, stats)| st.iter().zip(stats.peers.iter()))
     };
-    let mut m = enc.encode_descriptor(
-        "vigil_peer_active_connections",
-        help::CONNS,
-        None,
-        MetricType::Gauge,
-    )?;
+    let mut m = family(enc, "vigil_peer_active_connections", help::CONNS, Gauge)?;
     for (s, p) in peers() {
         gauge(
             &mut m,
@@ -298,19 +264,15 @@ fn gauges(enc: &mut DescriptorEncoder<'_>, g: &GenerationStats) -> fmt::Result {
             u64::from(s.peer.conns()),
         )?;
     }
-    let mut m = enc.encode_descriptor("vigil_peer_state", help::STATE, None, MetricType::Gauge)?;
+    let mut m = family(enc, "vigil_peer_state", help::STATE, Gauge)?;
     for (s, p) in peers() {
         let current = state_index(s);
         for (i, name) in STATES.iter().enumerate() {
-            let labels = [
-                ("upstream", &*p.upstream),
-                ("peer", &*p.peer),
-                ("state", *name),
-            ];
+            let labels = peer_labels(p, "state", name);
             gauge(&mut m, &labels, u64::from(i == current))?;
         }
     }
-    let mut m = enc.encode_descriptor("vigil_peer_fails", help::FAILS, None, MetricType::Gauge)?;
+    let mut m = family(enc, "vigil_peer_fails", help::FAILS, Gauge)?;
     for (s, p) in peers() {
         let labels = [("upstream", &*p.upstream), ("peer", &*p.peer)];
         gauge(&mut m, &labels, u64::from(s.passive.fails))?;

@@ -390,26 +390,21 @@ fn outcome_and_class_indices_follow_core_order() {
 fn scrape_of_50_upstreams_by_20_peers() {
     let mut conf = String::from("http {");
     for u in 0..50 {
-        conf.push_str(&format!(" upstream u{u} {{"));
-        for p in 0..20 {
-            conf.push_str(&format!(" server 127.0.{u}.{p}:80;"));
-        }
-        conf.push_str(" }");
+        let servers: String = (0..20)
+            .map(|p| format!(" server 127.0.{u}.{p}:80;"))
+            .collect();
+        conf += &format!(" upstream u{u} {{{servers} }}");
     }
-    conf.push_str(" }");
+    conf += " }";
     let m = ProxyMetrics::new();
     let g = m.attach(&registry(&conf, None), &clock());
     for u in &g.upstreams {
         u.request(200, Duration::from_millis(3));
         u.attempt(PeerId(3), Outcome::Ok);
     }
-    let rounds: u32 = 20;
     let start = tokio::time::Instant::now();
-    let mut bytes = 0;
-    for _ in 0..rounds {
-        bytes = text(&m).len();
-    }
-    let each = start.elapsed() / rounds;
+    let bytes = (0..20).map(|_| text(&m).len()).sum::<usize>() / 20;
+    let each = start.elapsed() / 20;
     println!("proxy scrape, 50 upstreams x 20 peers: {each:?} per scrape, {bytes} bytes");
     let out = text(&m);
     assert_eq!(
