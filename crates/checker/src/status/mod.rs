@@ -100,16 +100,22 @@ impl StatusPage {
         let query = req.uri().query().unwrap_or("");
         let mut resp = match req.uri().path() {
             "/status" | "/status/" => self.status(query),
-            "/metrics" if wants_openmetrics(req) => text(
-                StatusCode::OK,
-                OPENMETRICS_CONTENT_TYPE,
-                self.openmetrics_text(),
-            ),
-            "/metrics" => text(
-                StatusCode::OK,
-                prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
-                self.metrics_text(),
-            ),
+            "/metrics" => {
+                let mut r = if wants_openmetrics(req) {
+                    text(
+                        StatusCode::OK,
+                        OPENMETRICS_CONTENT_TYPE,
+                        self.openmetrics_text(),
+                    )
+                } else {
+                    let ct = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+                    text(StatusCode::OK, ct, self.metrics_text())
+                };
+                // The format depends on `Accept`: caches must know.
+                r.headers_mut()
+                    .insert(header::VARY, header::HeaderValue::from_static("accept"));
+                r
+            }
             _ => text(
                 StatusCode::NOT_FOUND,
                 "text/plain",

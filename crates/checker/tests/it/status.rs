@@ -184,6 +184,12 @@ async fn metrics_are_openmetrics_when_the_scraper_asks() {
         "{body}"
     );
     assert_families_are_blocks(&body);
+    let req = Request::get("/metrics").body(()).expect("test step");
+    assert_eq!(
+        page.respond(&req).headers()[http::header::VARY],
+        "accept",
+        "the format depends on Accept"
+    );
     // Refused (q=0) or not named: Prometheus text 0.0.4.
     for accept in ["application/openmetrics-text;q=0, text/plain", "*/*"] {
         let (_, ct, body) = get_accepting(&page, "/metrics", accept).await;
