@@ -1,14 +1,23 @@
-//! Probe counters and latency histograms, per target, written as
-//! Prometheus text. Peer state metrics (tengine's `nginx_upstream_*` and
-//! vigil's state gauge) are read from the registry by [`crate::status`].
+//! Probe counters and latency histograms, per target, kept in atomics
+//! that each probe task holds (no lookup per probe) and encoded for
+//! `/metrics` by `prometheus-client` through [`Metrics`]'s [`Collector`],
+//! which reads them at scrape time. Peer state metrics (tengine's
+//! `nginx_upstream_*` and vigil's state gauges) are read from the registry
+//! by [`crate::status`].
 
 use std::collections::{BTreeMap, HashSet};
-use std::fmt::Write as _;
+use std::fmt;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
 use vigil_core::health::ProbePhase;
 
 use crate::TargetKey;
@@ -40,7 +49,10 @@ pub struct Metrics {
 
 /// Counters of one target.
 pub(crate) struct TargetStats {
-    label: String,
+    /// The `peer` label: where the probe connects.
+    addr: SocketAddr,
+    /// The `type` label.
+    kind: &'static str,
     ok: AtomicU64,
     failed: [AtomicU64; 6],
     buckets: [AtomicU64; 13],
@@ -97,13 +109,15 @@ impl Metrics {
             .map(|s| s.count.load(Ordering::Relaxed))
             .sum()
     }
+}
 
-    /// Append the checker's metrics in Prometheus text format. Targets
-    /// with the same address and type (dedup off) are summed.
-    pub fn write_prometheus(&self, out: &mut String) {
-        let mut sums: BTreeMap<String, Sum> = BTreeMap::new();
+/// At each scrape: the probe counters, targets with the same address and
+/// type (dedup off) summed, and the transition counters.
+impl Collector for Metrics {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        let mut sums: BTreeMap<(SocketAddr, &'static str), Sum> = BTreeMap::new();
         for s in self.targets.iter() {
-            let sum = sums.entry(s.label.clone()).or_default();
+            let sum = sums.entry((s.addr, s.kind)).or_default();
             sum.ok += s.ok.load(Ordering::Relaxed);
             for (a, b) in sum.failed.iter_mut().zip(&s.failed) {
                 *a += b.load(Ordering::Relaxed);
@@ -114,79 +128,75 @@ impl Metrics {
             sum.sum_us += s.sum_us.load(Ordering::Relaxed);
             sum.count += s.count.load(Ordering::Relaxed);
         }
-        header(
-            out,
+        // The label text of each address, made once per scrape.
+        let sums: Vec<(String, &'static str, Sum)> = sums
+            .into_iter()
+            .map(|((addr, kind), s)| (addr.to_string(), kind, s))
+            .collect();
+        let m = enc.encode_descriptor(
             "vigil_probe_targets",
-            "gauge",
             "Distinct probe targets being probed.",
-        );
-        let _ = writeln!(out, "vigil_probe_targets {}", sums.len());
-        header(
-            out,
-            "vigil_probe_results_total",
-            "counter",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(sums.len() as u64).encode(m)?;
+        let mut m = enc.encode_descriptor(
+            "vigil_probe_results",
             "Probe results by probed peer address, check type, result and failing phase.",
-        );
-        for (label, s) in &sums {
-            let _ = writeln!(
-                out,
-                "vigil_probe_results_total{{{label},result=\"ok\",phase=\"none\"}} {}",
-                s.ok
-            );
+            None,
+            MetricType::Counter,
+        )?;
+        for (peer, kind, s) in &sums {
+            let labels = [
+                ("peer", &**peer),
+                ("type", kind),
+                ("result", "ok"),
+                ("phase", "none"),
+            ];
+            ConstCounter::new(s.ok).encode(m.encode_family(&labels)?)?;
             for (phase, n) in PHASES.iter().zip(s.failed) {
-                let _ = writeln!(
-                    out,
-                    "vigil_probe_results_total{{{label},result=\"fail\",phase=\"{phase}\"}} {n}"
-                );
+                let labels = [
+                    ("peer", &**peer),
+                    ("type", kind),
+                    ("result", "fail"),
+                    ("phase", phase.as_str()),
+                ];
+                ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
             }
         }
-        header(
-            out,
+        let mut m = enc.encode_descriptor(
             "vigil_probe_duration_seconds",
-            "histogram",
             "Time one probe took, successful or not.",
-        );
-        for (label, s) in &sums {
-            let mut cumulative = 0;
-            for (le, n) in BUCKETS.iter().zip(s.buckets) {
-                cumulative += n;
-                let _ = writeln!(
-                    out,
-                    "vigil_probe_duration_seconds_bucket{{{label},le=\"{le}\"}} {cumulative}"
-                );
+            None,
+            MetricType::Histogram,
+        )?;
+        for (peer, kind, s) in &sums {
+            // Non-cumulative counts per bound, then what took longer than
+            // the last one at +Inf: the encoder accumulates them.
+            let mut buckets = [(f64::INFINITY, 0); BUCKETS.len() + 1];
+            for (b, (le, n)) in buckets.iter_mut().zip(BUCKETS.iter().zip(s.buckets)) {
+                *b = (*le, n);
             }
-            let _ = writeln!(
-                out,
-                "vigil_probe_duration_seconds_bucket{{{label},le=\"+Inf\"}} {}",
-                s.count
-            );
-            let _ = writeln!(
-                out,
-                "vigil_probe_duration_seconds_sum{{{label}}} {}",
-                s.sum_us as f64 / 1e6
-            );
-            let _ = writeln!(
-                out,
-                "vigil_probe_duration_seconds_count{{{label}}} {}",
-                s.count
-            );
+            let within: u64 = s.buckets.iter().sum();
+            if let Some(last) = buckets.last_mut() {
+                last.1 = s.count.saturating_sub(within);
+            }
+            m.encode_family(&[("peer", &**peer), ("type", kind)])?
+                .encode_histogram::<NoLabelSet>(s.sum_us as f64 / 1e6, s.count, &buckets, None)?;
         }
-        header(
-            out,
-            "vigil_probe_transitions_total",
-            "counter",
+        let mut m = enc.encode_descriptor(
+            "vigil_probe_transitions",
             "Peer state changes caused by probes.",
-        );
-        let _ = writeln!(
-            out,
-            "vigil_probe_transitions_total{{to=\"up\"}} {}",
-            self.transitions_up.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "vigil_probe_transitions_total{{to=\"down\"}} {}",
-            self.transitions_down.load(Ordering::Relaxed)
-        );
+            None,
+            MetricType::Counter,
+        )?;
+        for (to, n) in [
+            ("up", &self.transitions_up),
+            ("down", &self.transitions_down),
+        ] {
+            ConstCounter::new(n.load(Ordering::Relaxed)).encode(m.encode_family(&[("to", to)])?)?;
+        }
+        Ok(())
     }
 }
 
@@ -198,29 +208,13 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
-/// `# HELP` and `# TYPE` lines.
-pub(crate) fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
-/// A Prometheus label value, escaped.
-pub(crate) fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
 // === impl TargetStats ===
 
 impl TargetStats {
     fn new(key: &TargetKey) -> Self {
         Self {
-            label: format!(
-                "peer=\"{}\",type=\"{}\"",
-                escape(&key.addr.to_string()),
-                key.kind_name()
-            ),
+            addr: key.addr,
+            kind: key.kind_name(),
             ok: AtomicU64::new(0),
             failed: Default::default(),
             buckets: Default::default(),
@@ -247,3 +241,6 @@ impl TargetStats {
         self.count.fetch_add(1, Ordering::Relaxed);
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -150,10 +150,12 @@ pub(crate) async fn start(config: Config, opts: Options) -> anyhow::Result<Stack
         let addr = explicit.unwrap_or(crate::admin::DEFAULT_LISTEN);
         let token = opts.admin_token.clone().or(admin_cfg.token.clone());
         let p = proxy.clone();
-        let m = metrics.clone();
-        let status = vigil_checker::status::StatusPage::new(move || p.current().registry.clone())
-            .with_metrics(checker.metrics().clone())
-            .with_extra_metrics(move |out| m.write_prometheus(out));
+        let status = vigil_checker::status::StatusPage::new(move || p.current().registry.clone());
+        // One registry for `/metrics`: the peer gauges, the probe counters
+        // and the proxy's request metrics, each read at scrape time.
+        let mut prometheus = status.prometheus_registry(Some(checker.metrics().clone()));
+        prometheus.register_collector(Box::new(metrics.clone()));
+        let status = status.with_prometheus(Arc::new(prometheus));
         let p2 = proxy.clone();
         let mut a = Admin::new(
             move || p2.current().registry.clone(),

@@ -1,7 +1,9 @@
-//! The proxy's request metrics: counters kept in atomics, registered once
-//! per configuration generation, written as Prometheus text on `/metrics`
-//! and read by the OpenTelemetry exporter ([`crate::telemetry`]) without
-//! counting anything twice.
+//! The proxy's request metrics: counters kept in atomics, made once per
+//! configuration generation (the request path holds them and does a
+//! `fetch_add`: no lookup, no lock, no allocation), encoded for `/metrics`
+//! by `prometheus-client` through a [`Collector`] that reads the atomics at
+//! scrape time, and read by the OpenTelemetry exporter ([`crate::telemetry`])
+//! from the same atomics, so nothing is counted twice.
 //!
 //! | name | type | labels | meaning |
 //! |------|------|--------|---------|
@@ -25,7 +27,7 @@
 //! of an upstream or peer that survives a reload keep counting; those of
 //! a removed one disappear from the output.
 
-mod render;
+mod collector;
 mod stats;
 #[cfg(test)]
 mod tests;
@@ -35,11 +37,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwapOption;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
 use vigil_core::event::{Event, EventKind};
 use vigil_core::registry::Registry;
 use vigil_core::Clock;
 
-pub(crate) use render::{help, state_index, COUNT_RULES, EJECTION_RULES, STATES as PEER_STATES};
+pub(crate) use collector::{help, state_index, COUNT_RULES, EJECTION_RULES, STATES as PEER_STATES};
 pub(crate) use stats::{class_index, Outcome, PeerStats, UpstreamStats, BUCKETS, STATUS_CLASSES};
 
 /// The proxy's metrics over every configuration generation it served.
@@ -66,11 +70,23 @@ impl ProxyMetrics {
         Self::default()
     }
 
-    /// Append every metric in Prometheus text format (with `# HELP` and
-    /// `# TYPE` lines): pass this to the status page's extra metrics.
+    /// Append these metrics alone in Prometheus text format 0.0.4, as
+    /// `prometheus-client` encodes them (for tests and tools; `/metrics`
+    /// registers the metrics themselves as a [`Collector`]).
     pub fn write_prometheus(&self, out: &mut String) {
-        let current = self.current.load_full();
-        render::write(out, current.as_deref(), self.reloads());
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(self.scrape()));
+        // Writing to a String cannot fail, and the collector only fails
+        // when its writer does.
+        let _ = prometheus_client::encoding::prometheus_text::encode(out, &registry);
+    }
+
+    /// What one scrape reads: the generation in force and the reload count.
+    fn scrape(&self) -> collector::Scrape {
+        collector::Scrape {
+            generation: self.current.load_full(),
+            reloads: self.reloads(),
+        }
     }
 
     /// Reloads put in force since the first generation.
@@ -116,7 +132,7 @@ impl ProxyMetrics {
 
     /// Count an exclusion or another ejection (called for every event on the bus).
     pub(crate) fn on_event(&self, event: &Event) {
-        let Some(rule) = render::ejection_index(&event.kind) else {
+        let Some(rule) = collector::ejection_index(&event.kind) else {
             return;
         };
         let current = self.current.load();
@@ -130,6 +146,14 @@ impl ProxyMetrics {
             }
             p.ejections[rule].fetch_add(1, Ordering::Relaxed);
         }
+    }
+}
+
+/// At each scrape: every metric of the generation in force, then
+/// `vigil_reloads_total` (only that one before the first generation).
+impl Collector for ProxyMetrics {
+    fn encode(&self, encoder: DescriptorEncoder) -> std::fmt::Result {
+        self.scrape().encode(encoder)
     }
 }
 

@@ -17,6 +17,7 @@ pub mod control;
 mod error;
 mod files;
 mod guard;
+mod metrics;
 pub mod render;
 pub mod source;
 pub mod sync;
@@ -290,9 +291,10 @@ impl CheckOnly {
                 .await
                 .map_err(|e| SyncError::io(format!("status listener {addr}"), e))?;
             status_addr = listener.local_addr().ok();
-            let st = status.clone();
-            let page = StatusPage::for_checker(checker.clone())
-                .with_extra_metrics(move |out| write_sync_metrics(&st, out));
+            let page = StatusPage::for_checker(checker.clone());
+            let mut prometheus = page.prometheus_registry(Some(checker.metrics().clone()));
+            prometheus.register_collector(Box::new(metrics::SyncMetrics(status.clone())));
+            let page = page.with_prometheus(Arc::new(prometheus));
             tasks.push(tokio::spawn(page.serve(listener, cancel.clone())));
         }
         Ok(Self {
@@ -379,76 +381,4 @@ impl std::fmt::Debug for CheckOnly {
             .field("source", &self.options.source)
             .finish()
     }
-}
-
-fn write_sync_metrics(status: &Mutex<SyncStatus>, out: &mut String) {
-    use std::fmt::Write as _;
-    let Ok(s) = status.lock().map(|s| s.clone()) else {
-        return;
-    };
-    let h = crate::metrics::header;
-    h(
-        out,
-        "vigil_nginx_renders_total",
-        "counter",
-        "Rendered file sets by nginx -t result.",
-    );
-    let _ = writeln!(
-        out,
-        "vigil_nginx_renders_total{{result=\"ok\"}} {}",
-        s.applied
-    );
-    let _ = writeln!(
-        out,
-        "vigil_nginx_renders_total{{result=\"rejected\"}} {}",
-        s.test_failures
-    );
-    h(
-        out,
-        "vigil_nginx_reloads_total",
-        "counter",
-        "nginx reloads by result (failed includes unverified).",
-    );
-    let _ = writeln!(
-        out,
-        "vigil_nginx_reloads_total{{result=\"ok\"}} {}",
-        s.reloads
-    );
-    let _ = writeln!(
-        out,
-        "vigil_nginx_reloads_total{{result=\"failed\"}} {}",
-        s.reload_failures
-    );
-    h(
-        out,
-        "vigil_nginx_reload_pending",
-        "gauge",
-        "1 while a reload is owed to nginx.",
-    );
-    let _ = writeln!(
-        out,
-        "vigil_nginx_reload_pending {}",
-        u8::from(s.reload_pending)
-    );
-    h(
-        out,
-        "vigil_nginx_marked_down",
-        "gauge",
-        "Servers marked down in the rendered files.",
-    );
-    let _ = writeln!(out, "vigil_nginx_marked_down {}", s.marked.len());
-    h(
-        out,
-        "vigil_nginx_kept_up",
-        "gauge",
-        "Failing servers max_ejected (the minimum-healthy guard) keeps up in the rendered files.",
-    );
-    let _ = writeln!(out, "vigil_nginx_kept_up {}", s.kept.len());
-    h(
-        out,
-        "vigil_nginx_guarded_upstreams",
-        "gauge",
-        "Upstreams where max_ejected (the minimum-healthy guard) keeps failing servers up.",
-    );
-    let _ = writeln!(out, "vigil_nginx_guarded_upstreams {}", s.guarded.len());
 }

@@ -10,8 +10,6 @@ use vigil_core::config::CheckKind;
 use vigil_core::health::HealthState;
 use vigil_core::registry::Registry;
 
-use crate::metrics::{escape, header};
-
 /// One checked peer, as the status page shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Row {
@@ -289,4 +287,17 @@ pub fn prometheus(rows: &[Row], filter: Filter, generation: u64) -> String {
         );
     }
     out
+}
+
+/// `# HELP` and `# TYPE` lines.
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// A Prometheus label value, escaped.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }

@@ -4,13 +4,16 @@
 //!
 //! - `GET /status?format=html|csv|json|prometheus&status=up|down`:
 //!   tengine's `check_status` page, same layout and field names;
-//! - `GET /metrics`: Prometheus text: tengine's `nginx_upstream_*`, vigil's
-//!   per-peer state and the checker's probe counters and latency histogram.
+//! - `GET /metrics`: the page's `prometheus-client` registry (tengine's
+//!   `nginx_upstream_*`, vigil's per-peer state, the checker's probe
+//!   counters and latency histogram, and whatever the caller registered),
+//!   in Prometheus text 0.0.4, or in OpenMetrics text when the scraper's
+//!   `Accept` asks for `application/openmetrics-text`.
 
 pub mod format;
+mod peers;
 
 use std::convert::Infallible;
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -22,51 +25,62 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use vigil_core::health::HealthState;
 use vigil_core::registry::Registry;
 
-use crate::metrics::{escape, header as help};
 use crate::{Checker, Metrics};
 use format::Filter;
 
 type RegistryFn = Arc<dyn Fn() -> Arc<Registry> + Send + Sync>;
-type ExtraFn = Arc<dyn Fn(&mut String) + Send + Sync>;
+
+/// The `Content-Type` of OpenMetrics text, served when asked for.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// The status endpoints over one registry source.
 #[derive(Clone)]
 pub struct StatusPage {
     registry: RegistryFn,
-    metrics: Option<Arc<Metrics>>,
-    extra: Option<ExtraFn>,
+    /// What `/metrics` encodes.
+    prometheus: Arc<prometheus_client::registry::Registry>,
 }
 
 // === impl StatusPage ===
 
 impl StatusPage {
-    /// Endpoints over whatever registry `registry` returns at each request.
+    /// Endpoints over whatever registry `registry` returns at each request;
+    /// `/metrics` shows the peer gauges.
     pub fn new(registry: impl Fn() -> Arc<Registry> + Send + Sync + 'static) -> Self {
+        let registry: RegistryFn = Arc::new(registry);
+        let prometheus = Arc::new(peer_registry(&registry, None));
         Self {
-            registry: Arc::new(registry),
-            metrics: None,
-            extra: None,
+            registry,
+            prometheus,
         }
     }
 
-    /// Endpoints over a checker's registry and probe counters.
+    /// Endpoints over a checker's registry; `/metrics` shows the peer
+    /// gauges and the probe counters.
     pub fn for_checker(checker: Arc<Checker>) -> Self {
         let metrics = checker.metrics().clone();
-        Self::new(move || checker.registry()).with_metrics(metrics)
+        let page = Self::new(move || checker.registry());
+        let prometheus = page.prometheus_registry(Some(metrics));
+        page.with_prometheus(Arc::new(prometheus))
     }
 
-    /// Add the checker's probe counters to `/metrics`.
-    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
-        self.metrics = Some(metrics);
-        self
+    /// A new `prometheus-client` registry holding this page's peer gauges
+    /// and, when given, the checker's probe counters: register more
+    /// collectors on it (the proxy's, the nginx sync's) and hand it back
+    /// with [`StatusPage::with_prometheus`].
+    pub fn prometheus_registry(
+        &self,
+        probes: Option<Arc<Metrics>>,
+    ) -> prometheus_client::registry::Registry {
+        peer_registry(&self.registry, probes)
     }
 
-    /// Add more Prometheus text to `/metrics`.
-    pub fn with_extra_metrics(mut self, f: impl Fn(&mut String) + Send + Sync + 'static) -> Self {
-        self.extra = Some(Arc::new(f));
+    /// Encode `registry` on `/metrics` (instead of the peer gauges alone).
+    pub fn with_prometheus(mut self, registry: Arc<prometheus_client::registry::Registry>) -> Self {
+        self.prometheus = registry;
         self
     }
 
@@ -86,11 +100,22 @@ impl StatusPage {
         let query = req.uri().query().unwrap_or("");
         let mut resp = match req.uri().path() {
             "/status" | "/status/" => self.status(query),
-            "/metrics" => text(
-                StatusCode::OK,
-                "text/plain; version=0.0.4",
-                self.metrics_text(),
-            ),
+            "/metrics" => {
+                let mut r = if wants_openmetrics(req) {
+                    text(
+                        StatusCode::OK,
+                        OPENMETRICS_CONTENT_TYPE,
+                        self.openmetrics_text(),
+                    )
+                } else {
+                    let ct = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+                    text(StatusCode::OK, ct, self.metrics_text())
+                };
+                // The format depends on `Accept`: caches must know.
+                r.headers_mut()
+                    .insert(header::VARY, header::HeaderValue::from_static("accept"));
+                r
+            }
             _ => text(
                 StatusCode::NOT_FOUND,
                 "text/plain",
@@ -143,56 +168,20 @@ impl StatusPage {
         }
     }
 
-    /// The whole `/metrics` text.
+    /// The whole `/metrics` text, Prometheus text format 0.0.4.
     pub fn metrics_text(&self) -> String {
-        let registry = (self.registry)();
-        let rows = format::rows(&registry);
-        let mut out = format::prometheus(&rows, Filter::All, registry.generation());
-        let mut up_samples = String::new();
-        let mut decided = String::new();
-        for up in registry.upstreams() {
-            if up.config().check.is_none() {
-                continue;
-            }
-            for peer in up.peers() {
-                let view = peer.health().view();
-                let labels = format!(
-                    "upstream=\"{}\",peer=\"{}\"",
-                    escape(up.name()),
-                    escape(peer.name())
-                );
-                let _ = writeln!(
-                    up_samples,
-                    "vigil_peer_up{{{labels}}} {}",
-                    u8::from(view.state != Some(HealthState::Down))
-                );
-                let _ = writeln!(
-                    decided,
-                    "vigil_peer_probe_decided{{{labels}}} {}",
-                    u8::from(view.decided)
-                );
-            }
-        }
-        help(
-            &mut out,
-            "vigil_peer_up",
-            "gauge",
-            "1 when active checks let traffic to the peer, 0 when they say down.",
-        );
-        out.push_str(&up_samples);
-        help(
-            &mut out,
-            "vigil_peer_probe_decided",
-            "gauge",
-            "1 once the peer has a probe result.",
-        );
-        out.push_str(&decided);
-        if let Some(m) = &self.metrics {
-            m.write_prometheus(&mut out);
-        }
-        if let Some(extra) = &self.extra {
-            extra(&mut out);
-        }
+        let mut out = String::new();
+        // Writing to a String cannot fail, and the collectors fail only
+        // when their writer does.
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.prometheus);
+        out
+    }
+
+    /// The whole `/metrics` text, OpenMetrics text format 1.0.0 (ends
+    /// with `# EOF`).
+    pub fn openmetrics_text(&self) -> String {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.prometheus);
         out
     }
 
@@ -232,6 +221,40 @@ impl std::fmt::Debug for StatusPage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StatusPage").finish()
     }
+}
+
+/// The peer gauges, then the probe counters when given.
+fn peer_registry(
+    registry: &RegistryFn,
+    probes: Option<Arc<Metrics>>,
+) -> prometheus_client::registry::Registry {
+    let mut out = prometheus_client::registry::Registry::default();
+    out.register_collector(Box::new(peers::PeerMetrics {
+        registry: registry.clone(),
+    }));
+    if let Some(m) = probes {
+        out.register_collector(Box::new(m));
+    }
+    out
+}
+
+/// Whether the scraper's `Accept` names OpenMetrics text (Prometheus
+/// sends it first, with a weight; curl sends `*/*` and gets 0.0.4).
+fn wants_openmetrics<B>(req: &Request<B>) -> bool {
+    req.headers()
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|media| {
+            let mut params = media.split(';').map(str::trim);
+            let kind = params.next().unwrap_or("");
+            kind.eq_ignore_ascii_case("application/openmetrics-text")
+                && !params.any(|p| {
+                    let q = p.strip_prefix("q=").or_else(|| p.strip_prefix("Q="));
+                    q.and_then(|q| q.trim().parse::<f32>().ok()) == Some(0.0)
+                })
+        })
 }
 
 fn text(

@@ -27,7 +27,15 @@ fn report(ok: bool) -> ProbeReport {
 }
 
 async fn get(page: &StatusPage, uri: &str) -> (u16, String, String) {
-    let req = Request::get(uri).body(()).expect("test step");
+    get_accepting(page, uri, "*/*").await
+}
+
+/// `get` with `accept` as the `Accept` header.
+async fn get_accepting(page: &StatusPage, uri: &str, accept: &str) -> (u16, String, String) {
+    let req = Request::get(uri)
+        .header(http::header::ACCEPT, accept)
+        .body(())
+        .expect("test step");
     let resp = page.respond(&req);
     let ct = resp.headers()[http::header::CONTENT_TYPE]
         .to_str()
@@ -109,7 +117,10 @@ async fn html_has_tengines_table_and_red_down_rows() {
 #[tokio::test]
 async fn metrics_are_typed_prometheus_text() {
     let (status, ct, body) = get(&page(), "/metrics").await;
-    assert_eq!((status, ct.as_str()), (200, "text/plain; version=0.0.4"));
+    assert_eq!(
+        (status, ct.as_str()),
+        (200, "text/plain; version=0.0.4; charset=utf-8")
+    );
     assert!(
         body.contains("# TYPE nginx_upstream_count_total gauge\nnginx_upstream_count_total 3\n")
     );
@@ -123,6 +134,11 @@ async fn metrics_are_typed_prometheus_text() {
     assert!(body.contains("vigil_peer_up{upstream=\"backend\",peer=\"192.168.0.1:80\"} 1\n"));
     assert!(body.contains("vigil_peer_probe_decided{upstream=\"db\",peer=\"10.0.0.9:5432\"} 0\n"));
     // Every sample belongs to a metric declared once, with its samples together.
+    assert_families_are_blocks(&body);
+}
+
+/// Each sample's family is declared once by `# TYPE`, its samples together.
+fn assert_families_are_blocks(body: &str) {
     let mut declared = Vec::new();
     let mut last = String::new();
     for line in body.lines() {
@@ -135,6 +151,51 @@ async fn metrics_are_typed_prometheus_text() {
             let name = line.split(['{', ' ']).next().expect("test step");
             assert!(name.starts_with(&last), "{name} outside its block ({last})");
         }
+    }
+}
+
+#[tokio::test]
+async fn metrics_are_openmetrics_when_the_scraper_asks() {
+    let page = page();
+    let probes = std::sync::Arc::new(vigil_checker::Metrics::default());
+    let prometheus = page.prometheus_registry(Some(probes));
+    let page = page.with_prometheus(std::sync::Arc::new(prometheus));
+    // What Prometheus 3 sends by default.
+    let accept = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,\
+                  application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=1.0.0;\
+                  escaping=allow-utf-8;q=0.3,text/plain;version=0.0.4;q=0.2,*/*;q=0.1";
+    let (_, ct, body) = get_accepting(&page, "/metrics", accept).await;
+    assert_eq!(
+        ct,
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    assert!(body.ends_with("\n# EOF\n"), "{body}");
+    assert!(
+        body.contains("# TYPE nginx_upstream_count_total gauge\nnginx_upstream_count_total 3\n")
+    );
+    assert!(body.contains(
+        "nginx_upstream_server_active{index=\"1\",upstream=\"backend\",name=\"192.168.0.2:80\",type=\"http\",port=\"8080\"} 0\n"
+    ));
+    // A counter's family is named without `_total`; its sample has it.
+    assert!(
+        body.contains(
+            "# TYPE vigil_probe_transitions counter\nvigil_probe_transitions_total{to=\"up\"} 0\n"
+        ),
+        "{body}"
+    );
+    assert_families_are_blocks(&body);
+    let req = Request::get("/metrics").body(()).expect("test step");
+    assert_eq!(
+        page.respond(&req).headers()[http::header::VARY],
+        "accept",
+        "the format depends on Accept"
+    );
+    // Refused (q=0) or not named: Prometheus text 0.0.4.
+    for accept in ["application/openmetrics-text;q=0, text/plain", "*/*"] {
+        let (_, ct, body) = get_accepting(&page, "/metrics", accept).await;
+        assert_eq!(ct, "text/plain; version=0.0.4; charset=utf-8", "{accept}");
+        assert!(body.contains("# TYPE vigil_probe_transitions_total counter\n"));
+        assert!(!body.contains("# EOF"));
     }
 }
 

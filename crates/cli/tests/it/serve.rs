@@ -36,10 +36,17 @@ fn backend(body: &'static str) -> SocketAddr {
 }
 
 fn get(addr: SocketAddr) -> Option<String> {
+    exchange(
+        addr,
+        "GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    )
+}
+
+/// Send `request` on a new connection to `addr`; all that comes back.
+fn exchange(addr: SocketAddr, request: &str) -> Option<String> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-        .ok()?;
+    s.write_all(request.as_bytes()).ok()?;
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
     Some(out)
@@ -279,6 +286,22 @@ impl Drop for Child {
     }
 }
 
+/// `vigil serve` on `path` with its admin API on `admin` (and `args`).
+fn serve_with_admin(path: &std::path::Path, admin: &str, args: &[&str]) -> Child {
+    Child(
+        Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .args(["serve", "--threads", "1", "--admin-listen", admin])
+            .args(args)
+            .arg("--nginx-conf")
+            .arg(path)
+            .env("VIGIL_LOG", "error")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start"),
+    )
+}
+
 fn vigil(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_vigil"))
         .args(args)
@@ -295,17 +318,7 @@ fn vigil_reload_reloads_and_a_failed_one_names_the_line_and_shows_in_status() {
     let path = dir.path().join("nginx.conf");
     std::fs::write(&path, conf(a, listen)).expect("write");
     let admin_s = admin.to_string();
-    let _serving = Child(
-        Command::new(env!("CARGO_BIN_EXE_vigil"))
-            .args(["serve", "--threads", "1", "--admin-token", "t"])
-            .args(["--admin-listen", &admin_s, "--nginx-conf"])
-            .arg(&path)
-            .env("VIGIL_LOG", "error")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start"),
-    );
+    let _serving = serve_with_admin(&path, &admin_s, &["--admin-token", "t"]);
     wait_for("the proxy to answer from A", || {
         get(listen).is_some_and(|r| r.ends_with("\r\n\r\nA"))
     });
@@ -390,6 +403,17 @@ fn first_answer(addr: SocketAddr) -> String {
     out
 }
 
+/// `conf` with an http check starting down (tengine's default), interval
+/// 10 s: only the start round's probes run during a test.
+fn checked_conf(upstream: SocketAddr, listen: SocketAddr) -> String {
+    format!(
+        "events {{}} http {{ upstream u {{ server {upstream}; \
+         check interval=10000 rise=2 fall=2 timeout=1000 type=http; \
+         check_http_send \"GET / HTTP/1.0\\r\\n\\r\\n\"; }} \
+         server {{ listen {listen}; location / {{ proxy_pass http://u; }} }} }}\n"
+    )
+}
+
 #[test]
 fn with_a_check_starting_down_the_first_request_after_start_is_served() {
     // tengine's default: down until `rise` passes; interval 10s so that
@@ -398,16 +422,7 @@ fn with_a_check_starting_down_the_first_request_after_start_is_served() {
     let listen = free_port();
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("nginx.conf");
-    std::fs::write(
-        &path,
-        format!(
-            "events {{}} http {{ upstream u {{ server {a}; \
-             check interval=10000 rise=2 fall=2 timeout=1000 type=http; \
-             check_http_send \"GET / HTTP/1.0\\r\\n\\r\\n\"; }} \
-             server {{ listen {listen}; location / {{ proxy_pass http://u; }} }} }}\n"
-        ),
-    )
-    .expect("write");
+    std::fs::write(&path, checked_conf(a, listen)).expect("write");
     let serving = Serving::start("", &path, "info");
     let got = first_answer(listen);
     assert!(
@@ -420,4 +435,75 @@ fn with_a_check_starting_down_the_first_request_after_start_is_served() {
             .log()
             .contains("first probe round done before accepting traffic")
     });
+}
+
+/// `GET /metrics` on the admin port with `accept` as the `Accept` header:
+/// (the content type, the body).
+fn scrape(admin: SocketAddr, accept: &str) -> Option<(String, String)> {
+    let out = exchange(
+        admin,
+        &format!(
+            "GET /metrics HTTP/1.1\r\nHost: t\r\nAccept: {accept}\r\nConnection: close\r\n\r\n"
+        ),
+    )?;
+    let (head, body) = out.split_once("\r\n\r\n")?;
+    let ct = head.lines().find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        name.eq_ignore_ascii_case("content-type")
+            .then(|| value.trim().to_string())
+    })?;
+    Some((ct, body.to_string()))
+}
+
+#[test]
+fn admin_metrics_hold_the_proxys_and_the_checkers_families_in_one_text() {
+    let a = backend("A");
+    let (listen, admin) = (free_port(), free_port());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("nginx.conf");
+    std::fs::write(&path, checked_conf(a, listen)).expect("write");
+    let admin_s = admin.to_string();
+    let _serving = serve_with_admin(&path, &admin_s, &[]);
+    wait_for("the proxy to answer from A", || {
+        get(listen).is_some_and(|r| r.ends_with("\r\n\r\nA"))
+    });
+    let sample = format!("vigil_attempts_total{{upstream=\"u\",peer=\"{a}\",outcome=\"ok\"}} 1\n");
+    let mut text = String::new();
+    wait_for("the request counted on /metrics", || {
+        text = scrape(admin, "*/*").map(|(_, b)| b).unwrap_or_default();
+        text.contains(&sample)
+    });
+    let (ct, _) = scrape(admin, "*/*").expect("scrape");
+    assert_eq!(ct, "text/plain; version=0.0.4; charset=utf-8");
+    // The peer gauges, the probe counters and the proxy's metrics, each
+    // family declared once.
+    for family in [
+        "# TYPE nginx_upstream_count_total gauge",
+        "# TYPE vigil_peer_up gauge",
+        "# TYPE vigil_probe_results_total counter",
+        "# TYPE vigil_requests_total counter",
+        "# TYPE vigil_reloads_total counter",
+    ] {
+        assert_eq!(
+            text.lines().filter(|l| *l == family).count(),
+            1,
+            "{family}\n{text}"
+        );
+    }
+    assert!(text.contains("vigil_requests_total{upstream=\"u\",status_class=\"2xx\"} 1\n"));
+    assert!(text.contains(&format!(
+        "vigil_probe_results_total{{peer=\"{a}\",type=\"http\",result=\"ok\",phase=\"none\"}} "
+    )));
+    let (ct, om) = scrape(
+        admin,
+        "application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1",
+    )
+    .expect("scrape");
+    assert_eq!(
+        ct,
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    assert!(om.contains("# TYPE vigil_requests counter\n"), "{om}");
+    assert!(om.contains(&sample), "the same samples: {om}");
+    assert!(om.ends_with("# EOF\n"), "{om}");
 }

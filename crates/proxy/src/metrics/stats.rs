@@ -1,7 +1,7 @@
 //! The atomics behind the metrics: per upstream (requests by status class,
 //! retries, the duration histogram) and per peer (attempts by outcome,
-//! failures counted, exclusions). Label text is made once, when a
-//! generation is attached; recording is a `fetch_add`.
+//! failures counted, exclusions). Label values are shared `Arc<str>`s made
+//! once, when a generation is attached; recording is a `fetch_add`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,9 +40,8 @@ pub(crate) struct UpstreamStats {
 
 /// Per-upstream counters.
 pub(crate) struct UpstreamTotals {
+    /// The `upstream` label value.
     pub(crate) name: Arc<str>,
-    /// `upstream="NAME"`, escaped.
-    pub(crate) label: Box<str>,
     pub(crate) requests: [AtomicU64; 5],
     pub(crate) retries: AtomicU64,
     pub(crate) no_live: AtomicU64,
@@ -61,8 +60,8 @@ pub(crate) struct PeerStats {
     pub(crate) addr: Arc<str>,
     /// The `peer` label value (the address, `#N` on a repeated one).
     pub(crate) peer: Arc<str>,
-    /// `upstream="NAME",peer="ADDR"`, escaped.
-    pub(crate) label: Box<str>,
+    /// The `upstream` label value.
+    pub(crate) upstream: Arc<str>,
     /// By [`Outcome::index`].
     pub(crate) attempts: [AtomicU64; 11],
     /// By [`FailureClass`] order.
@@ -158,7 +157,7 @@ impl UpstreamStats {
                 };
                 match kept.get(&*peer) {
                     Some(s) => Arc::clone(s),
-                    None => Arc::new(PeerStats::new(up.name(), p.name().clone(), peer)),
+                    None => Arc::new(PeerStats::new(up.name().clone(), p.name().clone(), peer)),
                 }
             })
             .collect();
@@ -231,7 +230,6 @@ impl UpstreamStats {
 impl UpstreamTotals {
     fn new(name: Arc<str>) -> Self {
         Self {
-            label: format!("upstream=\"{}\"", escape(&name)).into(),
             name,
             requests: Default::default(),
             retries: AtomicU64::new(0),
@@ -252,14 +250,9 @@ impl UpstreamTotals {
 // === impl PeerStats ===
 
 impl PeerStats {
-    fn new(upstream: &str, addr: Arc<str>, peer: Arc<str>) -> Self {
+    fn new(upstream: Arc<str>, addr: Arc<str>, peer: Arc<str>) -> Self {
         Self {
-            label: format!(
-                "upstream=\"{}\",peer=\"{}\"",
-                escape(upstream),
-                escape(&peer)
-            )
-            .into(),
+            upstream,
             addr,
             peer,
             attempts: Default::default(),
@@ -277,18 +270,4 @@ pub(crate) fn rule_index(rule: CountRule) -> usize {
         CountRule::AfterHeader => 0,
         CountRule::LastTry => 1,
     }
-}
-
-/// A Prometheus label value, escaped (`\`, `"` and newline).
-pub(crate) fn escape(v: &str) -> String {
-    let mut out = String::with_capacity(v.len());
-    for c in v.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-    out
 }

@@ -9,7 +9,6 @@ use vigil_core::upstream::Accounting;
 use vigil_core::{Clock, FailureClass, ManualClock, Timestamp};
 
 use super::stats::class_index;
-use super::stats::escape;
 use super::{Outcome, ProxyMetrics};
 
 fn registry(conf: &str, previous: Option<&Registry>) -> Arc<Registry> {
@@ -358,8 +357,14 @@ fn without_a_generation_only_reloads_are_written() {
 
 #[test]
 fn label_values_are_escaped() {
-    assert_eq!(escape(r#"a"b\c"#), r#"a\"b\\c"#);
-    assert_eq!(escape("x\ny"), "x\\ny");
+    let conf = r#"http { upstream "a\"b\\c" { server 127.0.0.1:8001; } }"#;
+    let m = ProxyMetrics::new();
+    m.attach(&registry(conf, None), &clock());
+    let out = text(&m);
+    assert!(
+        out.contains(r#"vigil_retries_total{upstream="a\"b\\c"} 0"#),
+        "{out}"
+    );
 }
 
 #[test]
@@ -377,4 +382,42 @@ fn outcome_and_class_indices_follow_core_order() {
     );
     assert_eq!(Outcome::of_status(200), Outcome::Ok);
     assert_eq!(Outcome::of_status(501), Outcome::Ok);
+}
+
+/// Scrape cost with 50 upstreams × 20 peers: printed (run with
+/// `--nocapture`), not asserted; the text must hold every peer.
+#[test]
+fn scrape_of_50_upstreams_by_20_peers() {
+    let mut conf = String::from("http {");
+    for u in 0..50 {
+        let servers: String = (0..20)
+            .map(|p| format!(" server 127.0.{u}.{p}:80;"))
+            .collect();
+        conf += &format!(" upstream u{u} {{{servers} }}");
+    }
+    conf += " }";
+    let m = ProxyMetrics::new();
+    let g = m.attach(&registry(&conf, None), &clock());
+    for u in &g.upstreams {
+        u.request(200, Duration::from_millis(3));
+        u.attempt(PeerId(3), Outcome::Ok);
+    }
+    let start = tokio::time::Instant::now();
+    let bytes = (0..20).map(|_| text(&m).len()).sum::<usize>() / 20;
+    let each = start.elapsed() / 20;
+    println!("proxy scrape, 50 upstreams x 20 peers: {each:?} per scrape, {bytes} bytes");
+    let out = text(&m);
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.starts_with("vigil_peer_fails{"))
+            .count(),
+        1000
+    );
+    assert_eq!(
+        sample(
+            &out,
+            "vigil_attempts_total{upstream=\"u49\",peer=\"127.0.49.3:80\",outcome=\"ok\"}"
+        ),
+        Some(1.0)
+    );
 }
