@@ -282,6 +282,10 @@ fn table(peers: &[PeerView], colour: bool, checker: bool) -> String {
 /// The peer's name as configured, with the address it resolved to when
 /// that is other text (`backend.internal:8080 (10.0.0.7:8080)`).
 fn peer_name(p: &PeerView) -> String {
+    if let Some(server) = &p.server {
+        // One of several addresses of a written name.
+        return format!("{} ({server})", p.address);
+    }
     if p.addr.is_empty() || p.addr == p.address {
         p.address.clone()
     } else {

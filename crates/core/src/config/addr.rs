@@ -77,26 +77,39 @@ impl AddrError {
     }
 }
 
-/// Parse and resolve `text` to one address (`default_port` when it has none).
+/// Parse and resolve `text` to one address (`default_port` when it has
+/// none): the first the resolver gives, as nginx's `listen` takes.
 pub(crate) fn resolve(
     text: &str,
     default_port: u16,
     used: Use,
     resolve: Resolver<'_>,
 ) -> Result<SocketAddr, AddrError> {
+    resolve_all(text, default_port, used, resolve).map(|a| a[0])
+}
+
+/// Parse and resolve `text` to every address its name has, in the
+/// resolver's order (nginx's `ngx_inet_resolve_host`: getaddrinfo's order,
+/// IPv4 and IPv6 alike, nothing removed); never empty.
+pub(crate) fn resolve_all(
+    text: &str,
+    default_port: u16,
+    used: Use,
+    resolve: Resolver<'_>,
+) -> Result<Vec<SocketAddr>, AddrError> {
     if text.starts_with("unix:") {
         return Err(AddrError::Unix);
     }
     let (host, port) = split(text, default_port, used)?;
     let host = match host {
-        Host::Ip(ip) => return Ok(SocketAddr::new(ip, port)),
+        Host::Ip(ip) => return Ok(vec![SocketAddr::new(ip, port)]),
         Host::Name(h) => h,
     };
     let addrs = resolve(host, port).map_err(|e| AddrError::NotFound(e.to_string()))?;
-    addrs
-        .first()
-        .copied()
-        .ok_or_else(|| AddrError::NotFound(String::new()))
+    if addrs.is_empty() {
+        return Err(AddrError::NotFound(String::new()));
+    }
+    Ok(addrs)
 }
 
 enum Host<'a> {

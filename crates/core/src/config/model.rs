@@ -342,6 +342,13 @@ pub struct ServerConfig {
     pub address: String,
     /// The resolved socket address.
     pub addr: SocketAddr,
+    /// Which of the addresses `address` resolved to this server is
+    /// (0-based): nginx makes one peer per address of a `server` line
+    /// (`ngx_http_upstream_init_round_robin`), each with the line's
+    /// parameters; see [`ServerConfig::per_address`].
+    pub addr_nth: u32,
+    /// How many addresses `address` resolved to (1 for an IP address).
+    pub addr_count: u32,
     /// `weight=N`, default 1.
     pub weight: NonZeroU32,
     /// `max_fails=N`, default 1; 0 disables the exclusion test.
@@ -1064,6 +1071,8 @@ impl ServerConfig {
         Self {
             address: address.into(),
             addr,
+            addr_nth: 0,
+            addr_count: 1,
             weight: NonZeroU32::MIN,
             max_fails: 1,
             fail_timeout: Duration::from_secs(10),
@@ -1073,6 +1082,53 @@ impl ServerConfig {
             slow_start: None,
             origin: Origin::default(),
         }
+    }
+}
+
+impl ServerConfig {
+    /// One server per address of `addrs` (in that order), each a copy of
+    /// `self` (its `addr` replaced), as nginx makes one peer per address
+    /// of a `server` line whose name resolves to several; `self` alone
+    /// when `addrs` is empty.
+    pub fn per_address(self, addrs: &[SocketAddr]) -> Vec<Self> {
+        if addrs.is_empty() {
+            return vec![self];
+        }
+        let count = addrs.len() as u32;
+        addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| Self {
+                addr: *a,
+                addr_nth: i as u32,
+                addr_count: count,
+                ..self.clone()
+            })
+            .collect()
+    }
+
+    /// The peer's name: the address as written when it stands for one
+    /// address; the resolved address (`10.0.0.7:8080`) when the written
+    /// name resolved to several (nginx Plus's API names such peers by
+    /// address too, with the written text as `server`).
+    pub fn peer_name(&self) -> String {
+        if self.addr_count > 1 {
+            self.addr.to_string()
+        } else {
+            self.address.clone()
+        }
+    }
+
+    /// Whether `other` is the same server of the same line, whatever the
+    /// number of addresses its name resolved to: what a reload keeps
+    /// state across.
+    pub fn same_server(&self, other: &Self) -> bool {
+        let norm = |s: &Self| Self {
+            addr_nth: 0,
+            addr_count: 1,
+            ..s.clone()
+        };
+        self.addr == other.addr && norm(self) == norm(other)
     }
 }
 
