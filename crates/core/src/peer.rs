@@ -114,7 +114,7 @@ impl Peer {
             id,
             upstream,
             name: config.peer_name().into(),
-            addr_text: config.addr.to_string().into(),
+            addr_text: config.peer_addr().to_string().into(),
             config,
             conns: AtomicU32::new(0),
             fails_hint: AtomicU32::new(0),

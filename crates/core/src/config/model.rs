@@ -340,8 +340,11 @@ pub struct ServerConfig {
     /// The address as written (`127.0.0.1:8080`, `backend1:80`); consistent
     /// hashing hashes this text, as nginx does.
     pub address: String,
-    /// The resolved socket address.
+    /// The resolved socket address (`0.0.0.0:0` for a `unix:` server:
+    /// connect to [`ServerConfig::peer_addr`]).
     pub addr: SocketAddr,
+    /// The socket path of `server unix:/path`.
+    pub unix: Option<std::path::PathBuf>,
     /// Which of the addresses `address` resolved to this server is
     /// (0-based): nginx makes one peer per address of a `server` line
     /// (`ngx_http_upstream_init_round_robin`), each with the line's
@@ -1071,6 +1074,7 @@ impl ServerConfig {
         Self {
             address: address.into(),
             addr,
+            unix: None,
             addr_nth: 0,
             addr_count: 1,
             weight: NonZeroU32::MIN,
@@ -1085,7 +1089,42 @@ impl ServerConfig {
     }
 }
 
+/// Where a peer is reached: a TCP socket address, or the path of a
+/// unix-domain socket (`server unix:/path`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum PeerAddr {
+    /// IPv4 or IPv6 address and port.
+    Inet(SocketAddr),
+    /// A unix-domain socket.
+    Unix(std::path::PathBuf),
+}
+
+impl std::fmt::Display for PeerAddr {
+    /// `10.0.0.7:8080`, `[::1]:80`, or `unix:/path` (nginx's `$upstream_addr`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PeerAddr::Inet(a) => a.fmt(f),
+            PeerAddr::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
 impl ServerConfig {
+    /// A `server unix:PATH` with nginx's defaults.
+    pub fn unix(address: impl Into<String>, path: std::path::PathBuf) -> Self {
+        let mut s = Self::new(address, SocketAddr::from(([0, 0, 0, 0], 0)));
+        s.unix = Some(path);
+        s
+    }
+
+    /// Where to connect: the unix path when there is one, else `addr`.
+    pub fn peer_addr(&self) -> PeerAddr {
+        match &self.unix {
+            Some(p) => PeerAddr::Unix(p.clone()),
+            None => PeerAddr::Inet(self.addr),
+        }
+    }
+
     /// One server per address of `addrs` (in that order), each a copy of
     /// `self` (its `addr` replaced), as nginx makes one peer per address
     /// of a `server` line whose name resolves to several; `self` alone

@@ -283,3 +283,79 @@ fn a_reload_keeps_the_state_of_an_address_that_stays() {
     assert_eq!(fails(&new, "10.0.0.2:8080"), 1);
     assert_eq!(fails(&new, "10.0.0.3:8080"), 0);
 }
+
+#[test]
+fn a_unix_server_is_a_peer_at_its_path() {
+    let c = load(
+        "http { upstream u { server unix:/run/app.sock weight=2 max_fails=3; server UNIX:/b; }
+                server { listen 127.0.0.1:8000; location / { proxy_pass http://u; } } }",
+    );
+    let u = &c.upstreams[0];
+    assert_eq!(
+        u.servers[0].unix.as_deref(),
+        Some(Path::new("/run/app.sock"))
+    );
+    assert_eq!(
+        u.servers[0].peer_addr(),
+        vigil_core::config::PeerAddr::Unix("/run/app.sock".into())
+    );
+    assert_eq!((u.servers[0].weight.get(), u.servers[0].max_fails), (2, 3));
+    assert_eq!(u.servers[1].unix.as_deref(), Some(Path::new("/b")));
+    let up = upstream_of(&c, "u");
+    // Named as written; `$upstream_addr` is `unix:PATH`, as nginx prints it.
+    assert_eq!(&**up.peers()[0].name(), "unix:/run/app.sock");
+    assert_eq!(&**up.peers()[0].addr_text(), "unix:/run/app.sock");
+    assert_eq!(&**up.peers()[1].addr_text(), "unix:/b");
+    let t = toml::load_str(
+        "[upstream.u]\nserver = [{ address = \"unix:/run/app.sock\" }]\n",
+        Path::new("vigil.toml"),
+        &resolver,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        t.upstreams[0].servers[0].unix.as_deref(),
+        Some(Path::new("/run/app.sock"))
+    );
+}
+
+#[test]
+fn unix_addresses_nginx_refuses_are_refused_with_its_words() {
+    let err = |server: &str| {
+        let src = format!(
+            "http {{ upstream u {{ server {server}; }}
+               server {{ listen 127.0.0.1:8000; location / {{ proxy_pass http://u; }} }} }}"
+        );
+        match nginx::load_str(&src, Path::new("t.conf"), Path::new("."), &resolver) {
+            Ok(_) => panic!("loads: {server}"),
+            Err(e) => e.to_string(),
+        }
+    };
+    // As nginx 1.22 `nginx -t` says them.
+    assert_eq!(
+        err("unix:"),
+        "t.conf:1:28: no path in the unix domain socket in upstream \"unix:\""
+    );
+    let long = format!("unix:/{}", "x".repeat(107));
+    assert!(
+        err(&long).ends_with(&format!(
+            "too long path in the unix domain socket in upstream \"{long}\""
+        )),
+        "{}",
+        err(&long)
+    );
+    // 107 bytes fit (sun_path holds 108 with the NUL).
+    let fits = format!("unix:/{}", "x".repeat(106));
+    let src = format!(
+        "http {{ upstream u {{ server {fits}; }}
+           server {{ listen 127.0.0.1:8000; location / {{ proxy_pass http://u; }} }} }}"
+    );
+    assert!(nginx::load_str(&src, Path::new("t.conf"), Path::new("."), &resolver).is_ok());
+    // Listeners on unix sockets stay refused.
+    let listen = nginx::load_str(
+        "http { server { listen unix:/tmp/l.sock; location / { proxy_pass http://127.0.0.1:1; } } }",
+        Path::new("t.conf"),
+        Path::new("."),
+        &resolver,
+    );
+    assert!(listen.is_err());
+}

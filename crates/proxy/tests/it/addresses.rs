@@ -177,3 +177,151 @@ async fn a_name_of_three_addresses_is_balanced_as_nginx_balances_it() {
         got.0
     );
 }
+
+/// A backend on a unix-domain socket at `path` answering `u` and recording
+/// what it saw (request line and headers in order).
+struct UnixBackend {
+    seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    stop: tokio_util::sync::CancellationToken,
+}
+
+impl UnixBackend {
+    fn start(path: &std::path::Path) -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        let listener = tokio::net::UnixListener::bind(path).expect("bind unix");
+        // nginx's workers run as `nobody` when the test runs as root.
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stop = tokio_util::sync::CancellationToken::new();
+        let (s, st) = (seen.clone(), stop.clone());
+        tokio::spawn(async move {
+            loop {
+                let stream = tokio::select! {
+                    r = listener.accept() => match r { Ok((x, _)) => x, Err(_) => continue },
+                    _ = st.cancelled() => return,
+                };
+                let s = s.clone();
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(
+                        move |req: hyper::Request<hyper::body::Incoming>| {
+                            // vigil speaks HTTP/1.1 upstream and orders
+                            // headers its own way (semantics.md): the request
+                            // and the header set are compared.
+                            let mut headers: Vec<String> = req
+                                .headers()
+                                .iter()
+                                .map(|(n, v)| format!("{n}: {}", v.to_str().unwrap_or("?")))
+                                .collect();
+                            headers.sort();
+                            let text =
+                                format!("{} {}\n{}", req.method(), req.uri(), headers.join("\n"));
+                            s.lock().expect("lock").push(text);
+                            async {
+                                Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                                    http_body_util::Full::new(bytes::Bytes::from_static(b"u")),
+                                ))
+                            }
+                        },
+                    );
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        Self { seen, stop }
+    }
+
+    fn seen(&self) -> Vec<String> {
+        self.seen.lock().expect("lock").clone()
+    }
+}
+
+impl Drop for UnixBackend {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// A temp dir nginx's workers (`nobody`) can enter.
+fn open_dir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    dir
+}
+
+#[tokio::test]
+async fn unix_socket_servers_are_served_as_nginx_serves_them() {
+    let (vdir, ndir) = (open_dir(), open_dir());
+    let vb = UnixBackend::start(&vdir.path().join("app.sock"));
+    let nb = UnixBackend::start(&ndir.path().join("app.sock"));
+    let vars = |d: &tempfile::TempDir| {
+        vec![
+            (
+                "{SOCK}".to_string(),
+                d.path().join("app.sock").display().to_string(),
+            ),
+            (
+                "{MISSING}".to_string(),
+                d.path().join("missing.sock").display().to_string(),
+            ),
+        ]
+    };
+    let t = crate::twin::Twin::start_texts(
+        "upstream u { server unix:{SOCK}; }
+         upstream m { server unix:{MISSING}; server {B0}; }
+         upstream x { server unix:{MISSING}; }
+         server {
+             listen {LISTEN};
+             add_header X-Addr $upstream_addr always;
+             location / { proxy_pass http://u; }
+             location /m { proxy_pass http://m; }
+             location /x { proxy_pass http://x; }
+         }",
+        1,
+        &vars(&vdir),
+        &vars(&ndir),
+    )
+    .await;
+    let same = |v: &crate::twin::Raw, n: &crate::twin::Raw| {
+        let norm = |r: &crate::twin::Raw, dir: &tempfile::TempDir, b0: SocketAddr| {
+            (
+                r.status,
+                r.header("X-Addr")
+                    .replace(&dir.path().display().to_string(), "DIR")
+                    .replace(&b0.to_string(), "B0"),
+            )
+        };
+        (
+            norm(v, &vdir, t.vigil.backends[0].addr),
+            norm(n, &ndir, t.nginx.backends[0].addr),
+        )
+    };
+    let req = |path: &str| {
+        format!("GET {path} HTTP/1.1\r\nHost: a.test\r\nX-Y: 1\r\nConnection: close\r\n\r\n")
+    };
+    // A unix server: the request and `$upstream_addr` as nginx has them.
+    let (v, n) = t.send(req("/p?q=1").as_bytes()).await;
+    let (sv, sn) = same(&v, &n);
+    assert_eq!(sv, sn);
+    assert_eq!(sv, (200, "unix:DIR/app.sock".to_string()));
+    assert_eq!(
+        (v.body.as_slice(), n.body.as_slice()),
+        (&b"u"[..], &b"u"[..])
+    );
+    assert_eq!(vb.seen(), nb.seen());
+    assert_eq!(vb.seen().len(), 1);
+    // A path nobody listens on: nginx's connect() `error`, the next server
+    // tried; then the failed one is out (max_fails=1) and not tried.
+    for _ in 0..2 {
+        let (v, n) = t.send(req("/m").as_bytes()).await;
+        let (sv, sn) = same(&v, &n);
+        assert_eq!(sv, sn);
+        assert_eq!(v.body, n.body);
+    }
+    let (v, n) = t.send(req("/x").as_bytes()).await;
+    let (sv, sn) = same(&v, &n);
+    assert_eq!(sv, sn);
+    assert_eq!(sv, (502, "unix:DIR/missing.sock".to_string()));
+}

@@ -256,8 +256,18 @@ fn server(cx: &mut Context<'_>, d: &Directive) -> Result<Vec<ServerConfig>, Conf
             "invalid number of arguments in \"server\" directive",
         ));
     };
-    let addrs = resolve_all(cx, addr_arg, &addr_arg.value, 80)?;
-    let mut s = ServerConfig::new(addr_arg.value.clone(), addrs[0]);
+    let (mut s, addrs) = match addr::unix_path(&addr_arg.value) {
+        Some(path) => {
+            let path = path.map_err(|e| {
+                ConfigError::invalid(&addr_arg.span, e.message("upstream ", &addr_arg.value, ""))
+            })?;
+            (ServerConfig::unix(addr_arg.value.clone(), path), Vec::new())
+        }
+        None => {
+            let addrs = resolve_all(cx, addr_arg, &addr_arg.value, 80)?;
+            (ServerConfig::new(addr_arg.value.clone(), addrs[0]), addrs)
+        }
+    };
     s.origin = origin(&d.span);
     for p in params {
         // Lenient: a refused parameter is left out, the server kept.

@@ -113,8 +113,16 @@ fn server(
     at: &At<'_>,
     resolve: Resolver<'_>,
 ) -> Result<Vec<ServerConfig>, ConfigError> {
-    let addrs = at.key("address").resolve_all(resolve, &raw.address, 80)?;
-    let mut s = ServerConfig::new(raw.address.clone(), addrs[0]);
+    let (mut s, addrs) = match crate::config::addr::unix_path(&raw.address) {
+        Some(path) => {
+            let path = path.map_err(|e| at.key("address").err(e.message("", &raw.address, "")))?;
+            (ServerConfig::unix(raw.address.clone(), path), Vec::new())
+        }
+        None => {
+            let addrs = at.key("address").resolve_all(resolve, &raw.address, 80)?;
+            (ServerConfig::new(raw.address.clone(), addrs[0]), addrs)
+        }
+    };
     if let Some(w) = raw.weight {
         s.weight = NonZeroU32::new(w)
             .ok_or_else(|| at.key("weight").err("invalid weight 0, expected 1 or more"))?;
