@@ -359,3 +359,22 @@ fn unix_addresses_nginx_refuses_are_refused_with_its_words() {
     );
     assert!(listen.is_err());
 }
+
+#[test]
+fn resolve_is_refused_before_the_name_is_looked_up() {
+    // nginx 1.27.3+ starts with a `resolve` name that does not resolve yet;
+    // vigil does not re-resolve, and says so rather than "host not found".
+    let e = nginx::load_str(
+        "http { upstream u { zone z 64k; server nowhere.test:80 resolve; }
+                server { listen 127.0.0.1:8000; location / { proxy_pass http://u; } } }",
+        Path::new("t.conf"),
+        Path::new("."),
+        &resolver,
+    )
+    .map(|_| ())
+    .expect_err("refused");
+    assert_eq!(
+        e.to_string(),
+        "t.conf:1:56: server parameter \"resolve\" is not supported by vigil (names are resolved once, at load)"
+    );
+}

@@ -256,6 +256,14 @@ fn server(cx: &mut Context<'_>, d: &Directive) -> Result<Vec<ServerConfig>, Conf
             "invalid number of arguments in \"server\" directive",
         ));
     };
+    // `resolve` (nginx 1.27.3+, Plus) names a host that may not resolve at
+    // start: refuse the parameter before looking the name up.
+    if let Some(p) = params.iter().find(|p| p.value == "resolve") {
+        return Err(ConfigError::invalid(
+            &p.span,
+            "server parameter \"resolve\" is not supported by vigil (names are resolved once, at load)",
+        ));
+    }
     let (mut s, addrs) = match addr::unix_path(&addr_arg.value) {
         Some(path) => {
             let path = path.map_err(|e| {
