@@ -377,4 +377,18 @@ fn resolve_is_refused_before_the_name_is_looked_up() {
         e.to_string(),
         "t.conf:1:56: server parameter \"resolve\" is not supported by vigil (names are resolved once, at load)"
     );
+    // `vigil lint` (lenient): the refusal once, the server kept without it.
+    let files = std::collections::BTreeMap::new();
+    let l = nginx::load_str_mode(
+        "http { upstream u { zone z 64k; server multi:80 resolve; }
+                server { listen 127.0.0.1:8000; location / { proxy_pass http://u; } } }",
+        Path::new("t.conf"),
+        Path::new("."),
+        &resolver,
+        nginx::syntax::Includes::Memory(&files),
+        nginx::Mode::Lenient,
+    )
+    .expect("lenient");
+    assert_eq!(l.refusals.len(), 1, "{:?}", l.refusals);
+    assert_eq!(l.config.upstreams[0].servers.len(), 3);
 }

@@ -257,12 +257,13 @@ fn server(cx: &mut Context<'_>, d: &Directive) -> Result<Vec<ServerConfig>, Conf
         ));
     };
     // `resolve` (nginx 1.27.3+, Plus) names a host that may not resolve at
-    // start: refuse the parameter before looking the name up.
+    // start: refuse the parameter before looking the name up (lenient: the
+    // server kept without it, as other refused parameters).
     if let Some(p) = params.iter().find(|p| p.value == "resolve") {
-        return Err(ConfigError::invalid(
+        cx.keep::<()>(Err(ConfigError::invalid(
             &p.span,
             "server parameter \"resolve\" is not supported by vigil (names are resolved once, at load)",
-        ));
+        )))?;
     }
     let (mut s, addrs) = match addr::unix_path(&addr_arg.value) {
         Some(path) => {
@@ -277,7 +278,7 @@ fn server(cx: &mut Context<'_>, d: &Directive) -> Result<Vec<ServerConfig>, Conf
         }
     };
     s.origin = origin(&d.span);
-    for p in params {
+    for p in params.iter().filter(|p| p.value != "resolve") {
         // Lenient: a refused parameter is left out, the server kept.
         let r = server_param(&mut s, d, p);
         cx.keep(r)?;
