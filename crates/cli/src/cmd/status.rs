@@ -501,6 +501,17 @@ mod tests {
     }
 
     #[test]
+    fn a_peer_of_a_name_with_several_addresses_shows_the_written_server() {
+        let d = doc_of(vec![
+            serde_json::json!({"address": "10.0.0.1:80", "addr": "10.0.0.1:80", "server": "app:80"}),
+            serde_json::json!({"address": "app2:80", "addr": "10.0.0.9:80"}),
+        ]);
+        let out = render(&d, false);
+        assert!(out.contains("10.0.0.1:80 (app:80)"), "{out}");
+        assert!(out.contains("app2:80 (10.0.0.9:80)"), "{out}");
+    }
+
+    #[test]
     fn a_short_table_is_narrow_and_colour_does_not_shift_columns() {
         let d = doc_of(vec![
             serde_json::json!({"address": "a:1", "addr": "127.0.0.1:1"}),
