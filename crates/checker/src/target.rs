@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use vigil_core::config::{CheckConfig, CheckKind, StatusClass};
+use vigil_core::config::{CheckConfig, CheckKind, ServerConfig, StatusClass};
 use vigil_core::peer::PeerId;
 use vigil_core::registry::Registry;
 use vigil_core::upstream::Upstream;
@@ -22,6 +22,8 @@ use crate::{CheckerError, TlsOptions};
 pub struct TargetKey {
     /// Where the probe connects.
     pub addr: SocketAddr,
+    /// The unix-domain socket the probe connects to instead (`server unix:`).
+    pub unix: Option<std::path::PathBuf>,
     kind: u8,
     /// TLS server name (https only; empty otherwise).
     server_name: String,
@@ -66,13 +68,9 @@ pub(crate) fn plan(
         };
         let tls = (check.kind == CheckKind::Https).then(|| policy.for_upstream(up.name()));
         for peer in up.peers() {
-            let key = key_of(
-                check,
-                &peer.config().address,
-                peer.config().addr,
-                tls,
-                || (!dedup).then(|| (up.name().to_string(), peer.id().0)),
-            );
+            let key = key_of(check, peer.config(), tls, || {
+                (!dedup).then(|| (up.name().to_string(), peer.id().0))
+            });
             let member = Member {
                 upstream: up.clone(),
                 peer: peer.id(),
@@ -83,6 +81,7 @@ pub(crate) fn plan(
             }
             let target = Target {
                 addr: key.addr,
+                unix: key.unix.clone(),
                 kind: check.kind,
                 server_name: host_of(&peer.config().address).to_string(),
                 http: check.http.clone(),
@@ -107,18 +106,19 @@ pub(crate) fn plan(
 
 fn key_of(
     check: &CheckConfig,
-    address: &str,
-    addr: SocketAddr,
+    server: &ServerConfig,
     tls: Option<&TlsOptions>,
     owner: impl FnOnce() -> Option<(String, u32)>,
 ) -> TargetKey {
-    let mut addr = addr;
+    let address = server.address.as_str();
+    let mut addr = server.addr;
     if let Some(port) = check.port {
         addr.set_port(port);
     }
     let http = check.kind != CheckKind::Tcp;
     TargetKey {
         addr,
+        unix: server.unix.clone(),
         kind: match check.kind {
             CheckKind::Tcp => 0,
             CheckKind::Http => 1,
@@ -178,10 +178,13 @@ impl TargetKey {
             self.tls,
             self.owner
         );
+        let addr = match &self.unix {
+            Some(p) => format!("unix:{}", p.display()),
+            None => self.addr.to_string(),
+        };
         format!(
-            "{}-{}-{:08x}",
+            "{}-{addr}-{:08x}",
             self.kind_name(),
-            self.addr,
             crc32fast::hash(rest.as_bytes())
         )
     }

@@ -273,7 +273,14 @@ impl<'a> Cx<'a> {
 
     /// The `server` line of `up.servers[i]`, if it was written.
     fn server_line(&self, up: &UpstreamConfig, i: usize) -> Option<&'a Placed> {
-        self.sources?.server(&up.name, i)
+        // A line whose name resolved to several addresses is several servers.
+        let line = up
+            .servers
+            .get(..=i)?
+            .iter()
+            .filter(|s| s.addr_nth == 0)
+            .count();
+        self.sources?.server(&up.name, line.checked_sub(1)?)
     }
 
     /// The directive `name` of upstream block `up`, if written.

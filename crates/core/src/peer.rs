@@ -118,8 +118,8 @@ impl Peer {
         Self {
             id,
             upstream,
-            name: config.address.as_str().into(),
-            addr_text: config.addr.to_string().into(),
+            name: config.peer_name().into(),
+            addr_text: config.peer_addr().to_string().into(),
             config,
             conns: AtomicU32::new(0),
             fails_hint: AtomicU32::new(0),
@@ -143,7 +143,9 @@ impl Peer {
         &self.upstream
     }
 
-    /// The address as configured.
+    /// The peer's name ([`ServerConfig::peer_name`]): the address as
+    /// configured, or the resolved address when the configured name has
+    /// several.
     pub fn name(&self) -> &Arc<str> {
         &self.name
     }

@@ -12,6 +12,7 @@ use hyper::body::Body as _;
 
 use hyper::body::Incoming;
 use hyper::{Request, Response};
+use vigil_core::config::PeerAddr;
 use vigil_core::peer::Peer;
 use vigil_core::{FailureClass, TransportFailure};
 
@@ -76,18 +77,25 @@ pub(crate) async fn run(
     let (mut conn, cached) = match route.pool.checkout(peer.id()) {
         Some(c) => (c, true),
         None => {
-            let addr = peer.config().addr;
-            let link = match tls {
-                None => connect_plain(addr, settings.connect_timeout)
+            let addr = peer.config().peer_addr();
+            let link = match (tls, &addr) {
+                (None, _) => connect_plain(&addr, settings.connect_timeout)
                     .await
-                    .map(|tcp| Link::H1(H1::new(tcp))),
-                Some(t) => connect(
-                    addr,
+                    .map(|io| Link::H1(H1::new(io))),
+                (Some(t), PeerAddr::Inet(a)) => connect(
+                    *a,
                     settings.connect_timeout,
                     Some((t, route.proxy_host.as_str())),
                 )
                 .await
                 .map(Link::Hyper),
+                (Some(_), PeerAddr::Unix(_)) => Err(ConnectError::Io {
+                    addr: addr.clone(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::Unsupported,
+                        "TLS to a unix-domain socket is not supported by vigil",
+                    ),
+                }),
             };
             match link {
                 Ok(link) => (

@@ -16,7 +16,10 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tower_service::Service;
 
+use vigil_core::config::PeerAddr;
+
 use crate::body::UpBody;
+use crate::upstream::Stream;
 
 /// Why a connection could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -25,7 +28,7 @@ pub enum ConnectError {
     #[error("connect to {addr} failed: {source}")]
     Io {
         /// The peer.
-        addr: SocketAddr,
+        addr: PeerAddr,
         /// The OS error.
         #[source]
         source: std::io::Error,
@@ -34,7 +37,7 @@ pub enum ConnectError {
     #[error("connect to {addr} timed out after {timeout:?}")]
     Timeout {
         /// The peer.
-        addr: SocketAddr,
+        addr: PeerAddr,
         /// The limit.
         timeout: Duration,
     },
@@ -42,7 +45,7 @@ pub enum ConnectError {
     #[error("TLS handshake with {addr} failed: {message}")]
     Tls {
         /// The peer.
-        addr: SocketAddr,
+        addr: PeerAddr,
         /// What rustls said.
         message: String,
     },
@@ -50,7 +53,7 @@ pub enum ConnectError {
     #[error("HTTP handshake with {addr} failed: {source}")]
     Handshake {
         /// The peer.
-        addr: SocketAddr,
+        addr: PeerAddr,
         /// hyper's error.
         #[source]
         source: hyper::Error,
@@ -97,17 +100,23 @@ impl std::fmt::Debug for TlsSettings {
 
 /// Open a connection to `addr` (TLS with `server_name` as SNI when `tls` is given).
 pub async fn connect(
-    addr: SocketAddr,
+    sockaddr: SocketAddr,
     timeout: Duration,
     tls: Option<(&TlsSettings, &str)>,
 ) -> Result<SendRequest<UpBody>, ConnectError> {
+    let addr = PeerAddr::Inet(sockaddr);
+    let addr = &addr;
     let fut =
         async {
             match tls {
                 None => {
-                    let tcp = TcpStream::connect(addr)
-                        .await
-                        .map_err(|source| ConnectError::Io { addr, source })?;
+                    let tcp =
+                        TcpStream::connect(sockaddr)
+                            .await
+                            .map_err(|source| ConnectError::Io {
+                                addr: addr.clone(),
+                                source,
+                            })?;
                     let _ = tcp.set_nodelay(true);
                     handshake(TokioIo::new(tcp), addr).await
                 }
@@ -116,7 +125,7 @@ pub async fn connect(
                         .with_tls_config((*settings.config).clone())
                         .https_only()
                         .enable_http1()
-                        .wrap_connector(Fixed(addr));
+                        .wrap_connector(Fixed(sockaddr));
                     let host = if server_name.contains(':') && !server_name.starts_with('[') {
                         server_name.rsplit_once(':').map_or(server_name, |(h, _)| h)
                     } else {
@@ -126,20 +135,21 @@ pub async fn connect(
                         format!("https://{host}/")
                             .parse()
                             .map_err(|_| ConnectError::Tls {
-                                addr,
+                                addr: addr.clone(),
                                 message: format!("invalid server name \"{host}\""),
                             })?;
                     let io = https.call(uri).await.map_err(|e| {
                         match e.downcast::<std::io::Error>() {
-                            Ok(io) if io.get_ref().is_none() => {
-                                ConnectError::Io { addr, source: *io }
-                            }
+                            Ok(io) if io.get_ref().is_none() => ConnectError::Io {
+                                addr: addr.clone(),
+                                source: *io,
+                            },
                             Ok(io) => ConnectError::Tls {
-                                addr,
+                                addr: addr.clone(),
                                 message: io.to_string(),
                             },
                             Err(other) => ConnectError::Tls {
-                                addr,
+                                addr: addr.clone(),
                                 message: other.to_string(),
                             },
                         }
@@ -150,34 +160,53 @@ pub async fn connect(
         };
     match tokio::time::timeout(timeout, fut).await {
         Ok(r) => r,
-        Err(_) => Err(ConnectError::Timeout { addr, timeout }),
+        Err(_) => Err(ConnectError::Timeout {
+            addr: addr.clone(),
+            timeout,
+        }),
     }
 }
 
-/// Open a plain TCP connection to `addr` within `timeout`, TCP_NODELAY
-/// set (for the request-driven HTTP/1.1 client, no handshake task).
+/// Open a plain connection to `addr` within `timeout`: TCP with
+/// TCP_NODELAY set, or a unix-domain socket (for the request-driven
+/// HTTP/1.1 client, no handshake task).
 pub(crate) async fn connect_plain(
-    addr: SocketAddr,
+    addr: &PeerAddr,
     timeout: Duration,
-) -> Result<TcpStream, ConnectError> {
-    match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
-        Ok(Ok(tcp)) => {
-            let _ = tcp.set_nodelay(true);
-            Ok(tcp)
+) -> Result<Stream, ConnectError> {
+    let fut = async {
+        match addr {
+            PeerAddr::Inet(a) => TcpStream::connect(a).await.map(|tcp| {
+                let _ = tcp.set_nodelay(true);
+                Stream::Tcp(tcp)
+            }),
+            PeerAddr::Unix(p) => tokio::net::UnixStream::connect(p).await.map(Stream::Unix),
         }
-        Ok(Err(source)) => Err(ConnectError::Io { addr, source }),
-        Err(_) => Err(ConnectError::Timeout { addr, timeout }),
+    };
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(Ok(s)) => Ok(s),
+        Ok(Err(source)) => Err(ConnectError::Io {
+            addr: addr.clone(),
+            source,
+        }),
+        Err(_) => Err(ConnectError::Timeout {
+            addr: addr.clone(),
+            timeout,
+        }),
     }
 }
 
-async fn handshake<T>(io: T, addr: SocketAddr) -> Result<SendRequest<UpBody>, ConnectError>
+async fn handshake<T>(io: T, addr: &PeerAddr) -> Result<SendRequest<UpBody>, ConnectError>
 where
     T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     let (sender, conn) = http1::Builder::new()
         .handshake(io)
         .await
-        .map_err(|source| ConnectError::Handshake { addr, source })?;
+        .map_err(|source| ConnectError::Handshake {
+            addr: addr.clone(),
+            source,
+        })?;
     tokio::spawn(async move {
         let _ = conn.with_upgrades().await;
     });

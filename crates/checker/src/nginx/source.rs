@@ -187,7 +187,9 @@ fn peer_ids(u: &UpstreamConfig) -> Vec<PeerId> {
 
 fn directive_lines(d: &Directive, u: &UpstreamConfig) -> Vec<Line> {
     let ids = peer_ids(u);
-    let mut servers = u.servers.iter().zip(ids);
+    // One line per written server: a name of several addresses is several
+    // peers, the line stands for its first.
+    let mut servers = u.servers.iter().zip(ids).filter(|(s, _)| s.addr_nth == 0);
     let mut out = Vec::new();
     for d in d.block.iter().flatten() {
         // Stock nginx refuses tengine's check and vigil's own health rules.
@@ -288,7 +290,12 @@ fn model_lines(u: &UpstreamConfig) -> Vec<Line> {
     if let Some(z) = &u.zone {
         out.push(Line::Other(format!("zone {}", quote_str(z, false))));
     }
-    for (s, peer) in u.servers.iter().zip(peer_ids(u)) {
+    for (s, peer) in u
+        .servers
+        .iter()
+        .zip(peer_ids(u))
+        .filter(|(s, _)| s.addr_nth == 0)
+    {
         let mut text = format!("server {}", quote_str(&s.address, false));
         if s.weight.get() != 1 {
             text.push_str(&format!(" weight={}", s.weight));

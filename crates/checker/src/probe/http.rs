@@ -163,6 +163,7 @@ pub async fn judge_reply(
 ) -> Result<String, ProbeFailure> {
     let target = Target {
         addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        unix: None,
         kind: CheckKind::Http,
         server_name: "127.0.0.1".to_string(),
         http: check.clone(),

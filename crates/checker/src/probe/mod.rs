@@ -35,6 +35,9 @@ const TCP_PEEK_WINDOW: Duration = Duration::from_millis(50);
 pub struct Target {
     /// Where to connect (the server's address, or its host with `port=`).
     pub addr: SocketAddr,
+    /// The unix-domain socket to connect to instead of `addr` (`server
+    /// unix:/path`; `port=` does not apply).
+    pub unix: Option<std::path::PathBuf>,
     /// `tcp`, `http` or `https`.
     pub kind: CheckKind,
     /// The host part of the server's address as written: the TLS server
@@ -103,6 +106,7 @@ impl std::fmt::Debug for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Target")
             .field("addr", &self.addr)
+            .field("unix", &self.unix)
             .field("kind", &self.kind)
             .field("server_name", &self.server_name)
             .field("timeout", &self.timeout)
@@ -178,6 +182,24 @@ impl Prober for NetProber {
 /// Probe `target` once over the network.
 pub async fn run(target: &Target) -> ProbeResult {
     let deadline = Deadline::new(target.timeout);
+    if let Some(path) = &target.unix {
+        let s = deadline
+            .within(
+                ProbePhase::Connect,
+                "connecting",
+                tokio::net::UnixStream::connect(path),
+            )
+            .await?
+            .map_err(|e| ProbeFailure::io(ProbePhase::Connect, &e))?;
+        return match target.kind {
+            CheckKind::Tcp => peek_unix(s, &deadline).await,
+            CheckKind::Http => http::exchange(s, target, &deadline).await,
+            CheckKind::Https => {
+                let tls = tls::handshake(s, target, &deadline).await?;
+                http::exchange(tls, target, &deadline).await
+            }
+        };
+    }
     let tcp = deadline
         .within(
             ProbePhase::Connect,
@@ -202,6 +224,32 @@ async fn peek(tcp: TcpStream, deadline: &Deadline) -> ProbeResult {
     let mut buf = [0u8; 1];
     let window = deadline.remaining().min(TCP_PEEK_WINDOW);
     match tokio::time::timeout(window, tcp.peek(&mut buf)).await {
+        Err(_) => Ok("connected".into()),
+        Ok(Ok(0)) => Err(ProbeFailure::new(
+            ProbePhase::Connect,
+            FailureKind::Io,
+            "connection closed by the peer right after connect",
+        )),
+        Ok(Ok(_)) => Ok("connected (the peer spoke first)".into()),
+        Ok(Err(e)) => Err(ProbeFailure::io(ProbePhase::Connect, &e)),
+    }
+}
+
+/// [`peek`] on a unix-domain socket (tokio has no `peek` there: the byte
+/// read, if any, is of a connection the probe drops anyway).
+async fn peek_unix(s: tokio::net::UnixStream, deadline: &Deadline) -> ProbeResult {
+    let window = deadline.remaining().min(TCP_PEEK_WINDOW);
+    let watch = async {
+        loop {
+            s.readable().await?;
+            let mut buf = [0u8; 1];
+            match s.try_read(&mut buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                other => return other,
+            }
+        }
+    };
+    match tokio::time::timeout(window, watch).await {
         Err(_) => Ok("connected".into()),
         Ok(Ok(0)) => Err(ProbeFailure::new(
             ProbePhase::Connect,

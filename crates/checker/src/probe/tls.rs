@@ -13,7 +13,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use rustls::pki_types::ServerName;
-use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use vigil_core::config::Config;
 use vigil_core::health::ProbePhase;
@@ -167,11 +166,14 @@ pub fn host_of(address: &str) -> &str {
 }
 
 /// The TLS handshake of an `https` probe.
-pub(super) async fn handshake(
-    tcp: TcpStream,
+pub(super) async fn handshake<S>(
+    tcp: S,
     t: &Target,
     deadline: &Deadline,
-) -> Result<TlsStream<TcpStream>, ProbeFailure> {
+) -> Result<TlsStream<S>, ProbeFailure>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     let fail = |detail: String| ProbeFailure::new(ProbePhase::Tls, FailureKind::Tls, detail);
     let Some(config) = t.tls.clone() else {
         return Err(fail("no TLS settings for an https probe".into()));

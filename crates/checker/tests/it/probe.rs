@@ -19,6 +19,7 @@ const OK: &str = "HTTP/1.1 200 OK\r\nContent-Length: 7\r\nConnection: close\r\n\
 fn target(addr: SocketAddr, kind: CheckKind) -> Target {
     Target {
         addr,
+        unix: None,
         kind,
         server_name: "127.0.0.1".into(),
         http: HttpCheck::default(),
@@ -305,4 +306,62 @@ async fn https_refuses_a_certificate_for_another_name() {
         ..TlsOptions::default()
     };
     assert!(run(&https(addr, "localhost", &off)).await.is_ok());
+}
+
+/// A unix-domain socket in a temp dir that answers `reply` to each
+/// connection (after reading the request), or closes at once when empty.
+async fn unix_peer(reply: &'static str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("peer.sock");
+    let listener = tokio::net::UnixListener::bind(&path).expect("bind unix");
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            if reply.is_empty() {
+                drop(s);
+                continue;
+            }
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf).await;
+                let _ = s.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    (dir, path)
+}
+
+fn unix_target(path: &std::path::Path, kind: CheckKind) -> Target {
+    Target {
+        unix: Some(path.to_path_buf()),
+        ..target(refused_addr(), kind)
+    }
+}
+
+#[tokio::test]
+async fn probes_reach_a_unix_socket_peer() {
+    let (_dir, path) = unix_peer(OK).await;
+    assert_eq!(
+        run(&unix_target(&path, CheckKind::Http)).await.as_deref(),
+        Ok("HTTP 200")
+    );
+    // tcp on a unix socket: connected, nothing said.
+    assert_eq!(
+        run(&unix_target(&path, CheckKind::Tcp)).await.as_deref(),
+        Ok("connected")
+    );
+    let (_dir2, closing) = unix_peer("").await;
+    let f = run(&unix_target(&closing, CheckKind::Tcp))
+        .await
+        .expect_err("closed at once");
+    assert_eq!(f.phase(), ProbePhase::Connect);
+    assert_eq!(
+        f.detail(),
+        "connection closed by the peer right after connect"
+    );
+    // A path nobody listens on: a connect failure, as nginx's connect().
+    let missing = _dir.path().join("missing.sock");
+    let f = run(&unix_target(&missing, CheckKind::Http))
+        .await
+        .expect_err("no socket");
+    assert_eq!(f.phase(), ProbePhase::Connect);
 }

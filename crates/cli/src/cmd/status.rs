@@ -282,6 +282,10 @@ fn table(peers: &[PeerView], colour: bool, checker: bool) -> String {
 /// The peer's name as configured, with the address it resolved to when
 /// that is other text (`backend.internal:8080 (10.0.0.7:8080)`).
 fn peer_name(p: &PeerView) -> String {
+    if let Some(server) = &p.server {
+        // One of several addresses of a written name.
+        return format!("{} ({server})", p.address);
+    }
     if p.addr.is_empty() || p.addr == p.address {
         p.address.clone()
     } else {
@@ -520,6 +524,17 @@ mod tests {
         assert_eq!(&b[conns_end - 1..conns_end], "0", "{out}");
         // No trailing blanks.
         assert!(lines.iter().all(|l| !l.ends_with(' ')), "{out}");
+    }
+
+    #[test]
+    fn a_peer_of_a_name_with_several_addresses_shows_the_written_server() {
+        let d = doc_of(vec![
+            serde_json::json!({"address": "10.0.0.1:80", "addr": "10.0.0.1:80", "server": "app:80"}),
+            serde_json::json!({"address": "app2:80", "addr": "10.0.0.9:80"}),
+        ]);
+        let out = render(&d, false);
+        assert!(out.contains("10.0.0.1:80 (app:80)"), "{out}");
+        assert!(out.contains("app2:80 (10.0.0.9:80)"), "{out}");
     }
 
     #[test]

@@ -227,8 +227,14 @@ pub struct CheckView {
 /// One peer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PeerView {
-    /// Address as configured.
+    /// The peer's name: the address as configured, or the resolved
+    /// address when the configured name resolved to several (then
+    /// `server` has the configured text).
     pub address: String,
+    /// The `server` line's address as written, when it is not `address`
+    /// (a name that resolved to several addresses, one peer each).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
     /// The resolved socket address (`$upstream_addr`); the same text as
     /// `address` when that is an IP address and port.
     #[serde(default)]
@@ -616,7 +622,8 @@ fn peer_view(s: &PeerStatus, clock: &dyn Clock) -> PeerView {
     let halved = s.peer.halved_until();
     let halved = (halved != Timestamp(0) && clock.now() < halved).then_some(halved);
     PeerView {
-        address: cfg.address.clone(),
+        address: s.peer.name().to_string(),
+        server: (**s.peer.name() != *cfg.address).then(|| cfg.address.clone()),
         addr: s.peer.addr_text().to_string(),
         backup: s.backup,
         state: state.into(),

@@ -40,6 +40,10 @@ pub(crate) enum AddrError {
     NoHost,
     /// `unix:` addresses.
     Unix,
+    /// `unix:` with nothing after it.
+    NoUnixPath,
+    /// A `unix:` path longer than `sun_path` holds (107 bytes).
+    UnixPathTooLong,
     /// `host not found`, with what the resolver said.
     NotFound(String),
 }
@@ -55,6 +59,8 @@ impl AddrError {
             AddrError::InvalidIpv6 => "invalid IPv6 address",
             AddrError::NoHost => "no host",
             AddrError::Unix => "unix sockets are not supported",
+            AddrError::NoUnixPath => "no path in the unix domain socket",
+            AddrError::UnixPathTooLong => "too long path in the unix domain socket",
             AddrError::NotFound(_) => "host not found",
         }
     }
@@ -77,26 +83,55 @@ impl AddrError {
     }
 }
 
-/// Parse and resolve `text` to one address (`default_port` when it has none).
+/// The path of a `unix:/path` address (nginx's `ngx_parse_unix_domain_url`:
+/// the prefix in any case, a path of 1 to 107 bytes, as `sun_path` holds it
+/// with its NUL); None when `text` is not a `unix:` address.
+pub(crate) fn unix_path(text: &str) -> Option<Result<std::path::PathBuf, AddrError>> {
+    let prefix = text.get(..5)?;
+    if !prefix.eq_ignore_ascii_case("unix:") {
+        return None;
+    }
+    let path = &text[5..];
+    Some(match path.len() {
+        0 => Err(AddrError::NoUnixPath),
+        n if n + 1 > 108 => Err(AddrError::UnixPathTooLong),
+        _ => Ok(std::path::PathBuf::from(path)),
+    })
+}
+
+/// Parse and resolve `text` to one address (`default_port` when it has
+/// none): the first the resolver gives, as nginx's `listen` takes.
 pub(crate) fn resolve(
     text: &str,
     default_port: u16,
     used: Use,
     resolve: Resolver<'_>,
 ) -> Result<SocketAddr, AddrError> {
+    resolve_all(text, default_port, used, resolve).map(|a| a[0])
+}
+
+/// Parse and resolve `text` to every address its name has, in the
+/// resolver's order (nginx's `ngx_inet_resolve_host`: getaddrinfo's order,
+/// IPv4 and IPv6 alike, nothing removed); never empty.
+pub(crate) fn resolve_all(
+    text: &str,
+    default_port: u16,
+    used: Use,
+    resolve: Resolver<'_>,
+) -> Result<Vec<SocketAddr>, AddrError> {
     if text.starts_with("unix:") {
         return Err(AddrError::Unix);
     }
     let (host, port) = split(text, default_port, used)?;
     let host = match host {
-        Host::Ip(ip) => return Ok(SocketAddr::new(ip, port)),
+        Host::Ip(ip) => return Ok(vec![SocketAddr::new(ip, port)]),
         Host::Name(h) => h,
     };
     let addrs = resolve(host, port).map_err(|e| AddrError::NotFound(e.to_string()))?;
-    addrs
-        .first()
-        .copied()
-        .ok_or_else(|| AddrError::NotFound(String::new()))
+    if addrs.is_empty() {
+        return Err(AddrError::NotFound(String::new()));
+    }
+    Ok(addrs)
 }
 
 enum Host<'a> {
@@ -218,6 +253,24 @@ mod tests {
         assert!(matches!(upstream("*"), Err(AddrError::NotFound(_))));
         // A bare number is a host name to an upstream (nginx resolves it).
         assert!(matches!(upstream("8080"), Err(AddrError::NotFound(_))));
+    }
+
+    #[test]
+    fn unix_paths_as_nginx_reads_them() {
+        assert_eq!(unix_path("127.0.0.1:80"), None);
+        assert_eq!(unix_path("unix"), None);
+        assert_eq!(
+            unix_path("unix:/run/a.sock"),
+            Some(Ok("/run/a.sock".into()))
+        );
+        assert_eq!(unix_path("UNIX:/a"), Some(Ok("/a".into())));
+        // nginx takes any text as the path, relative ones too.
+        assert_eq!(unix_path("unix:a b"), Some(Ok("a b".into())));
+        assert_eq!(unix_path("unix:"), Some(Err(AddrError::NoUnixPath)));
+        let longest = format!("unix:/{}", "x".repeat(106));
+        assert!(matches!(unix_path(&longest), Some(Ok(_))));
+        let too_long = format!("unix:/{}", "x".repeat(107));
+        assert_eq!(unix_path(&too_long), Some(Err(AddrError::UnixPathTooLong)));
     }
 
     #[test]

@@ -340,8 +340,18 @@ pub struct ServerConfig {
     /// The address as written (`127.0.0.1:8080`, `backend1:80`); consistent
     /// hashing hashes this text, as nginx does.
     pub address: String,
-    /// The resolved socket address.
+    /// The resolved socket address (`0.0.0.0:0` for a `unix:` server:
+    /// connect to [`ServerConfig::peer_addr`]).
     pub addr: SocketAddr,
+    /// The socket path of `server unix:/path`.
+    pub unix: Option<std::path::PathBuf>,
+    /// Which of the addresses `address` resolved to this server is
+    /// (0-based): nginx makes one peer per address of a `server` line
+    /// (`ngx_http_upstream_init_round_robin`), each with the line's
+    /// parameters; see [`ServerConfig::per_address`].
+    pub addr_nth: u32,
+    /// How many addresses `address` resolved to (1 for an IP address).
+    pub addr_count: u32,
     /// `weight=N`, default 1.
     pub weight: NonZeroU32,
     /// `max_fails=N`, default 1; 0 disables the exclusion test.
@@ -1064,6 +1074,9 @@ impl ServerConfig {
         Self {
             address: address.into(),
             addr,
+            unix: None,
+            addr_nth: 0,
+            addr_count: 1,
             weight: NonZeroU32::MIN,
             max_fails: 1,
             fail_timeout: Duration::from_secs(10),
@@ -1073,6 +1086,88 @@ impl ServerConfig {
             slow_start: None,
             origin: Origin::default(),
         }
+    }
+}
+
+/// Where a peer is reached: a TCP socket address, or the path of a
+/// unix-domain socket (`server unix:/path`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum PeerAddr {
+    /// IPv4 or IPv6 address and port.
+    Inet(SocketAddr),
+    /// A unix-domain socket.
+    Unix(std::path::PathBuf),
+}
+
+impl std::fmt::Display for PeerAddr {
+    /// `10.0.0.7:8080`, `[::1]:80`, or `unix:/path` (nginx's `$upstream_addr`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PeerAddr::Inet(a) => a.fmt(f),
+            PeerAddr::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// A `server unix:PATH` with nginx's defaults.
+    pub fn unix(address: impl Into<String>, path: std::path::PathBuf) -> Self {
+        let mut s = Self::new(address, SocketAddr::from(([0, 0, 0, 0], 0)));
+        s.unix = Some(path);
+        s
+    }
+
+    /// Where to connect: the unix path when there is one, else `addr`.
+    pub fn peer_addr(&self) -> PeerAddr {
+        match &self.unix {
+            Some(p) => PeerAddr::Unix(p.clone()),
+            None => PeerAddr::Inet(self.addr),
+        }
+    }
+
+    /// One server per address of `addrs` (in that order), each a copy of
+    /// `self` (its `addr` replaced), as nginx makes one peer per address
+    /// of a `server` line whose name resolves to several; `self` alone
+    /// when `addrs` is empty.
+    pub fn per_address(self, addrs: &[SocketAddr]) -> Vec<Self> {
+        if addrs.is_empty() {
+            return vec![self];
+        }
+        let count = addrs.len() as u32;
+        addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| Self {
+                addr: *a,
+                addr_nth: i as u32,
+                addr_count: count,
+                ..self.clone()
+            })
+            .collect()
+    }
+
+    /// The peer's name: the address as written when it stands for one
+    /// address; the resolved address (`10.0.0.7:8080`) when the written
+    /// name resolved to several (nginx Plus's API names such peers by
+    /// address too, with the written text as `server`).
+    pub fn peer_name(&self) -> String {
+        if self.addr_count > 1 {
+            self.addr.to_string()
+        } else {
+            self.address.clone()
+        }
+    }
+
+    /// Whether `other` is the same server of the same line, whatever the
+    /// number of addresses its name resolved to: what a reload keeps
+    /// state across.
+    pub fn same_server(&self, other: &Self) -> bool {
+        let norm = |s: &Self| Self {
+            addr_nth: 0,
+            addr_count: 1,
+            ..s.clone()
+        };
+        self.addr == other.addr && norm(self) == norm(other)
     }
 }
 

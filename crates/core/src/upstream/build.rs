@@ -94,7 +94,7 @@ impl Upstream {
             let Some(old) = prev
                 .peers
                 .iter()
-                .find(|o| o.config() == peer.config() && o.config().addr == peer.config().addr)
+                .find(|o| o.config().same_server(peer.config()))
             else {
                 continue;
             };

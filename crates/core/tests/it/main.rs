@@ -1,5 +1,6 @@
 //! vigil-core integration tests: one binary, one module per subject.
 
+mod addresses;
 mod conf_files;
 mod conformance;
 mod corpus;

@@ -4,7 +4,6 @@
 //! tracer is set, are built when the request's answer is ready, from the
 //! times noted on the way.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
@@ -12,6 +11,7 @@ use tokio::time::Instant;
 use http::Method;
 use opentelemetry::trace::{Span as _, SpanKind, Status, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
+use vigil_core::config::PeerAddr;
 use vigil_core::peer::Peer;
 use vigil_core::upstream::Accounting;
 use vigil_core::RetryDenied;
@@ -36,7 +36,7 @@ struct RequestTrace<'a> {
 
 struct AttemptTrace {
     peer: Arc<str>,
-    addr: SocketAddr,
+    addr: PeerAddr,
     outcome: Outcome,
     status: Option<u16>,
     connect_time: Option<f64>,
@@ -90,7 +90,7 @@ impl<'a> RequestObserver<'a> {
         if let Some(t) = &mut self.trace {
             t.attempts.push(AttemptTrace {
                 peer: peer.name().clone(),
-                addr: peer.config().addr,
+                addr: peer.config().peer_addr(),
                 outcome,
                 status,
                 connect_time,
@@ -175,11 +175,23 @@ impl RequestTrace<'_> {
         for a in self.attempts {
             let mut attributes = vec![
                 KeyValue::new("vigil.peer", a.peer),
-                KeyValue::new("network.peer.address", a.addr.ip().to_string()),
-                KeyValue::new("network.peer.port", i64::from(a.addr.port())),
                 KeyValue::new("vigil.outcome", a.outcome.as_str()),
                 KeyValue::new("vigil.duration_s", a.duration.as_secs_f64()),
             ];
+            match &a.addr {
+                PeerAddr::Inet(sa) => {
+                    attributes.push(KeyValue::new("network.peer.address", sa.ip().to_string()));
+                    attributes.push(KeyValue::new("network.peer.port", i64::from(sa.port())));
+                }
+                // OpenTelemetry's semantic conventions: the path, transport `unix`.
+                PeerAddr::Unix(p) => {
+                    attributes.push(KeyValue::new(
+                        "network.peer.address",
+                        p.display().to_string(),
+                    ));
+                    attributes.push(KeyValue::new("network.transport", "unix"));
+                }
+            }
             if let Some(c) = a.connect_time {
                 attributes.push(KeyValue::new("vigil.connect_time_s", c));
             }

@@ -12,7 +12,6 @@ use bytes::{Buf, Bytes};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use hyper::body::{Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 
 use super::H1;
 
@@ -315,7 +314,7 @@ fn invalid(what: &'static str) -> io::Error {
 /// An upgraded (101) upstream connection: the bytes read past the head
 /// first, then the socket.
 pub(crate) struct Upgraded {
-    io: TcpStream,
+    io: super::Stream,
     pre: Bytes,
 }
 

@@ -12,6 +12,7 @@
 
 mod body;
 mod head;
+mod stream;
 
 use std::io;
 use std::pin::Pin;
@@ -22,12 +23,12 @@ use http::{HeaderMap, Method, Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::{Body as _, Incoming};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::body::{BoxError, UpBody};
 
 pub(crate) use body::{H1Body, Upgraded};
+pub(crate) use stream::Stream;
 
 /// The longest response head read (hyper's default read buffer limit).
 const MAX_HEAD: usize = 8192 + 4096 * 100;
@@ -37,7 +38,7 @@ const READ_MAX: usize = 64 * 1024;
 
 /// One plain HTTP/1.1 connection to a peer.
 pub(crate) struct H1 {
-    io: TcpStream,
+    io: Stream,
     /// Bytes read and not yet consumed (empty while idle).
     buf: BytesMut,
     /// The next read's size (grows while reads fill it).
@@ -187,8 +188,8 @@ impl OnUpgrade {
 }
 
 impl H1 {
-    /// A connection over `io` (connected, TCP_NODELAY set).
-    pub(crate) fn new(io: TcpStream) -> Self {
+    /// A connection over `io` (connected, TCP_NODELAY set on TCP).
+    pub(crate) fn new(io: Stream) -> Self {
         Self {
             io,
             buf: BytesMut::new(),
@@ -466,6 +467,6 @@ fn set_length(headers: &mut HeaderMap, method: &Method, body: &UpBody) -> Framin
 }
 
 /// The stream of an upgraded connection (used by [`Upgraded`]).
-pub(crate) fn into_parts(h1: H1) -> (TcpStream, BytesMut) {
+pub(crate) fn into_parts(h1: H1) -> (Stream, BytesMut) {
     (h1.io, h1.buf)
 }

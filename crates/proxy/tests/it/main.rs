@@ -3,6 +3,7 @@
 
 mod access;
 mod access_log;
+mod addresses;
 mod behaviour;
 mod bodies;
 mod gzip;

@@ -14,7 +14,7 @@ use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use vigil_core::config::{literal_resolver, nginx};
+use vigil_core::config::{literal_resolver, nginx, Resolver};
 use vigil_core::event::EventBus;
 use vigil_core::{Clock, SystemClock};
 use vigil_proxy::{Generation, Proxy};
@@ -46,6 +46,16 @@ impl Backend {
             .await
             .expect("bind backend");
         Self::serve(listener, Arc::new(handler))
+    }
+
+    /// A backend answering 200 with `name` on `addr` (another loopback
+    /// address, a chosen port); None when it is taken.
+    pub(crate) async fn named_on(addr: SocketAddr, name: &'static str) -> Option<Self> {
+        let listener = TcpListener::bind(addr).await.ok()?;
+        Some(Self::serve(
+            listener,
+            Arc::new(move |_: &Seen| Response::new(Full::new(Bytes::from(name)))),
+        ))
     }
 
     /// A backend answering 200 with `name` as the body.
@@ -128,15 +138,24 @@ pub(crate) struct Running {
 }
 
 pub(crate) fn load(text: &str) -> vigil_core::config::Config {
-    nginx::load_str(text, "test.conf".as_ref(), ".".as_ref(), &literal_resolver)
+    load_with(text, &literal_resolver)
+}
+
+fn load_with(text: &str, resolve: Resolver<'_>) -> vigil_core::config::Config {
+    nginx::load_str(text, "test.conf".as_ref(), ".".as_ref(), resolve)
         .unwrap_or_else(|e| panic!("{e}\n{text}"))
         .config
 }
 
 pub(crate) async fn start_proxy(conf: &str) -> Running {
+    start_proxy_with(conf, &literal_resolver).await
+}
+
+/// As [`start_proxy`], names looked up with `resolve`.
+pub(crate) async fn start_proxy_with(conf: &str, resolve: Resolver<'_>) -> Running {
     let addr = vigil_testkit::free_addr();
     let text = conf.replace("{LISTEN}", &addr.to_string());
-    let config = load(&text);
+    let config = load_with(&text, resolve);
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let events = Arc::new(EventBus::default());
     let generation =

@@ -36,7 +36,12 @@ impl Nginx {
     /// Start nginx on `http_body` (the inside of `http {}`, `{LISTEN}`
     /// already replaced) and wait until it accepts on `addr`.
     pub(crate) async fn start(http_body: &str, addr: SocketAddr) -> Self {
-        let bin = nginx_bin();
+        Self::start_bin(http_body, addr, nginx_bin()).await
+    }
+
+    /// As [`Nginx::start`], with `bin` run for nginx (and for its `-s
+    /// stop`): a wrapper script that runs the stock nginx in a namespace.
+    pub(crate) async fn start_bin(http_body: &str, addr: SocketAddr, bin: PathBuf) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let d = dir.path().display();
         for sub in ["body", "proxy", "fastcgi", "uwsgi", "scgi"] {

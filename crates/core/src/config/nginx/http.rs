@@ -499,12 +499,13 @@ fn proxy_pass(cx: &mut Context<'_>, d: &Directive) -> Result<ProxyPass, ConfigEr
             quoted: a.quoted,
             span: a.span.clone(),
         };
-        let addr = super::upstream::resolve_as(cx, &quoted, host, default_port, Use::Upstream)?;
+        // nginx makes the implicit upstream one peer per address of the name.
+        let addrs = super::upstream::resolve_all(cx, &quoted, host, default_port)?;
         let mut up = UpstreamConfig::new(host);
         up.origin = origin(&d.span);
-        let mut s = ServerConfig::new(host, addr);
+        let mut s = ServerConfig::new(host, addrs[0]);
         s.origin = origin(&d.span);
-        up.servers.push(s);
+        up.servers.extend(s.per_address(&addrs));
         if !cx.config.upstreams.iter().any(|u| u.name == host) {
             cx.config.upstreams.push(up);
         }

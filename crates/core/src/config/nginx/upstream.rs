@@ -149,7 +149,7 @@ fn upstream_directive<'d>(
     traffic_seen: &mut Vec<(String, String)>,
 ) -> Result<(), ConfigError> {
     match d.name.as_str() {
-        "server" => up.servers.push(server(cx, d)?),
+        "server" => up.servers.extend(server(cx, d)?),
         "least_conn" | "ip_hash" | "hash" | "random" => {
             if let Some(prev) = balancer_at {
                 return Err(ConfigError::invalid(
@@ -246,7 +246,9 @@ fn balancer(d: &Directive) -> Result<Balancer, ConfigError> {
     })
 }
 
-fn server(cx: &mut Context<'_>, d: &Directive) -> Result<ServerConfig, ConfigError> {
+/// A `server` line: one server per address its name resolves to, as nginx
+/// makes one peer per address.
+fn server(cx: &mut Context<'_>, d: &Directive) -> Result<Vec<ServerConfig>, ConfigError> {
     no_block(d)?;
     let Some((addr_arg, params)) = d.args.split_first() else {
         return Err(ConfigError::invalid(
@@ -254,15 +256,34 @@ fn server(cx: &mut Context<'_>, d: &Directive) -> Result<ServerConfig, ConfigErr
             "invalid number of arguments in \"server\" directive",
         ));
     };
-    let addr = resolve_one(cx, addr_arg, 80)?;
-    let mut s = ServerConfig::new(addr_arg.value.clone(), addr);
+    // `resolve` (nginx 1.27.3+, Plus) names a host that may not resolve at
+    // start: refuse the parameter before looking the name up (lenient: the
+    // server kept without it, as other refused parameters).
+    if let Some(p) = params.iter().find(|p| p.value == "resolve") {
+        cx.keep::<()>(Err(ConfigError::invalid(
+            &p.span,
+            "server parameter \"resolve\" is not supported by vigil (names are resolved once, at load)",
+        )))?;
+    }
+    let (mut s, addrs) = match addr::unix_path(&addr_arg.value) {
+        Some(path) => {
+            let path = path.map_err(|e| {
+                ConfigError::invalid(&addr_arg.span, e.message("upstream ", &addr_arg.value, ""))
+            })?;
+            (ServerConfig::unix(addr_arg.value.clone(), path), Vec::new())
+        }
+        None => {
+            let addrs = resolve_all(cx, addr_arg, &addr_arg.value, 80)?;
+            (ServerConfig::new(addr_arg.value.clone(), addrs[0]), addrs)
+        }
+    };
     s.origin = origin(&d.span);
-    for p in params {
+    for p in params.iter().filter(|p| p.value != "resolve") {
         // Lenient: a refused parameter is left out, the server kept.
         let r = server_param(&mut s, d, p);
         cx.keep(r)?;
     }
-    Ok(s)
+    Ok(s.per_address(&addrs))
 }
 
 fn server_param(s: &mut ServerConfig, d: &Directive, p: &Arg) -> Result<(), ConfigError> {
@@ -303,14 +324,17 @@ fn value_arg(p: &Arg, value: &str) -> Arg {
     }
 }
 
-/// Resolve an upstream `server`'s `host[:port]` (or `[v6]:port`) to one
-/// address, with nginx's errors (`invalid port in upstream "h:0"`).
-pub(super) fn resolve_one(
+/// Resolve an upstream address `text` (the address part of `a`) to every
+/// address of its name, with nginx's errors (`host not found in upstream
+/// "TEXT"`, quoting `a`).
+pub(super) fn resolve_all(
     cx: &Context<'_>,
     a: &Arg,
+    text: &str,
     default_port: u16,
-) -> Result<std::net::SocketAddr, ConfigError> {
-    resolve_as(cx, a, &a.value, default_port, addr::Use::Upstream)
+) -> Result<Vec<std::net::SocketAddr>, ConfigError> {
+    addr::resolve_all(text, default_port, addr::Use::Upstream, cx.resolve)
+        .map_err(|e| ConfigError::invalid(&a.span, e.message("upstream ", &a.value, "")))
 }
 
 /// Resolve `text` (the address part of `a`) for `used`; an error quotes

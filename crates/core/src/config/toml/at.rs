@@ -85,6 +85,20 @@ impl<'f> At<'f> {
     }
 }
 
+impl At<'_> {
+    /// As [`At::resolve`], to every address of the name (an upstream's
+    /// server: one peer per address, as nginx makes).
+    pub(crate) fn resolve_all(
+        &self,
+        resolve: Resolver<'_>,
+        text: &str,
+        default_port: u16,
+    ) -> Result<Vec<SocketAddr>, ConfigError> {
+        addr::resolve_all(text, default_port, Use::Upstream, resolve)
+            .map_err(|e| self.err(e.message("", text, "")))
+    }
+}
+
 impl fmt::Display for At<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.path.is_empty() {

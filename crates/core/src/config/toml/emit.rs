@@ -119,7 +119,13 @@ fn upstream(u: &UpstreamConfig) -> RawUpstream {
             .map(|k| format_time(k.timeout)),
         keepalive_requests: k.filter(|k| k.requests != 1000).map(|k| k.requests),
         zone: u.zone.clone(),
-        server: u.servers.iter().map(peer).collect(),
+        // One entry per written line: its other addresses come back on load.
+        server: u
+            .servers
+            .iter()
+            .filter(|s| s.addr_nth == 0)
+            .map(peer)
+            .collect(),
         check: u.check.as_ref().map(check),
         passive_count: passive_count(rules),
         passive_recovery: (rules.recovery != Recovery::Window).then(|| rules.recovery.word()),

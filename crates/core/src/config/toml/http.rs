@@ -239,8 +239,8 @@ fn proxy_pass(cx: &mut Cx<'_, '_>, url: &str, at: &At<'_>) -> Result<ProxyPass, 
         )));
     }
     if !cx.upstreams.iter().any(|u| u.name == host) {
-        let addr = at
-            .resolve(cx.resolve, host, if tls { 443 } else { 80 }, Use::Upstream)
+        let addrs = at
+            .resolve_all(cx.resolve, host, if tls { 443 } else { 80 })
             .map_err(|e| match e {
                 ConfigError::Invalid { at, message } => ConfigError::Invalid {
                     at,
@@ -249,7 +249,9 @@ fn proxy_pass(cx: &mut Cx<'_, '_>, url: &str, at: &At<'_>) -> Result<ProxyPass, 
                 other => other,
             })?;
         let mut up = UpstreamConfig::new(host);
-        up.servers.push(ServerConfig::new(host, addr));
+        // nginx makes the implicit upstream one peer per address of the name.
+        up.servers
+            .extend(ServerConfig::new(host, addrs[0]).per_address(&addrs));
         cx.upstreams.push(up);
     }
     Ok(ProxyPass {

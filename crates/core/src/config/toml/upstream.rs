@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use super::at::At;
 use super::raw::{RawCheck, RawPeer, RawUpstream};
-use crate::config::addr::Use;
 use crate::config::validate::RuleProblem;
 use crate::config::{
     preset, validate, Balancer, CheckConfig, CheckKind, ConfigError, HealthRules, InitialState,
@@ -30,7 +29,7 @@ pub(super) fn upstream(
     up.balancer = balancer(raw, at)?;
     for (i, s) in raw.server.iter().enumerate() {
         up.servers
-            .push(server(s, &at.key("server").index(i), resolve)?);
+            .extend(server(s, &at.key("server").index(i), resolve)?);
     }
     if up.servers.is_empty() {
         return Err(at
@@ -107,11 +106,23 @@ fn balancer_word(b: &Balancer) -> &'static str {
     }
 }
 
-fn server(raw: &RawPeer, at: &At<'_>, resolve: Resolver<'_>) -> Result<ServerConfig, ConfigError> {
-    let addr = at
-        .key("address")
-        .resolve(resolve, &raw.address, 80, Use::Upstream)?;
-    let mut s = ServerConfig::new(raw.address.clone(), addr);
+/// One server per address `raw.address` resolves to, as nginx makes one
+/// peer per address of a `server` line.
+fn server(
+    raw: &RawPeer,
+    at: &At<'_>,
+    resolve: Resolver<'_>,
+) -> Result<Vec<ServerConfig>, ConfigError> {
+    let (mut s, addrs) = match crate::config::addr::unix_path(&raw.address) {
+        Some(path) => {
+            let path = path.map_err(|e| at.key("address").err(e.message("", &raw.address, "")))?;
+            (ServerConfig::unix(raw.address.clone(), path), Vec::new())
+        }
+        None => {
+            let addrs = at.key("address").resolve_all(resolve, &raw.address, 80)?;
+            (ServerConfig::new(raw.address.clone(), addrs[0]), addrs)
+        }
+    };
     if let Some(w) = raw.weight {
         s.weight = NonZeroU32::new(w)
             .ok_or_else(|| at.key("weight").err("invalid weight 0, expected 1 or more"))?;
@@ -130,7 +141,7 @@ fn server(raw: &RawPeer, at: &At<'_>, resolve: Resolver<'_>) -> Result<ServerCon
     if let Some(t) = &raw.slow_start {
         s.slow_start = Some(at.key("slow_start").time(t)?);
     }
-    Ok(s)
+    Ok(s.per_address(&addrs))
 }
 
 /// The vigil-only rule keys of `[upstream.NAME]`.
