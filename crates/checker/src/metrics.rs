@@ -7,7 +7,6 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,7 +49,8 @@ pub struct Metrics {
 /// Counters of one target.
 pub(crate) struct TargetStats {
     /// The `peer` label: where the probe connects.
-    addr: SocketAddr,
+    /// The `addr` label: `ip:port`, or `unix:/path` for a unix-socket peer.
+    addr: Arc<str>,
     /// The `type` label.
     kind: &'static str,
     ok: AtomicU64,
@@ -115,9 +115,9 @@ impl Metrics {
 /// type (dedup off) summed, and the transition counters.
 impl Collector for Metrics {
     fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
-        let mut sums: BTreeMap<(SocketAddr, &'static str), Sum> = BTreeMap::new();
+        let mut sums: BTreeMap<(Arc<str>, &'static str), Sum> = BTreeMap::new();
         for s in self.targets.iter() {
-            let sum = sums.entry((s.addr, s.kind)).or_default();
+            let sum = sums.entry((s.addr.clone(), s.kind)).or_default();
             sum.ok += s.ok.load(Ordering::Relaxed);
             for (a, b) in sum.failed.iter_mut().zip(&s.failed) {
                 *a += b.load(Ordering::Relaxed);
@@ -128,10 +128,9 @@ impl Collector for Metrics {
             sum.sum_us += s.sum_us.load(Ordering::Relaxed);
             sum.count += s.count.load(Ordering::Relaxed);
         }
-        // The label text of each address, made once per scrape.
-        let sums: Vec<(String, &'static str, Sum)> = sums
+        let sums: Vec<(Arc<str>, &'static str, Sum)> = sums
             .into_iter()
-            .map(|((addr, kind), s)| (addr.to_string(), kind, s))
+            .map(|((addr, kind), s)| (addr, kind, s))
             .collect();
         let m = enc.encode_descriptor(
             "vigil_probe_targets",
@@ -213,7 +212,10 @@ impl std::fmt::Debug for Metrics {
 impl TargetStats {
     fn new(key: &TargetKey) -> Self {
         Self {
-            addr: key.addr,
+            addr: match &key.unix {
+                Some(path) => format!("unix:{}", path.display()).into(),
+                None => key.addr.to_string().into(),
+            },
             kind: key.kind_name(),
             ok: AtomicU64::new(0),
             failed: Default::default(),

@@ -59,3 +59,33 @@ fn scrape_of_50_upstreams_by_20_peers() {
         "vigil_probe_results_total{peer=\"127.0.49.19:80\",type=\"http\",result=\"fail\",phase=\"status\"} 1\n"
     ));
 }
+
+/// A unix-socket peer's probes are labelled with its path, and two such
+/// peers are two series (not one `0.0.0.0:0`).
+#[test]
+fn unix_socket_peers_are_labelled_by_their_paths() {
+    let reg = registry(
+        "http { upstream u { server unix:/run/a.sock; server unix:/run/b.sock; \
+         check interval=1000 timeout=500 type=tcp; } }",
+    );
+    let metrics = Arc::new(Metrics::default());
+    let planned =
+        crate::target::plan(&reg, true, &TlsPolicy::default(), &TlsCache::default()).expect("plan");
+    assert_eq!(planned.len(), 2);
+    for p in &planned {
+        metrics
+            .target(&p.key)
+            .record(None, Duration::from_millis(1));
+    }
+    let r = reg.clone();
+    let page = StatusPage::new(move || r.clone());
+    let prometheus = page.prometheus_registry(Some(metrics));
+    let out = page.with_prometheus(Arc::new(prometheus)).metrics_text();
+    for path in ["/run/a.sock", "/run/b.sock"] {
+        let line = format!(
+            "vigil_probe_results_total{{peer=\"unix:{path}\",type=\"tcp\",result=\"ok\",phase=\"none\"}} 1\n"
+        );
+        assert!(out.contains(&line), "{line} in {out}");
+    }
+    assert!(!out.contains("0.0.0.0:0"), "{out}");
+}
