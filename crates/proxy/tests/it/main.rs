@@ -8,6 +8,7 @@ mod bodies;
 mod gzip;
 mod hardening;
 mod hedge;
+mod local_time;
 mod locations;
 mod redirects;
 mod reload;
