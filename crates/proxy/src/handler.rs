@@ -47,6 +47,17 @@ enum ReqBody {
     Stream(std::sync::Mutex<Option<ClientBody>>),
 }
 
+/// The client's request body across one request's passes (the first, and
+/// the internal redirect of an `error_page` that proxies): not read yet,
+/// or read by a pass (nginx's `r->request_body`, which a page's upstream
+/// request sends again).
+enum ClientRequestBody {
+    /// Not read yet.
+    Unread(Incoming),
+    /// Read (or being streamed) by an earlier pass.
+    Read(ReqBody),
+}
+
 /// Serve one request.
 pub(crate) async fn handle(
     proxy: Arc<Proxy>,
@@ -66,17 +77,28 @@ pub(crate) async fn handle(
         Ok(Answer::Proxy(r)) if !r.error_pages.is_empty() => Some(parts.clone()),
         _ => None,
     };
-    let req = Request::from_parts(parts, body);
+    let mut body = ClientRequestBody::Unread(body);
     let route = match routed {
         Ok(answer) => match answer {
             Answer::Proxy(route) => route,
             Answer::Return(reply) => {
                 drop(generation);
-                let (parts, _body) = req.into_parts();
                 return returned(&reply, &parts, local, client, start);
             }
         },
-        Err(refusal) => return refused(refusal, req.headers()),
+        Err(refusal) => {
+            return not_routed(
+                &proxy,
+                &generation,
+                refusal,
+                parts,
+                body,
+                local,
+                client,
+                start,
+            )
+            .await
+        }
     };
     crate::conn::on_route(&route.location.proxy);
     let stats = generation
@@ -90,57 +112,198 @@ pub(crate) async fn handle(
         start,
         stats,
         proxy.tracer(),
-        req.method(),
+        &parts.method,
         &route.location.path,
         route.upstream.name(),
     );
-    let resp = proxy_request(&proxy, &route, local, client, req, start, &mut obs).await;
+    let net = (local, client);
+    let resp = proxy_request(&proxy, &route, net, parts, &mut body, start, &mut obs).await;
     let resp = match pages {
-        Some((g, parts)) => error_paged(&g.routes, &route, parts, local, client, start, resp),
+        Some((g, parts)) => {
+            let page = Page {
+                generation: &g,
+                pages: &route.error_pages,
+                parts,
+            };
+            error_paged(&proxy, page, &mut body, net, start, resp).await
+        }
         None => resp,
     };
     obs.finish(resp.status().as_u16());
     resp
 }
 
-/// `error_page` of the location for a response it got (crate::error_page).
-fn error_paged(
-    routes: &crate::route::Routes,
-    route: &Route,
+/// What an `error_page` redirects: the request as routed, with the pages
+/// of the location (or server) that answered.
+struct Page<'a> {
+    generation: &'a crate::server::Generation,
+    pages: &'a crate::error_page::ErrorPages,
     parts: Parts,
-    local: SocketAddr,
-    client: SocketAddr,
+}
+
+/// `error_page` of the location for a response it got (crate::error_page):
+/// the page's answer (a `return`, a redirect, or an upstream's through the
+/// page's location: nginx's internal redirect, which sends the request
+/// body again), with the status `=CODE` or the original one gives it. A
+/// page's own answer is not paged again (`recursive_error_pages off`).
+async fn error_paged(
+    proxy: &Proxy,
+    page: Page<'_>,
+    body: &mut ClientRequestBody,
+    (local, client): (SocketAddr, SocketAddr),
     start: Instant,
     resp: Response<UpBody>,
 ) -> Response<UpBody> {
+    let routes = &page.generation.routes;
     let status = resp.status().as_u16();
     let generated = resp
         .extensions()
         .get::<crate::error_page::Generated>()
         .is_some();
-    match crate::error_page::apply(
-        routes,
-        &route.error_pages,
-        status,
-        generated,
-        parts,
-        local,
-        client,
-    ) {
-        Some((reply, parts, forced)) => {
-            let mut r = returned(&reply, &parts, local, client, start);
-            if let Some(code) = forced.and_then(|c| StatusCode::from_u16(c).ok()) {
-                *r.status_mut() = code;
+    let Some(redirected) = crate::error_page::apply(
+        routes, page.pages, status, generated, page.parts, local, client,
+    ) else {
+        return resp;
+    };
+    drop(resp);
+    let crate::error_page::Redirected {
+        answer,
+        mut parts,
+        forced,
+        method,
+    } = redirected;
+    parts.extensions.insert(crate::error_page::Paged {
+        status: forced,
+        method,
+    });
+    match answer {
+        Ok(Answer::Return(reply)) => returned(&reply, &parts, local, client, start),
+        Ok(Answer::Proxy(route)) => {
+            if let ClientRequestBody::Read(ReqBody::Stream(_)) = body {
+                // Streamed to the first upstream: nothing is left to send.
+                *body = ClientRequestBody::Read(ReqBody::Buffered(Buffered::Empty));
             }
-            r
+            // The page's upstream counts (and traces) its own attempts.
+            let stats = page
+                .generation
+                .stats()
+                .and_then(|g| g.upstream(route.upstream.name()))
+                .cloned();
+            let mut obs = RequestObserver::new(
+                start,
+                stats,
+                proxy.tracer(),
+                &parts.method,
+                &route.location.path,
+                route.upstream.name(),
+            );
+            let net = (local, client);
+            let resp = Box::pin(proxy_request(
+                proxy, &route, net, parts, body, start, &mut obs,
+            ))
+            .await;
+            obs.finish(resp.status().as_u16());
+            resp
         }
-        None => resp,
+        // The page's URI found no location: nginx's 404 (not paged
+        // again), logged by the server.
+        Err(refusal) => {
+            let resp = refused(refusal, &parts);
+            let server = parts
+                .extensions
+                .get::<crate::route::Target>()
+                .map(|t| t.server);
+            server_logged(routes, server, &parts, (local, client), start, resp)
+        }
     }
 }
 
+/// `resp` with the access log line of server block `server`'s level.
+fn server_logged(
+    routes: &crate::route::Routes,
+    server: Option<usize>,
+    parts: &Parts,
+    (local, client): (SocketAddr, SocketAddr),
+    start: Instant,
+    resp: Response<UpBody>,
+) -> Response<UpBody> {
+    let log = server
+        .and_then(|s| routes.server_level(s))
+        .and_then(|l| l.access_log.as_deref());
+    let cx = VarContext {
+        parts,
+        client,
+        local,
+        proxy_host: "",
+        attempts: &[],
+        status: resp.status().as_u16(),
+        request_time: start.elapsed().as_secs_f64(),
+    };
+    decorate(&[], None, log, &cx, parts, resp)
+}
+
+/// A request no location answers (404, the auto_redirect 301, 400s): the
+/// server's `error_page` for a 404 (nginx runs it as for a location), and
+/// the server's access log.
+#[allow(clippy::too_many_arguments)]
+async fn not_routed(
+    proxy: &Proxy,
+    generation: &Arc<crate::server::Generation>,
+    refusal: Refusal,
+    parts: Parts,
+    mut body: ClientRequestBody,
+    local: SocketAddr,
+    client: SocketAddr,
+    start: Instant,
+) -> Response<UpBody> {
+    let routes = &generation.routes;
+    let server = parts
+        .extensions
+        .get::<crate::route::Target>()
+        .map(|t| t.server)
+        .or_else(|| routes.default_server(local));
+    if refusal == Refusal::UnknownListener {
+        return refused(refusal, &parts);
+    }
+    if refusal.in_request_line() {
+        // nginx logs it with no header read.
+        let resp = refused(refusal, &parts);
+        let mut bare = parts;
+        bare.headers.clear();
+        return server_logged(routes, server, &bare, (local, client), start, resp);
+    }
+    let resp = refused(refusal, &parts);
+    let level = server.and_then(|s| routes.server_level(s));
+    // A page redirects the request as routing left it (a 400 before
+    // routing has no URI to redirect; nginx's pages for it are not copied).
+    let routed = parts.extensions.get::<crate::route::Target>().is_some();
+    if let Some(level) = level.filter(|l| routed && !l.error_pages.is_empty()) {
+        let generated = resp
+            .extensions()
+            .get::<crate::error_page::Generated>()
+            .is_some();
+        if level
+            .error_pages
+            .replaces(resp.status().as_u16(), generated)
+        {
+            let page = Page {
+                generation,
+                pages: &level.error_pages,
+                parts: parts.clone(),
+            };
+            let net = (local, client);
+            return error_paged(proxy, page, &mut body, net, start, resp).await;
+        }
+    }
+    server_logged(routes, server, &parts, (local, client), start, resp)
+}
+
 /// A request routing answered itself, as nginx answers it (400s and 421
-/// close the connection, as nginx does after a 400).
-fn refused(refusal: Refusal, headers: &HeaderMap) -> Response<UpBody> {
+/// close the connection, as nginx does after a 400). No location is
+/// nginx's static handler: 405 for a method other than GET, HEAD and
+/// POST, else 404.
+fn refused(refusal: Refusal, parts: &Parts) -> Response<UpBody> {
+    let headers = &parts.headers;
     let close = |mut r: Response<UpBody>| {
         r.headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -150,6 +313,14 @@ fn refused(refusal: Refusal, headers: &HeaderMap) -> Response<UpBody> {
         Refusal::BadRequest(why) => {
             tracing::debug!(reason = why, "client sent invalid request");
             close(error_page(StatusCode::BAD_REQUEST))
+        }
+        Refusal::NotFound
+            if !matches!(
+                parts.method,
+                http::Method::GET | http::Method::HEAD | http::Method::POST
+            ) =>
+        {
+            error_page(StatusCode::METHOD_NOT_ALLOWED)
         }
         Refusal::NotFound => error_page(StatusCode::NOT_FOUND),
         Refusal::Redirect { max_body, .. }
@@ -221,6 +392,8 @@ fn returned(
     } else {
         error_page(code)
     };
+    let mut resp = resp;
+    paged_status(parts, &mut resp);
     decorate(
         &reply.add_headers,
         None,
@@ -236,23 +409,29 @@ fn returned(
 async fn proxy_request(
     proxy: &Proxy,
     route: &Route,
-    local: SocketAddr,
-    client: SocketAddr,
-    mut req: Request<Incoming>,
+    (local, client): (SocketAddr, SocketAddr),
+    mut parts: Parts,
+    client_body: &mut ClientRequestBody,
     start: Instant,
     obs: &mut RequestObserver<'_>,
 ) -> Response<UpBody> {
     // nginx tunnels when the client sent Upgrade and the upstream answered
     // 101 (`u->upgrade`); vigil asks the upstream to switch only where the
     // location passes Upgrade on (see `passes_upgrade`).
-    let upgrade = req.version() == http::Version::HTTP_11
-        && req.headers().contains_key(header::UPGRADE)
+    let upgrade = parts.version == http::Version::HTTP_11
+        && parts.headers.contains_key(header::UPGRADE)
         && passes_upgrade(route);
-    let on_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+    let on_upgrade = if upgrade {
+        let mut req = Request::from_parts(parts, ());
+        let on = hyper::upgrade::on(&mut req);
+        parts = req.into_parts().0;
+        Some(on)
+    } else {
+        None
+    };
     // What the gate did to HTTP/1 heads, here for every request (HTTP/2 too),
     // with the settings of the location's server.
-    crate::request_check::drop_invalid_headers(req.headers_mut(), &route.client);
-    let (mut parts, incoming) = req.into_parts();
+    crate::request_check::drop_invalid_headers(&mut parts.headers, &route.client);
     let settings = &route.location.proxy;
     // The realip module, then the access phase (nginx's order).
     let client = {
@@ -289,10 +468,20 @@ async fn proxy_request(
         finish(route, parts, client, local, &[], start, page)
     };
     let mut client_timed_out = None;
-    let body = if !has_body {
-        ReqBody::Buffered(Buffered::Empty)
-    } else if settings.request_buffering {
-        match body::buffer(
+    let incoming = match client_body {
+        ClientRequestBody::Unread(_) => {
+            let empty = ClientRequestBody::Read(ReqBody::Buffered(Buffered::Empty));
+            match std::mem::replace(client_body, empty) {
+                ClientRequestBody::Unread(i) => Some(i),
+                ClientRequestBody::Read(_) => None,
+            }
+        }
+        ClientRequestBody::Read(_) => None,
+    };
+    let read = match incoming {
+        None => None,
+        Some(_) if !has_body => Some(ReqBody::Buffered(Buffered::Empty)),
+        Some(incoming) if settings.request_buffering => match body::buffer(
             incoming,
             max,
             proxy.spool_dir(),
@@ -300,7 +489,7 @@ async fn proxy_request(
         )
         .await
         {
-            Ok(b) => ReqBody::Buffered(b),
+            Ok(b) => Some(ReqBody::Buffered(b)),
             Err(BodyError::TooLarge(_)) => return too_large(&parts),
             // nginx closes without a response and logs 408.
             Err(BodyError::Timeout(_)) => return body_timed_out(&parts),
@@ -309,11 +498,20 @@ async fn proxy_request(
                 tracing::error!(error = %e, "cannot spool request body");
                 return error_page(StatusCode::INTERNAL_SERVER_ERROR);
             }
+        },
+        Some(incoming) => {
+            let streamed = ClientBody::new(incoming, settings.client_body_timeout);
+            client_timed_out = Some(streamed.timed_out());
+            Some(ReqBody::Stream(std::sync::Mutex::new(Some(streamed))))
         }
-    } else {
-        let streamed = ClientBody::new(incoming, settings.client_body_timeout);
-        client_timed_out = Some(streamed.timed_out());
-        ReqBody::Stream(std::sync::Mutex::new(Some(streamed)))
+    };
+    if let Some(b) = read {
+        *client_body = ClientRequestBody::Read(b);
+    }
+    // Read by this pass or an earlier one (an error_page's redirect).
+    let body: &ReqBody = match &*client_body {
+        ClientRequestBody::Read(b) => b,
+        ClientRequestBody::Unread(_) => return error_page(StatusCode::INTERNAL_SERVER_ERROR),
     };
     let facts = RequestFacts::new(parts.method.as_str(), matches!(body, ReqBody::Buffered(_)));
     let upstream = route.upstream.clone();
@@ -341,8 +539,8 @@ async fn proxy_request(
         route,
         parts: &parts,
         uri: &upstream_uri,
-        body: &body,
-        len: body_len(&body),
+        body,
+        len: body_len(body),
         client,
         local,
         upgrade,
@@ -928,8 +1126,22 @@ fn finish(
     local: SocketAddr,
     attempts: &[AttemptRecord],
     start: Instant,
-    resp: Response<UpBody>,
+    mut resp: Response<UpBody>,
 ) -> Response<UpBody> {
+    if parts.extensions.get::<crate::error_page::Paged>().is_none() {
+        let generated = resp
+            .extensions()
+            .get::<crate::error_page::Generated>()
+            .is_some();
+        if route
+            .error_pages
+            .replaces(resp.status().as_u16(), generated)
+        {
+            // An error_page answers instead: its answer is the one logged.
+            return resp;
+        }
+    }
+    paged_status(parts, &mut resp);
     let cx = VarContext {
         parts,
         client,
@@ -947,6 +1159,28 @@ fn finish(
         parts,
         resp,
     )
+}
+
+/// The status of an `error_page`'s answer: the original one, or
+/// `=CODE`'s; `=` keeps the page's own (nginx's `r->err_status`). An
+/// error vigil answers in the page's pass (its 403, 502, ...) keeps its
+/// own, as nginx's special response sets `err_status` again.
+fn paged_status(parts: &Parts, resp: &mut Response<UpBody>) {
+    if resp
+        .extensions()
+        .get::<crate::error_page::Generated>()
+        .is_some()
+    {
+        return;
+    }
+    let forced = parts
+        .extensions
+        .get::<crate::error_page::Paged>()
+        .and_then(|p| p.status)
+        .and_then(|c| StatusCode::from_u16(c).ok());
+    if let Some(code) = forced {
+        *resp.status_mut() = code;
+    }
 }
 
 /// `add_header`s (only `always` ones on other statuses than nginx's
@@ -1013,7 +1247,11 @@ fn passes_upgrade(route: &Route) -> bool {
 
 /// nginx-style error page.
 pub(crate) fn error_page(code: StatusCode) -> Response<UpBody> {
-    let reason = code.canonical_reason().unwrap_or("");
+    let reason = match code {
+        // nginx's own words (ngx_http_error_405_page).
+        StatusCode::METHOD_NOT_ALLOWED => "Not Allowed",
+        _ => code.canonical_reason().unwrap_or(""),
+    };
     let text = format!(
         "<html>\r\n<head><title>{} {reason}</title></head>\r\n<body>\r\n<center><h1>{} {reason}</h1></center>\r\n<hr><center>vigil</center>\r\n</body>\r\n</html>\r\n",
         code.as_u16(),

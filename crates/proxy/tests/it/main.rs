@@ -5,6 +5,7 @@ mod access;
 mod access_log;
 mod behaviour;
 mod bodies;
+mod error_pages;
 mod gzip;
 mod hardening;
 mod hedge;
