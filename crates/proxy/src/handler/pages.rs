@@ -64,8 +64,19 @@ pub(super) async fn error_paged(
     match answer {
         Ok(Answer::Return(reply)) => returned(&reply, &parts, local, client, start),
         Ok(Answer::Proxy(route)) => {
-            if let ClientRequestBody::Read(ReqBody::Stream(_)) = body {
-                // Streamed to the first upstream: nothing is left to send.
+            let gone = match &*body {
+                // A body over client_max_body_size is discarded (nginx's
+                // ngx_http_discard_request_body): the page gets none.
+                _ if status == 413 => true,
+                // Streamed to the first upstream (taken by an attempt that
+                // connected): nothing is left to send; still there when
+                // no attempt connected, then the page sends it.
+                ClientRequestBody::Read(ReqBody::Stream(s)) => {
+                    s.lock().map_or(true, |s| s.is_none())
+                }
+                _ => false,
+            };
+            if gone {
                 *body = ClientRequestBody::Read(ReqBody::Buffered(Buffered::Empty));
             }
             // The page's upstream counts (and traces) its own attempts.
