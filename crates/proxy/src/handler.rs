@@ -43,7 +43,15 @@ pub struct AttemptRecord {
     pub response_time: f64,
     /// Seconds to connect, if it connected.
     pub connect_time: Option<f64>,
+    /// The first attempt after an internal redirect (`error_page`) to
+    /// another upstream: nginx separates the groups with ` : `.
+    pub redirected: bool,
 }
+
+/// The attempts of a request's first pass, carried to its `error_page`
+/// pass (response and request extension; on the page path only).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct EarlierAttempts(pub(crate) Vec<AttemptRecord>);
 
 enum ReqBody {
     Buffered(Buffered),
@@ -191,12 +199,14 @@ fn returned(
     client: SocketAddr,
     start: Instant,
 ) -> Response<UpBody> {
+    // An error_page's return: the first pass's attempts.
+    let attempts = earlier_attempts(parts);
     let cx = |status: u16| VarContext {
         parts,
         client,
         local,
         proxy_host: "",
-        attempts: &[],
+        attempts,
         status,
         request_time: start.elapsed().as_secs_f64(),
     };
@@ -372,7 +382,13 @@ async fn proxy_request(
     };
     let clock = proxy.clock();
     let mut sel = upstream.begin(key, route.policy, facts, clock.now());
-    let mut attempts: Vec<AttemptRecord> = Vec::new();
+    // An error_page's pass goes on with the first pass's attempts.
+    let mut attempts: Vec<AttemptRecord> = parts
+        .extensions
+        .remove::<EarlierAttempts>()
+        .map(|e| e.0)
+        .unwrap_or_default();
+    let group = attempts.len();
     let upstream_uri = route.upstream_uri(&parts);
     let job = Job {
         route,
@@ -388,6 +404,7 @@ async fn proxy_request(
         once: (upstream.config().rules.hedge.is_some()
             && (facts.non_idempotent || !facts.body_replayable))
             .then(|| Arc::new(std::sync::atomic::AtomicBool::new(false))),
+        group,
     };
     // The attempts in flight: one, or more while hedges race.
     let mut flights: Vec<Flight<'_>> = Vec::new();
@@ -404,6 +421,7 @@ async fn proxy_request(
                         status: Some(502),
                         response_time: 0.0,
                         connect_time: None,
+                        redirected: group > 0 && attempts.len() == group,
                     });
                     return finish(
                         route,
@@ -506,6 +524,7 @@ async fn proxy_request(
                     status: Some(status),
                     response_time: attempt::secs(took),
                     connect_time: Some(answered.connect_time),
+                    redirected: attempts[record].redirected,
                 };
                 let outcome = Outcome::of_status(status);
                 obs.attempt(
@@ -616,6 +635,7 @@ async fn proxy_request(
                     status: Some(class.final_status()),
                     response_time: attempt::secs(took),
                     connect_time: failed.connect_time,
+                    redirected: attempts[record].redirected,
                 };
                 obs.attempt(
                     &peer,
@@ -670,6 +690,8 @@ struct Job<'a> {
     /// streamed body) that may be hedged: taken by the first of its
     /// attempts to connect.
     once: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// How many attempts an earlier pass made (see [`EarlierAttempts`]).
+    group: usize,
 }
 
 /// One attempt in flight: its peer, when it started, its place in the
@@ -718,6 +740,7 @@ impl<'a> Job<'a> {
             status: None,
             response_time: 0.0,
             connect_time: None,
+            redirected: self.group > 0 && attempts.len() == self.group,
         });
         let (route, parts, uri, body, len) =
             (self.route, self.parts, self.uri, self.body, self.len);
@@ -976,7 +999,12 @@ fn finish(
             .error_pages
             .replaces(resp.status().as_u16(), generated)
         {
-            // An error_page answers instead: its answer is the one logged.
+            // An error_page answers instead: its answer is the one logged,
+            // with these attempts first.
+            if !attempts.is_empty() {
+                resp.extensions_mut()
+                    .insert(EarlierAttempts(attempts.to_vec()));
+            }
             return resp;
         }
     }
@@ -998,6 +1026,14 @@ fn finish(
         parts,
         resp,
     )
+}
+
+/// The attempts of an earlier pass of this request (an `error_page`'s).
+fn earlier_attempts(parts: &Parts) -> &[AttemptRecord] {
+    parts
+        .extensions
+        .get::<EarlierAttempts>()
+        .map_or(&[], |e| e.0.as_slice())
 }
 
 /// `add_header`s (only `always` ones on other statuses than nginx's

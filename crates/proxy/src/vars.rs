@@ -560,7 +560,8 @@ fn join(
 ) {
     for (i, a) in attempts.iter().enumerate() {
         if i > 0 {
-            out.push_str(", ");
+            // nginx: ` : ` between the groups of an internal redirect.
+            out.push_str(if a.redirected { " : " } else { ", " });
         }
         f(a, out);
     }

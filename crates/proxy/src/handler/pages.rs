@@ -37,7 +37,7 @@ pub(super) async fn error_paged(
     body: &mut ClientRequestBody,
     (local, client): (SocketAddr, SocketAddr),
     start: Instant,
-    resp: Response<UpBody>,
+    mut resp: Response<UpBody>,
 ) -> Response<UpBody> {
     let routes = &page.generation.routes;
     let status = resp.status().as_u16();
@@ -50,6 +50,7 @@ pub(super) async fn error_paged(
     ) else {
         return resp;
     };
+    let earlier = resp.extensions_mut().remove::<super::EarlierAttempts>();
     drop(resp);
     let crate::error_page::Redirected {
         answer,
@@ -61,6 +62,9 @@ pub(super) async fn error_paged(
         status: forced,
         method,
     });
+    if let Some(e) = earlier {
+        parts.extensions.insert(e);
+    }
     match answer {
         Ok(Answer::Return(reply)) => returned(&reply, &parts, local, client, start),
         Ok(Answer::Proxy(route)) => {
@@ -131,7 +135,7 @@ fn server_logged(
         client,
         local,
         proxy_host: "",
-        attempts: &[],
+        attempts: super::earlier_attempts(parts),
         status: resp.status().as_u16(),
         request_time: start.elapsed().as_secs_f64(),
     };

@@ -296,3 +296,38 @@ async fn answers_routing_makes_itself_are_logged_as_nginx() {
     let (vw, nw) = lines(vd.path(), nd.path(), "rw.log", 1).await;
     same_lines(&vw, &nw);
 }
+
+#[tokio::test]
+async fn upstream_variables_of_a_paged_request_as_nginx() {
+    let conf = r#"
+    log_format up '"$request" $status $upstream_addr|$upstream_status';
+    upstream dead { server 127.0.0.1:1; }
+    upstream st { server {B0}; }
+    server { listen {LISTEN};
+      access_log {LOG}/up.log up;
+      location /a/ { proxy_pass http://dead; error_page 502 /maint; }
+      location = /maint { proxy_pass http://st; }
+      location /r/ { proxy_pass http://dead; error_page 502 =200 @ret; }
+      location @ret { return 200 "r"; }
+    }"#;
+    let (t, vd, nd) = twin(conf).await;
+    for target in ["/a/x", "/r/y"] {
+        same(&t, &get("GET", target, "h.test", "")).await;
+    }
+    let (mut v, mut n) = lines(vd.path(), nd.path(), "up.log", 2).await;
+    // Each side's backend has its own port.
+    let (va, na) = (t.vigil.backends[0].addr, t.nginx.backends[0].addr);
+    v.iter_mut()
+        .for_each(|l| *l = l.replace(&va.to_string(), "B0"));
+    n.iter_mut()
+        .for_each(|l| *l = l.replace(&na.to_string(), "B0"));
+    assert_eq!(v, n);
+    assert_eq!(
+        v,
+        [
+            "\"GET /a/x HTTP/1.1\" 502 127.0.0.1:1 : B0|502 : 200",
+            "\"GET /r/y HTTP/1.1\" 200 127.0.0.1:1|502",
+        ],
+        "the groups of an internal redirect are separated by ` : `"
+    );
+}
