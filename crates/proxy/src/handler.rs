@@ -186,6 +186,52 @@ fn refused(refusal: Refusal, parts: &Parts) -> Response<UpBody> {
     }
 }
 
+/// A head the request check refused (crate::request_check): nginx's page
+/// for its status, logged to the default server's access log with its
+/// request line (and no header: nginx may have read some).
+pub(crate) fn refused_head(
+    proxy: &Proxy,
+    local: SocketAddr,
+    client: SocketAddr,
+    refused: crate::request_check::gate::Refused,
+) -> Response<UpBody> {
+    let resp = crate::request_check::gate::refused(refused.status);
+    let Some(parts) = refused.line.as_deref().and_then(request_line_parts) else {
+        return resp;
+    };
+    let generation = proxy.current();
+    let routes = &generation.routes;
+    let server = routes.default_server(local);
+    pages::server_logged(
+        routes,
+        server,
+        &parts,
+        (local, client),
+        Instant::now(),
+        resp,
+    )
+}
+
+/// `GET /x HTTP/1.1` as a request's parts (for `$request` and the
+/// request variables of a log line); None when it is not one.
+fn request_line_parts(line: &[u8]) -> Option<Parts> {
+    let line = std::str::from_utf8(line).ok()?;
+    let mut words = line.split(' ').filter(|w| !w.is_empty());
+    let (method, target, version) = (words.next()?, words.next()?, words.next());
+    let version = match version {
+        Some("HTTP/1.0") => http::Version::HTTP_10,
+        Some("HTTP/1.1") => http::Version::HTTP_11,
+        _ => return None,
+    };
+    let req = Request::builder()
+        .method(method)
+        .uri(target)
+        .version(version)
+        .body(())
+        .ok()?;
+    Some(req.into_parts().0)
+}
+
 /// A `return`'s answer, as `ngx_http_rewrite_return` and
 /// `ngx_http_send_response` make it: 444 closes the connection; a
 /// redirecting code sends its URL as `Location` (made absolute when it

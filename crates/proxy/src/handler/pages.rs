@@ -119,7 +119,7 @@ pub(super) async fn error_paged(
 }
 
 /// `resp` with the access log line of server block `server`'s level.
-fn server_logged(
+pub(super) fn server_logged(
     routes: &crate::route::Routes,
     server: Option<usize>,
     parts: &Parts,

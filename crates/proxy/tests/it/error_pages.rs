@@ -277,13 +277,17 @@ async fn answers_routing_makes_itself_are_logged_as_nginx() {
         get("GET", "/d/", "a.test", ""),
         get("GET", "/a/../../above", "a.test", ""),
         get("PUT", "/none", "a.test", "x"),
+        // Refused by the request-head check (the default server logs them).
+        "GET /dup HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\nConnection: close\r\n\r\n".into(),
+        "GET /nohost?q=1 HTTP/1.1\r\nConnection: close\r\n\r\n".into(),
+        "\r\nGET /badline HTTP/1.1\r\nHost: a.test\r\nBad Header: x\r\n\r\n".into(),
         get("GET", "/x", "ret.test", ""),
         get("GET", "/y", "rw.test", ""),
     ];
     for r in &reqs {
         same(&t, r).await;
     }
-    let (va, na) = lines(vd.path(), nd.path(), "a.log", 7).await;
+    let (va, na) = lines(vd.path(), nd.path(), "a.log", 10).await;
     same_lines(&va, &na);
     assert!(
         va[0].contains("\"GET /none?x=1 HTTP/1.1\" 404 "),
