@@ -42,7 +42,13 @@ fn harness() -> &'static Harness {
                    proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for; }}
                  location /ws/ {{ proxy_pass http://u; proxy_http_version 1.1;
                    proxy_set_header Upgrade $http_upgrade; proxy_set_header Connection upgrade; }}
-                 location /nobuf/ {{ proxy_pass http://u; proxy_request_buffering off; }} }} }}"
+                 location /nobuf/ {{ proxy_pass http://u; proxy_request_buffering off; }}
+                 access_log /dev/null;
+                 location /dead/ {{ proxy_pass http://dead; error_page 502 /page; }}
+                 location /named/ {{ proxy_pass http://dead; proxy_request_buffering off; error_page 502 =200 @page; }}
+                 location = /page {{ proxy_pass http://u; }}
+                 location @page {{ proxy_pass http://u; }} }}
+               upstream dead {{ server 127.0.0.1:9; }} }}"
         );
         let proxy = proxy_for(&conf);
         Harness { rt, proxy }

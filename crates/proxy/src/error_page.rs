@@ -3,9 +3,11 @@
 //! itself (502, 504, 503, 500, ...) and, with `proxy_intercept_errors on`,
 //! for an upstream's answer of 300 or more that has a page. The page is a
 //! redirect (`error_page 404 =301 http://...`), or an internal redirect
-//! (method GET, except HEAD) to a URI or a named location that answers
-//! with `return` (after its rewrite phase). Pages are not applied to the
-//! answer of a page (nginx's `recursive_error_pages off`).
+//! (method GET, except HEAD, for a URI; a named location keeps the
+//! method) to a URI or a named location, which answers with `return` or
+//! proxies (after its rewrite and access phases; the request body goes
+//! again, as nginx sends `r->request_body` again). Pages are not applied
+//! to the answer of a page (nginx's `recursive_error_pages off`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,12 +16,35 @@ use http::request::Parts;
 use vigil_core::config::ErrorPage;
 
 use crate::rewrite::Net;
-use crate::route::{Answer, Reply, RouteError, Routes, Target};
+use crate::route::{Answer, Refusal, Reply, RouteError, Routes, Target};
 use crate::vars::{Scope, Template, VarContext};
 
 /// Marks a response vigil made itself (not an upstream's).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Generated;
+
+/// Marks a request an `error_page` redirected: its answer gets `status`
+/// (None: the page's own, `=`), and is not paged again.
+#[derive(Clone, Debug)]
+pub(crate) struct Paged {
+    /// The status of the page's answer, unless `=` left it the page's.
+    pub(crate) status: Option<u16>,
+    /// The client's method (`$request` shows it; the redirect made it a GET).
+    pub(crate) method: http::Method,
+}
+
+/// Where an `error_page` sends a request.
+pub(crate) struct Redirected {
+    /// Who answers the redirected request (a refusal: its URI found no
+    /// location, then nginx's 404).
+    pub(crate) answer: Result<Answer, Refusal>,
+    /// The request as redirected (URI, method).
+    pub(crate) parts: Parts,
+    /// The status of the answer (see [`Paged`]).
+    pub(crate) forced: Option<u16>,
+    /// The client's method.
+    pub(crate) method: http::Method,
+}
 
 /// A location's compiled `error_page`s.
 #[derive(Debug, Default)]
@@ -85,6 +110,11 @@ impl ErrorPages {
         self.pages.is_empty()
     }
 
+    /// Whether a page replaces a response of `status` (`generated`: vigil made it).
+    pub(crate) fn replaces(&self, status: u16, generated: bool) -> bool {
+        !self.pages.is_empty() && self.find(status, generated).is_some()
+    }
+
     /// The page for a response of `status` (`generated`: vigil made it).
     fn find(&self, status: u16, generated: bool) -> Option<&Page> {
         if !(generated || self.intercept && status >= 300) {
@@ -94,8 +124,8 @@ impl ErrorPages {
     }
 }
 
-/// What an error page makes of a response of `status`: the reply to send
-/// and the status it gets; None keeps the response.
+/// What an error page makes of a response of `status`: who answers the
+/// redirected request and the status it gets; None keeps the response.
 pub(crate) fn apply(
     routes: &Routes,
     pages: &ErrorPages,
@@ -104,8 +134,9 @@ pub(crate) fn apply(
     mut parts: Parts,
     local: SocketAddr,
     client: SocketAddr,
-) -> Option<(Arc<Reply>, Parts, Option<u16>)> {
+) -> Option<Redirected> {
     let page = pages.find(status, generated)?;
+    let method = parts.method.clone();
     // nginx's err_status: the original code, `=CODE`, or (`=`) the page's own.
     let forced = match page.overwrite {
         -1 => Some(status),
@@ -132,7 +163,12 @@ pub(crate) fn apply(
                 .filter(|c| matches!(c, 301 | 302 | 303 | 307 | 308))
                 .unwrap_or(302);
             let base = Reply::internal_error();
-            return Some((Arc::new(base.redirect(code, &url)), parts, Some(code)));
+            return Some(Redirected {
+                answer: Ok(Answer::Return(Arc::new(base.redirect(code, &url)))),
+                parts,
+                forced: Some(code),
+                method,
+            });
         }
         To::Uri(t) => {
             let uri = cx(&parts, t);
@@ -143,57 +179,51 @@ pub(crate) fn apply(
             let t = parts.extensions.get_mut::<Target>()?;
             t.uri.rewrite(path.as_bytes().to_vec(), args.to_string());
             t.internal = true;
-            routes.phases(server, net, &mut parts).ok()?
+            // The earlier pass's proxy_pass URI is not this location's.
+            parts.extensions.remove::<crate::route::PassUri>();
+            routes.phases(server, net, &mut parts)
         }
         To::Named(name) => {
             let li = routes.router.named(server, name)?;
-            routes.location_phase(server, li, net, &mut parts).ok()?
+            parts.extensions.remove::<crate::route::PassUri>();
+            routes.location_phase(server, li, net, &mut parts)
         }
     };
-    match answer {
-        Answer::Return(r) => Some((r, parts, forced)),
-        // Refused at startup where it can be seen; after a rewrite, the
-        // original response stays.
-        Answer::Proxy(_) => None,
-    }
+    Some(Redirected {
+        answer,
+        parts,
+        forced,
+        method,
+    })
 }
 
-/// Startup (and `vigil lint`): every page of a location that proxies
-/// must be one vigil can answer: a literal URI or `@name` whose location
-/// answers with `return` (a page that proxies is not implemented yet).
+/// Startup (and `vigil lint`): every `@name` page of a location or a
+/// server names a location of its server (nginx finds it only when the
+/// page is used, and then answers 500; vigil refuses the conf).
 pub(crate) fn check(
     config: &vigil_core::config::Config,
     router: &crate::router::Router,
 ) -> Vec<RouteError> {
     let mut out = Vec::new();
     for (si, s) in config.servers.iter().enumerate() {
-        for l in s.locations.iter().filter(|l| l.proxy.pass.is_some()) {
-            for p in &l.proxy.error_pages {
-                let err = |message: String| RouteError {
+        let levels = s
+            .locations
+            .iter()
+            .filter(|l| l.proxy.pass.is_some())
+            .map(|l| &l.proxy.error_pages)
+            .chain(std::iter::once(&s.error_pages));
+        for pages in levels {
+            for p in pages.iter().filter(|p| p.uri.starts_with('@')) {
+                let e = RouteError {
                     at: p.origin.to_string(),
-                    message,
+                    message: format!("no location \"{}\" for error_page", p.uri),
                 };
-                let li = if p.uri.starts_with('@') {
-                    match router.named(si, &p.uri) {
-                        Some(li) => Some(li),
-                        None => {
-                            out.push(err(format!("no location \"{}\" for error_page", p.uri)));
-                            continue;
-                        }
-                    }
-                } else if p.uri.starts_with('/') && !p.uri.contains('$') {
-                    router.static_location(si, p.uri.split('?').next().unwrap_or(""))
-                } else {
-                    None
-                };
-                let proxies = li
-                    .and_then(|li| s.locations.get(li))
-                    .is_some_and(|t| t.proxy.pass.is_some() && t.ret.is_none());
-                if proxies {
-                    out.push(err(format!(
-                        "error_page to a location that proxies is not implemented yet (\"{}\" must answer with return)",
-                        p.uri
-                    )));
+                // A server's page is every location's that inherits it: once.
+                let seen = out
+                    .iter()
+                    .any(|o: &RouteError| o.at == e.at && o.message == e.message);
+                if router.named(si, &p.uri).is_none() && !seen {
+                    out.push(e);
                 }
             }
         }

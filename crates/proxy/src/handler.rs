@@ -28,6 +28,10 @@ use crate::server::Proxy;
 use crate::telemetry::request::RequestObserver;
 use crate::vars::VarContext;
 
+mod pages;
+
+use pages::{error_paged, not_routed, paged_status, Page};
+
 /// One attempt as `$upstream_addr`, `$upstream_status`,
 /// `$upstream_response_time` show it.
 #[derive(Clone, Debug)]
@@ -40,12 +44,31 @@ pub struct AttemptRecord {
     pub response_time: f64,
     /// Seconds to connect, if it connected.
     pub connect_time: Option<f64>,
+    /// The first attempt after an internal redirect (`error_page`) to
+    /// another upstream: nginx separates the groups with ` : `.
+    pub redirected: bool,
 }
+
+/// The attempts of a request's first pass, carried to its `error_page`
+/// pass (response and request extension; on the page path only).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct EarlierAttempts(pub(crate) Vec<AttemptRecord>);
 
 enum ReqBody {
     Buffered(Buffered),
     /// Taken by the attempt that first has a connection ready.
     Stream(std::sync::Mutex<Option<ClientBody>>),
+}
+
+/// The client's request body across one request's passes (the first, and
+/// the internal redirect of an `error_page` that proxies): not read yet,
+/// or read by a pass (nginx's `r->request_body`, which a page's upstream
+/// request sends again).
+enum ClientRequestBody {
+    /// Not read yet.
+    Unread(Incoming),
+    /// Read (or being streamed) by an earlier pass.
+    Read(ReqBody),
 }
 
 /// Serve one request.
@@ -67,17 +90,28 @@ pub(crate) async fn handle(
         Ok(Answer::Proxy(r)) if !r.error_pages.is_empty() => Some(parts.clone()),
         _ => None,
     };
-    let req = Request::from_parts(parts, body);
+    let mut body = ClientRequestBody::Unread(body);
     let route = match routed {
         Ok(answer) => match answer {
             Answer::Proxy(route) => route,
             Answer::Return(reply) => {
                 drop(generation);
-                let (parts, _body) = req.into_parts();
                 return returned(&reply, &parts, local, client, start);
             }
         },
-        Err(refusal) => return refused(refusal, req.headers()),
+        Err(refusal) => {
+            return not_routed(
+                &proxy,
+                &generation,
+                refusal,
+                parts,
+                body,
+                local,
+                client,
+                start,
+            )
+            .await
+        }
     };
     crate::conn::on_route(&route.location.proxy);
     let stats = generation
@@ -91,57 +125,33 @@ pub(crate) async fn handle(
         start,
         stats,
         proxy.tracer(),
-        req.method(),
+        &parts.method,
         &route.location.path,
         route.upstream.name(),
     );
-    let resp = proxy_request(&proxy, &route, local, client, req, start, &mut obs).await;
+    let net = (local, client);
+    let resp = proxy_request(&proxy, &route, net, parts, &mut body, start, &mut obs).await;
     let resp = match pages {
-        Some((g, parts)) => error_paged(&g.routes, &route, parts, local, client, start, resp),
+        Some((g, parts)) => {
+            let page = Page {
+                generation: &g,
+                pages: &route.error_pages,
+                parts,
+            };
+            error_paged(&proxy, page, &mut body, net, start, resp).await
+        }
         None => resp,
     };
     obs.finish(resp.status().as_u16());
     resp
 }
 
-/// `error_page` of the location for a response it got (crate::error_page).
-fn error_paged(
-    routes: &crate::route::Routes,
-    route: &Route,
-    parts: Parts,
-    local: SocketAddr,
-    client: SocketAddr,
-    start: Instant,
-    resp: Response<UpBody>,
-) -> Response<UpBody> {
-    let status = resp.status().as_u16();
-    let generated = resp
-        .extensions()
-        .get::<crate::error_page::Generated>()
-        .is_some();
-    match crate::error_page::apply(
-        routes,
-        &route.error_pages,
-        status,
-        generated,
-        parts,
-        local,
-        client,
-    ) {
-        Some((reply, parts, forced)) => {
-            let mut r = returned(&reply, &parts, local, client, start);
-            if let Some(code) = forced.and_then(|c| StatusCode::from_u16(c).ok()) {
-                *r.status_mut() = code;
-            }
-            r
-        }
-        None => resp,
-    }
-}
-
 /// A request routing answered itself, as nginx answers it (400s and 421
-/// close the connection, as nginx does after a 400).
-fn refused(refusal: Refusal, headers: &HeaderMap) -> Response<UpBody> {
+/// close the connection, as nginx does after a 400). No location is
+/// nginx's static handler: 405 for a method other than GET, HEAD and
+/// POST, else 404.
+fn refused(refusal: Refusal, parts: &Parts) -> Response<UpBody> {
+    let headers = &parts.headers;
     let close = |mut r: Response<UpBody>| {
         r.headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -151,6 +161,14 @@ fn refused(refusal: Refusal, headers: &HeaderMap) -> Response<UpBody> {
         Refusal::BadRequest(why) => {
             tracing::debug!(reason = why, "client sent invalid request");
             close(error_page(StatusCode::BAD_REQUEST))
+        }
+        Refusal::NotFound
+            if !matches!(
+                parts.method,
+                http::Method::GET | http::Method::HEAD | http::Method::POST
+            ) =>
+        {
+            error_page(StatusCode::METHOD_NOT_ALLOWED)
         }
         Refusal::NotFound => error_page(StatusCode::NOT_FOUND),
         Refusal::Redirect { max_body, .. }
@@ -169,6 +187,52 @@ fn refused(refusal: Refusal, headers: &HeaderMap) -> Response<UpBody> {
     }
 }
 
+/// A head the request check refused (crate::request_check): nginx's page
+/// for its status, logged to the default server's access log with its
+/// request line (and no header: nginx may have read some).
+pub(crate) fn refused_head(
+    proxy: &Proxy,
+    local: SocketAddr,
+    client: SocketAddr,
+    refused: crate::request_check::gate::Refused,
+) -> Response<UpBody> {
+    let resp = crate::request_check::gate::refused(refused.status);
+    let Some(parts) = refused.line.as_deref().and_then(request_line_parts) else {
+        return resp;
+    };
+    let generation = proxy.current();
+    let routes = &generation.routes;
+    let server = routes.default_server(local);
+    pages::server_logged(
+        routes,
+        server,
+        &parts,
+        (local, client),
+        Instant::now(),
+        resp,
+    )
+}
+
+/// `GET /x HTTP/1.1` as a request's parts (for `$request` and the
+/// request variables of a log line); None when it is not one.
+fn request_line_parts(line: &[u8]) -> Option<Parts> {
+    let line = std::str::from_utf8(line).ok()?;
+    let mut words = line.split(' ').filter(|w| !w.is_empty());
+    let (method, target, version) = (words.next()?, words.next()?, words.next());
+    let version = match version {
+        Some("HTTP/1.0") => http::Version::HTTP_10,
+        Some("HTTP/1.1") => http::Version::HTTP_11,
+        _ => return None,
+    };
+    let req = Request::builder()
+        .method(method)
+        .uri(target)
+        .version(version)
+        .body(())
+        .ok()?;
+    Some(req.into_parts().0)
+}
+
 /// A `return`'s answer, as `ngx_http_rewrite_return` and
 /// `ngx_http_send_response` make it: 444 closes the connection; a
 /// redirecting code sends its URL as `Location` (made absolute when it
@@ -182,12 +246,14 @@ fn returned(
     client: SocketAddr,
     start: Instant,
 ) -> Response<UpBody> {
+    // An error_page's return: the first pass's attempts.
+    let attempts = earlier_attempts(parts);
     let cx = |status: u16| VarContext {
         parts,
         client,
         local,
         proxy_host: "",
-        attempts: &[],
+        attempts,
         status,
         request_time: start.elapsed().as_secs_f64(),
     };
@@ -222,6 +288,8 @@ fn returned(
     } else {
         error_page(code)
     };
+    let mut resp = resp;
+    paged_status(parts, &mut resp);
     decorate(
         &reply.add_headers,
         None,
@@ -237,23 +305,29 @@ fn returned(
 async fn proxy_request(
     proxy: &Proxy,
     route: &Route,
-    local: SocketAddr,
-    client: SocketAddr,
-    mut req: Request<Incoming>,
+    (local, client): (SocketAddr, SocketAddr),
+    mut parts: Parts,
+    client_body: &mut ClientRequestBody,
     start: Instant,
     obs: &mut RequestObserver<'_>,
 ) -> Response<UpBody> {
     // nginx tunnels when the client sent Upgrade and the upstream answered
     // 101 (`u->upgrade`); vigil asks the upstream to switch only where the
     // location passes Upgrade on (see `passes_upgrade`).
-    let upgrade = req.version() == http::Version::HTTP_11
-        && req.headers().contains_key(header::UPGRADE)
+    let upgrade = parts.version == http::Version::HTTP_11
+        && parts.headers.contains_key(header::UPGRADE)
         && passes_upgrade(route);
-    let on_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+    let on_upgrade = if upgrade {
+        let mut req = Request::from_parts(parts, ());
+        let on = hyper::upgrade::on(&mut req);
+        parts = req.into_parts().0;
+        Some(on)
+    } else {
+        None
+    };
     // What the gate did to HTTP/1 heads, here for every request (HTTP/2 too),
     // with the settings of the location's server.
-    crate::request_check::drop_invalid_headers(req.headers_mut(), &route.client);
-    let (mut parts, incoming) = req.into_parts();
+    crate::request_check::drop_invalid_headers(&mut parts.headers, &route.client);
     let settings = &route.location.proxy;
     // The realip module, then the access phase (nginx's order).
     let client = {
@@ -290,10 +364,20 @@ async fn proxy_request(
         finish(route, parts, client, local, &[], start, page)
     };
     let mut client_timed_out = None;
-    let body = if !has_body {
-        ReqBody::Buffered(Buffered::Empty)
-    } else if settings.request_buffering {
-        match body::buffer(
+    let incoming = match client_body {
+        ClientRequestBody::Unread(_) => {
+            let empty = ClientRequestBody::Read(ReqBody::Buffered(Buffered::Empty));
+            match std::mem::replace(client_body, empty) {
+                ClientRequestBody::Unread(i) => Some(i),
+                ClientRequestBody::Read(_) => None,
+            }
+        }
+        ClientRequestBody::Read(_) => None,
+    };
+    let read = match incoming {
+        None => None,
+        Some(_) if !has_body => Some(ReqBody::Buffered(Buffered::Empty)),
+        Some(incoming) if settings.request_buffering => match body::buffer(
             incoming,
             max,
             proxy.spool_dir(),
@@ -301,7 +385,7 @@ async fn proxy_request(
         )
         .await
         {
-            Ok(b) => ReqBody::Buffered(b),
+            Ok(b) => Some(ReqBody::Buffered(b)),
             Err(BodyError::TooLarge(_)) => return too_large(&parts),
             // nginx closes without a response and logs 408.
             Err(BodyError::Timeout(_)) => return body_timed_out(&parts),
@@ -310,11 +394,20 @@ async fn proxy_request(
                 tracing::error!(error = %e, "cannot spool request body");
                 return error_page(StatusCode::INTERNAL_SERVER_ERROR);
             }
+        },
+        Some(incoming) => {
+            let streamed = ClientBody::new(incoming, settings.client_body_timeout);
+            client_timed_out = Some(streamed.timed_out());
+            Some(ReqBody::Stream(std::sync::Mutex::new(Some(streamed))))
         }
-    } else {
-        let streamed = ClientBody::new(incoming, settings.client_body_timeout);
-        client_timed_out = Some(streamed.timed_out());
-        ReqBody::Stream(std::sync::Mutex::new(Some(streamed)))
+    };
+    if let Some(b) = read {
+        *client_body = ClientRequestBody::Read(b);
+    }
+    // Read by this pass or an earlier one (an error_page's redirect).
+    let body: &ReqBody = match &*client_body {
+        ClientRequestBody::Read(b) => b,
+        ClientRequestBody::Unread(_) => return error_page(StatusCode::INTERNAL_SERVER_ERROR),
     };
     let facts = RequestFacts::new(parts.method.as_str(), matches!(body, ReqBody::Buffered(_)));
     let upstream = route.upstream.clone();
@@ -336,14 +429,20 @@ async fn proxy_request(
     };
     let clock = proxy.clock();
     let mut sel = upstream.begin(key, route.policy, facts, clock.now());
-    let mut attempts: Vec<AttemptRecord> = Vec::new();
+    // An error_page's pass goes on with the first pass's attempts.
+    let mut attempts: Vec<AttemptRecord> = parts
+        .extensions
+        .remove::<EarlierAttempts>()
+        .map(|e| e.0)
+        .unwrap_or_default();
+    let group = attempts.len();
     let upstream_uri = route.upstream_uri(&parts);
     let job = Job {
         route,
         parts: &parts,
         uri: &upstream_uri,
-        body: &body,
-        len: body_len(&body),
+        body,
+        len: body_len(body),
         client,
         local,
         upgrade,
@@ -352,6 +451,7 @@ async fn proxy_request(
         once: (upstream.config().rules.hedge.is_some()
             && (facts.non_idempotent || !facts.body_replayable))
             .then(|| Arc::new(std::sync::atomic::AtomicBool::new(false))),
+        group,
     };
     // The attempts in flight: one, or more while hedges race.
     let mut flights: Vec<Flight<'_>> = Vec::new();
@@ -368,6 +468,7 @@ async fn proxy_request(
                         status: Some(502),
                         response_time: 0.0,
                         connect_time: None,
+                        redirected: group > 0 && attempts.len() == group,
                     });
                     return finish(
                         route,
@@ -470,6 +571,7 @@ async fn proxy_request(
                     status: Some(status),
                     response_time: attempt::secs(took),
                     connect_time: Some(answered.connect_time),
+                    redirected: attempts[record].redirected,
                 };
                 let outcome = Outcome::of_status(status);
                 obs.attempt(
@@ -580,6 +682,7 @@ async fn proxy_request(
                     status: Some(class.final_status()),
                     response_time: attempt::secs(took),
                     connect_time: failed.connect_time,
+                    redirected: attempts[record].redirected,
                 };
                 obs.attempt(
                     &peer,
@@ -634,6 +737,8 @@ struct Job<'a> {
     /// streamed body) that may be hedged: taken by the first of its
     /// attempts to connect.
     once: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// How many attempts an earlier pass made (see [`EarlierAttempts`]).
+    group: usize,
 }
 
 /// One attempt in flight: its peer, when it started, its place in the
@@ -682,6 +787,7 @@ impl<'a> Job<'a> {
             status: None,
             response_time: 0.0,
             connect_time: None,
+            redirected: self.group > 0 && attempts.len() == self.group,
         });
         let (route, parts, uri, body, len) =
             (self.route, self.parts, self.uri, self.body, self.len);
@@ -870,8 +976,27 @@ fn finish(
     local: SocketAddr,
     attempts: &[AttemptRecord],
     start: Instant,
-    resp: Response<UpBody>,
+    mut resp: Response<UpBody>,
 ) -> Response<UpBody> {
+    if parts.extensions.get::<crate::error_page::Paged>().is_none() {
+        let generated = resp
+            .extensions()
+            .get::<crate::error_page::Generated>()
+            .is_some();
+        if route
+            .error_pages
+            .replaces(resp.status().as_u16(), generated)
+        {
+            // An error_page answers instead: its answer is the one logged,
+            // with these attempts first.
+            if !attempts.is_empty() {
+                resp.extensions_mut()
+                    .insert(EarlierAttempts(attempts.to_vec()));
+            }
+            return resp;
+        }
+    }
+    paged_status(parts, &mut resp);
     let cx = VarContext {
         parts,
         client,
@@ -889,6 +1014,14 @@ fn finish(
         parts,
         resp,
     )
+}
+
+/// The attempts of an earlier pass of this request (an `error_page`'s).
+fn earlier_attempts(parts: &Parts) -> &[AttemptRecord] {
+    parts
+        .extensions
+        .get::<EarlierAttempts>()
+        .map_or(&[], |e| e.0.as_slice())
 }
 
 /// `add_header`s (only `always` ones on other statuses than nginx's
@@ -955,7 +1088,11 @@ fn passes_upgrade(route: &Route) -> bool {
 
 /// nginx-style error page.
 pub(crate) fn error_page(code: StatusCode) -> Response<UpBody> {
-    let reason = code.canonical_reason().unwrap_or("");
+    let reason = match code {
+        // nginx's own words (ngx_http_error_405_page).
+        StatusCode::METHOD_NOT_ALLOWED => "Not Allowed",
+        _ => code.canonical_reason().unwrap_or(""),
+    };
     let text = format!(
         "<html>\r\n<head><title>{} {reason}</title></head>\r\n<body>\r\n<center><h1>{} {reason}</h1></center>\r\n<hr><center>vigil</center>\r\n</body>\r\n</html>\r\n",
         code.as_u16(),

@@ -216,7 +216,7 @@ where
         async move {
             let mut req = match admitted {
                 Ok(req) => req,
-                Err(status) => return gate::refused(status),
+                Err(r) => return crate::handler::refused_head(&proxy, addr, client, r),
             };
             match kind {
                 Kind::Plain => {}

@@ -339,7 +339,7 @@ impl Routes {
         parts: &mut Parts,
     ) -> Result<Answer, Refusal> {
         if let Some(script) = self.server_scripts.get(server).filter(|s| !s.is_empty()) {
-            match script.run(parts, net, None) {
+            match script.run(parts, net, self.server_base(server)) {
                 Ran::Answer(a) => return Ok(a),
                 Ran::Done | Ran::Last => {}
             }

@@ -38,6 +38,20 @@ pub struct Routes {
     /// By server block, then location: a regex location's named groups
     /// and their indices.
     pub(crate) capture_names: Vec<Vec<GroupNames>>,
+    /// By server block: its own level's pages and log.
+    levels: Vec<ServerLevel>,
+}
+
+/// A server block's own level (`error_page`, `access_log` of the server,
+/// or inherited from `http`): what nginx uses for a request that no
+/// location answers (a 404 of no location, the server's `return`, a 400).
+pub(crate) struct ServerLevel {
+    /// The server's `error_page`s (for vigil's own answers).
+    pub(crate) error_pages: crate::error_page::ErrorPages,
+    /// The server's access log, if on.
+    pub(crate) access_log: Option<Arc<crate::log::AccessLogWriter>>,
+    /// What the server's script bases its redirects on (its log).
+    base: Reply,
 }
 
 /// A regex's named groups and their indices.
@@ -167,8 +181,24 @@ impl Routes {
             proxies: Vec::new(),
             bases: Vec::new(),
             capture_names: Vec::new(),
+            levels: Vec::new(),
         };
         for s in &config.servers {
+            let err = |message: String| RouteError {
+                at: s.origin.to_string(),
+                message,
+            };
+            let server_log = open_log(s.access_log.as_ref(), &mut logs, scope, &err)?;
+            // The server's own answers are logged to its access log.
+            let server_reply = |r: &vigil_core::config::Return,
+                                logs: &mut HashMap<
+                std::path::PathBuf,
+                Arc<crate::log::AccessLogWriter>,
+            >| {
+                let mut reply = Reply::build(r, None, &s.origin, logs, scope)?;
+                reply.access_log = server_log.clone();
+                Ok(reply)
+            };
             let mut compiled = Vec::new();
             let (mut scripts, mut proxies, mut bases, mut names) =
                 (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -211,13 +241,23 @@ impl Routes {
             out.capture_names.push(names);
             out.server_scripts
                 .push(Script::build(&s.rewrite, None, scope, |r| {
-                    Reply::build(r, None, &s.origin, &mut logs, scope)
+                    server_reply(r, &mut logs)
                 })?);
             out.server_returns.push(match &s.ret {
-                Some(r) => Some(Answer::Return(Arc::new(Reply::build(
-                    r, None, &s.origin, &mut logs, scope,
-                )?))),
+                Some(r) => Some(Answer::Return(Arc::new(server_reply(r, &mut logs)?))),
                 None => None,
+            });
+            out.levels.push(ServerLevel {
+                error_pages: crate::error_page::ErrorPages::build(&s.error_pages, false, scope)?,
+                base: server_reply(
+                    &vigil_core::config::Return {
+                        code: 500,
+                        text: None,
+                        content_type: "text/plain".into(),
+                    },
+                    &mut logs,
+                )?,
+                access_log: server_log,
             });
         }
         if let Some(e) = crate::error_page::check(config, &out.router)
@@ -249,6 +289,16 @@ impl Routes {
         };
         let answer = answer.and_then(Option::clone).ok_or(Refusal::NotFound)?;
         Ok((answer, r.target))
+    }
+
+    /// The pages and log of server block `server`'s own level.
+    pub(crate) fn server_level(&self, server: usize) -> Option<&ServerLevel> {
+        self.levels.get(server)
+    }
+
+    /// The reply a server's script bases its redirects on.
+    pub(crate) fn server_base(&self, server: usize) -> Option<&Reply> {
+        self.levels.get(server).map(|l| &l.base)
     }
 
     /// The reply a location's script bases its redirects on.
@@ -501,7 +551,17 @@ fn access_log(
     scope: &Scope,
     err: &impl Fn(String) -> RouteError,
 ) -> Result<Option<Arc<crate::log::AccessLogWriter>>, RouteError> {
-    let Some(a) = &loc.proxy.access_log else {
+    open_log(loc.proxy.access_log.as_ref(), logs, scope, err)
+}
+
+/// Open an `access_log` (one file per path, shared).
+fn open_log(
+    log: Option<&vigil_core::config::AccessLog>,
+    logs: &mut HashMap<std::path::PathBuf, Arc<crate::log::AccessLogWriter>>,
+    scope: &Scope,
+    err: &impl Fn(String) -> RouteError,
+) -> Result<Option<Arc<crate::log::AccessLogWriter>>, RouteError> {
+    let Some(a) = log else {
         return Ok(None);
     };
     // One file per path; each access_log its own format and if=.

@@ -105,6 +105,21 @@ pub enum Refusal {
     UnknownListener,
 }
 
+// === impl Refusal ===
+
+impl Refusal {
+    /// A 400 for the request line (its target or its host), which nginx
+    /// answers before it reads any header: its log line shows none.
+    pub(crate) fn in_request_line(&self) -> bool {
+        matches!(
+            self,
+            Refusal::BadRequest(
+                "invalid request target" | "invalid request URI" | "invalid host in request line"
+            )
+        )
+    }
+}
+
 /// A configuration that cannot be served (a variable or header name vigil does not know).
 #[derive(Debug, thiserror::Error)]
 #[error("{at}: {message}")]
@@ -292,20 +307,6 @@ impl Router {
     /// The `@name` location of `server`.
     pub(crate) fn named(&self, server: usize, name: &str) -> Option<usize> {
         self.servers.get(server)?.locations.named(name)
-    }
-
-    /// The location of `server` a literal URI path finds (no redirect).
-    pub(crate) fn static_location(&self, server: usize, path: &str) -> Option<usize> {
-        match self
-            .servers
-            .get(server)?
-            .locations
-            .search(path.as_bytes())
-            .0
-        {
-            Found::Location(i) => Some(i),
-            _ => None,
-        }
     }
 
     /// The named groups of every regex location (variables of the configuration).

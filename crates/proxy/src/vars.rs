@@ -427,7 +427,12 @@ impl Var {
                     http::Version::HTTP_2 => "HTTP/2.0",
                     _ => "HTTP/1.1",
                 };
-                let _ = write!(out, "{} {target} {version}", p.method);
+                // An error_page's redirect made it a GET; the line is the client's.
+                let method = p
+                    .extensions
+                    .get::<crate::error_page::Paged>()
+                    .map_or(&p.method, |paged| &paged.method);
+                let _ = write!(out, "{method} {target} {version}");
             }
             Var::UpstreamAddr => join(out, cx.attempts, |a, o| o.push_str(&a.addr)),
             Var::UpstreamStatus => join(out, cx.attempts, |a, o| match a.status {
@@ -562,7 +567,8 @@ fn join(
 ) {
     for (i, a) in attempts.iter().enumerate() {
         if i > 0 {
-            out.push_str(", ");
+            // nginx: ` : ` between the groups of an internal redirect.
+            out.push_str(if a.redirected { " : " } else { ", " });
         }
         f(a, out);
     }

@@ -478,6 +478,14 @@ pub struct ServerBlock {
     /// The block's TLS settings (`ssl_*`, inherited from `http`), used
     /// when it listens on a TLS address.
     pub tls: ServerTls,
+    /// The `error_page`s in force at the server level (its own, else
+    /// `http`'s): nginx's for a request no location answers (a 404 of
+    /// no location). None from TOML.
+    pub error_pages: Vec<super::ErrorPage>,
+    /// The `access_log` in force at the server level (its own, else
+    /// `http`'s): where nginx logs what no location answers (a 404 of no
+    /// location, a server-level `return`, a 400). None = off.
+    pub access_log: Option<AccessLog>,
 }
 
 /// The `ssl_*` settings of a `server` block (ngx_http_ssl_module).

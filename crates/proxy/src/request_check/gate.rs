@@ -13,7 +13,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Version};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -28,9 +28,23 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const STAND_IN: &[u8] = b"GET / HTTP/1.1\r\nHost: refused\r\n\r\n";
 
 /// The verdicts of one connection's heads, in order, from the gate to the
-/// service (hyper serves HTTP/1 requests one after the other).
+/// service (hyper serves HTTP/1 requests one after the other), with a
+/// refused head's request line.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Verdicts(Arc<Mutex<VecDeque<Verdict>>>);
+pub(crate) struct Verdicts(Arc<Mutex<VecDeque<Judged>>>);
+
+/// One head's verdict, and its request line when it was refused.
+type Judged = (Verdict, Option<Bytes>);
+
+/// A refused head: the status to answer, and its request line as read
+/// (for the access log; None when no whole line came).
+#[derive(Debug)]
+pub(crate) struct Refused {
+    /// nginx's status for the head.
+    pub(crate) status: StatusCode,
+    /// The request line, without its line end.
+    pub(crate) line: Option<Bytes>,
+}
 
 /// A client connection with its request heads judged.
 pub(crate) struct Gate<I> {
@@ -58,35 +72,41 @@ enum State {
 // === impl Verdicts ===
 
 impl Verdicts {
-    fn push(&self, v: Verdict) {
+    fn push(&self, v: Verdict, line: Option<Bytes>) {
         if let Ok(mut q) = self.0.lock() {
-            q.push_back(v);
+            q.push_back((v, line));
         }
     }
 
-    fn pop(&self) -> Option<Verdict> {
+    fn pop(&self) -> Option<Judged> {
         self.0.lock().ok()?.pop_front()
     }
 
     /// Admit one request hyper parsed: `Err` is the status to answer a
     /// refused head with (see [`refused`]), also for a request the gate did
     /// not see (never expected). HTTP/2 requests are not judged here.
-    pub(crate) fn admit<B>(&self, mut req: Request<B>) -> Result<Request<B>, StatusCode> {
+    pub(crate) fn admit<B>(&self, mut req: Request<B>) -> Result<Request<B>, Refused> {
         if req.version() >= Version::HTTP_2 {
             return Ok(req);
         }
         match self.pop() {
-            Some(v @ Verdict { refuse: None, .. }) => {
+            Some((v @ Verdict { refuse: None, .. }, _)) => {
                 req.extensions_mut().insert(v);
                 Ok(req)
             }
-            Some(Verdict {
-                refuse: Some(status),
-                ..
-            }) => Err(status),
+            Some((
+                Verdict {
+                    refuse: Some(status),
+                    ..
+                },
+                line,
+            )) => Err(Refused { status, line }),
             None => {
                 tracing::error!("request without a judged head; closing the connection");
-                Err(StatusCode::BAD_REQUEST)
+                Err(Refused {
+                    status: StatusCode::BAD_REQUEST,
+                    line: None,
+                })
             }
         }
     }
@@ -99,6 +119,16 @@ pub(crate) fn close_if_blind<B>(verdict: Option<&Verdict>, resp: &mut Response<B
         resp.headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
+}
+
+/// The request line at the start of `head` (after the empty lines nginx
+/// skips), without its line end; None before a whole line.
+fn request_line(head: &[u8]) -> Option<Bytes> {
+    let start = head.iter().position(|b| *b != b'\r' && *b != b'\n')?;
+    let rest = &head[start..];
+    let end = rest.iter().position(|b| *b == b'\n')?;
+    let line = rest[..end].strip_suffix(b"\r").unwrap_or(&rest[..end]);
+    Some(Bytes::copy_from_slice(line))
 }
 
 /// nginx's error page for a refused head; the connection closes after it.
@@ -168,10 +198,12 @@ impl<I> Gate<I> {
                 match scan.feed(&self.buf) {
                     Step::More => false,
                     Step::Refuse(status) => {
-                        self.verdicts.push(Verdict {
+                        let line = request_line(&self.buf);
+                        let refused = Verdict {
                             refuse: Some(status),
                             close: true,
-                        });
+                        };
+                        self.verdicts.push(refused, line);
                         self.buf.clear();
                         self.out.extend_from_slice(STAND_IN);
                         self.state = State::Stopped;
@@ -183,10 +215,11 @@ impl<I> Gate<I> {
                         framing,
                     } => {
                         self.first = false;
-                        self.verdicts.push(Verdict {
+                        let accepted = Verdict {
                             refuse: None,
                             close: framing == Framing::Opaque,
-                        });
+                        };
+                        self.verdicts.push(accepted, None);
                         let head = self.buf.split_to(end);
                         match rewritten {
                             Some(h) => self.out.extend_from_slice(&h),

@@ -299,21 +299,32 @@ fn configurations_nginx_refuses_are_route_errors() {
 }
 
 #[test]
-fn an_error_page_that_proxies_is_refused_at_startup() {
-    let config = config(
+fn an_error_page_that_proxies_is_served_and_a_missing_one_refused() {
+    let build = |text: &str| {
+        let config = config(text);
+        let clock: Arc<dyn vigil_core::Clock> = Arc::new(vigil_core::SystemClock::new());
+        let reg = Registry::build(&config, None, Arc::new(EventBus::default()), clock);
+        let pools = reg
+            .upstreams()
+            .iter()
+            .map(|u| (u.name().to_string(), Arc::new(Pool::new(u.config()))))
+            .collect();
+        Routes::build(&config, &reg, &pools).map(drop)
+    };
+    build(
         "http { upstream u { server 127.0.0.1:9; }
          server { listen 127.0.0.1:8080;
            location / { proxy_pass http://u; error_page 502 @p; }
            location @p { proxy_pass http://u; } } }",
-    );
-    let clock: Arc<dyn vigil_core::Clock> = Arc::new(vigil_core::SystemClock::new());
-    let reg = Registry::build(&config, None, Arc::new(EventBus::default()), clock);
-    let pools = reg
-        .upstreams()
-        .iter()
-        .map(|u| (u.name().to_string(), Arc::new(Pool::new(u.config()))))
-        .collect();
-    let e = Routes::build(&config, &reg, &pools).err().expect("refused");
-    assert!(e.message.contains("not implemented"), "{e}");
+    )
+    .expect("a page that proxies");
+    let e = build(
+        "http { upstream u { server 127.0.0.1:9; }
+         server { listen 127.0.0.1:8080;
+           error_page 404 @none;
+           location / { proxy_pass http://u; } } }",
+    )
+    .expect_err("refused");
+    assert!(e.message.contains("no location \"@none\""), "{e}");
     assert!(e.at.starts_with("t.conf:3:"), "at the error_page: {e}");
 }

@@ -190,6 +190,8 @@ fn server_block(
             rewrite: typed(script, &level.default_type),
             origin: origin(&d.span),
             tls,
+            error_pages: level.proxy.error_pages.clone(),
+            access_log: level.proxy.access_log.clone(),
         },
         placed,
     ))

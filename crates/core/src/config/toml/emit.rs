@@ -251,7 +251,9 @@ fn check(c: &CheckConfig) -> RawCheck {
 }
 
 fn server(s: &ServerBlock) -> RawServer {
-    let shared = shared(&s.locations);
+    let mut shared = shared(&s.locations);
+    // The server level's own log (what no location answers goes there).
+    shared.access_log = s.access_log.clone();
     let mut raw = RawServer {
         listen: s.listen.iter().map(listen).collect(),
         server_name: s.server_names.clone(),

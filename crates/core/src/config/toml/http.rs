@@ -70,6 +70,8 @@ pub(super) fn server(
         ret: ret(raw.ret.as_ref(), at)?,
         origin: Default::default(),
         tls: Default::default(),
+        error_pages: Vec::new(),
+        access_log: defaults.access_log,
     })
 }
 

@@ -1,0 +1,221 @@
+//! The handler's `error_page` passes (crate::error_page): a page's
+//! answer for a location's (or a server's) own errors, through the page's
+//! `return` or its upstream (the client's body read for the first pass
+//! goes again, as nginx sends `r->request_body` again), and the answers
+//! for requests no location takes, logged to the server's access log.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::time::Instant;
+
+use http::request::Parts;
+use http::{Response, StatusCode};
+
+use super::{decorate, proxy_request, refused, returned, ClientRequestBody, ReqBody};
+use crate::body::{Buffered, UpBody};
+use crate::route::{Answer, Refusal};
+use crate::server::Proxy;
+use crate::telemetry::request::RequestObserver;
+use crate::vars::VarContext;
+
+/// What an `error_page` redirects: the request as routed, with the pages
+/// of the location (or server) that answered.
+pub(super) struct Page<'a> {
+    pub(super) generation: &'a crate::server::Generation,
+    pub(super) pages: &'a crate::error_page::ErrorPages,
+    pub(super) parts: Parts,
+}
+
+/// `error_page` of the location for a response it got (crate::error_page):
+/// the page's answer (a `return`, a redirect, or an upstream's through the
+/// page's location: nginx's internal redirect, which sends the request
+/// body again), with the status `=CODE` or the original one gives it. A
+/// page's own answer is not paged again (`recursive_error_pages off`).
+pub(super) async fn error_paged(
+    proxy: &Proxy,
+    page: Page<'_>,
+    body: &mut ClientRequestBody,
+    (local, client): (SocketAddr, SocketAddr),
+    start: Instant,
+    mut resp: Response<UpBody>,
+) -> Response<UpBody> {
+    let routes = &page.generation.routes;
+    let status = resp.status().as_u16();
+    let generated = resp
+        .extensions()
+        .get::<crate::error_page::Generated>()
+        .is_some();
+    let Some(redirected) = crate::error_page::apply(
+        routes, page.pages, status, generated, page.parts, local, client,
+    ) else {
+        return resp;
+    };
+    let earlier = resp.extensions_mut().remove::<super::EarlierAttempts>();
+    drop(resp);
+    let crate::error_page::Redirected {
+        answer,
+        mut parts,
+        forced,
+        method,
+    } = redirected;
+    parts.extensions.insert(crate::error_page::Paged {
+        status: forced,
+        method,
+    });
+    if let Some(e) = earlier {
+        parts.extensions.insert(e);
+    }
+    match answer {
+        Ok(Answer::Return(reply)) => returned(&reply, &parts, local, client, start),
+        Ok(Answer::Proxy(route)) => {
+            let gone = match &*body {
+                // A body over client_max_body_size is discarded (nginx's
+                // ngx_http_discard_request_body): the page gets none.
+                _ if status == 413 => true,
+                // Streamed to the first upstream (taken by an attempt that
+                // connected): nothing is left to send; still there when
+                // no attempt connected, then the page sends it.
+                ClientRequestBody::Read(ReqBody::Stream(s)) => {
+                    s.lock().map_or(true, |s| s.is_none())
+                }
+                _ => false,
+            };
+            if gone {
+                *body = ClientRequestBody::Read(ReqBody::Buffered(Buffered::Empty));
+            }
+            // The page's upstream counts (and traces) its own attempts.
+            let stats = page
+                .generation
+                .stats()
+                .and_then(|g| g.upstream(route.upstream.name()))
+                .cloned();
+            let mut obs = RequestObserver::new(
+                start,
+                stats,
+                proxy.tracer(),
+                &parts.method,
+                &route.location.path,
+                route.upstream.name(),
+            );
+            let net = (local, client);
+            let resp = Box::pin(proxy_request(
+                proxy, &route, net, parts, body, start, &mut obs,
+            ))
+            .await;
+            obs.finish(resp.status().as_u16());
+            resp
+        }
+        // The page's URI found no location: nginx's 404 (not paged
+        // again), logged by the server.
+        Err(refusal) => {
+            let resp = refused(refusal, &parts);
+            let server = parts
+                .extensions
+                .get::<crate::route::Target>()
+                .map(|t| t.server);
+            server_logged(routes, server, &parts, (local, client), start, resp)
+        }
+    }
+}
+
+/// `resp` with the access log line of server block `server`'s level.
+pub(super) fn server_logged(
+    routes: &crate::route::Routes,
+    server: Option<usize>,
+    parts: &Parts,
+    (local, client): (SocketAddr, SocketAddr),
+    start: Instant,
+    resp: Response<UpBody>,
+) -> Response<UpBody> {
+    let log = server
+        .and_then(|s| routes.server_level(s))
+        .and_then(|l| l.access_log.as_deref());
+    let cx = VarContext {
+        parts,
+        client,
+        local,
+        proxy_host: "",
+        attempts: super::earlier_attempts(parts),
+        status: resp.status().as_u16(),
+        request_time: start.elapsed().as_secs_f64(),
+    };
+    decorate(&[], None, log, &cx, parts, resp)
+}
+
+/// A request no location answers (404, the auto_redirect 301, 400s): the
+/// server's `error_page` for a 404 (nginx runs it as for a location), and
+/// the server's access log.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn not_routed(
+    proxy: &Proxy,
+    generation: &Arc<crate::server::Generation>,
+    refusal: Refusal,
+    parts: Parts,
+    mut body: ClientRequestBody,
+    local: SocketAddr,
+    client: SocketAddr,
+    start: Instant,
+) -> Response<UpBody> {
+    let routes = &generation.routes;
+    let server = parts
+        .extensions
+        .get::<crate::route::Target>()
+        .map(|t| t.server)
+        .or_else(|| routes.default_server(local));
+    if refusal == Refusal::UnknownListener {
+        return refused(refusal, &parts);
+    }
+    if refusal.in_request_line() {
+        // nginx logs it with no header read.
+        let resp = refused(refusal, &parts);
+        let mut bare = parts;
+        bare.headers.clear();
+        return server_logged(routes, server, &bare, (local, client), start, resp);
+    }
+    let resp = refused(refusal, &parts);
+    let level = server.and_then(|s| routes.server_level(s));
+    // A page redirects the request as routing left it (a 400 before
+    // routing has no URI to redirect; nginx's pages for it are not copied).
+    let routed = parts.extensions.get::<crate::route::Target>().is_some();
+    if let Some(level) = level.filter(|l| routed && !l.error_pages.is_empty()) {
+        let generated = resp
+            .extensions()
+            .get::<crate::error_page::Generated>()
+            .is_some();
+        if level
+            .error_pages
+            .replaces(resp.status().as_u16(), generated)
+        {
+            let page = Page {
+                generation,
+                pages: &level.error_pages,
+                parts: parts.clone(),
+            };
+            let net = (local, client);
+            return error_paged(proxy, page, &mut body, net, start, resp).await;
+        }
+    }
+    server_logged(routes, server, &parts, (local, client), start, resp)
+}
+
+/// The status of an `error_page`'s answer: the original one, or
+/// `=CODE`'s; `=` keeps the page's own (nginx's `r->err_status`). An
+/// error vigil answers in the page's pass (its 403, 502, ...) keeps its
+/// own, as nginx's special response sets `err_status` again.
+pub(super) fn paged_status(parts: &Parts, resp: &mut Response<UpBody>) {
+    if resp
+        .extensions()
+        .get::<crate::error_page::Generated>()
+        .is_some()
+    {
+        return;
+    }
+    let forced = parts
+        .extensions
+        .get::<crate::error_page::Paged>()
+        .and_then(|p| p.status)
+        .and_then(|c| StatusCode::from_u16(c).ok());
+    if let Some(code) = forced {
+        *resp.status_mut() = code;
+    }
+}
