@@ -173,12 +173,13 @@ pub(crate) fn spawn(
     tokio::spawn(async move {
         let mut due: HashMap<Key, Instant> = HashMap::new();
         loop {
-            let Some(config) = stack.upgrade().map(|s| s.proxy.current().config.clone()) else {
+            // The lines of the configuration in force (a reload may have
+            // brought or taken some); nothing is cloned when there are none.
+            let Some(current) = stack.upgrade().map(|s| lines(&s.proxy.current().config)) else {
                 return;
             };
             let now = Instant::now();
             let mut next = now + RESCAN;
-            let current = lines(&config);
             due.retain(|k, _| current.iter().any(|l| &l.key == k));
             for line in current {
                 let at = *due.entry(line.key.clone()).or_insert(now);
