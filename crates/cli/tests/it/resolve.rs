@@ -236,3 +236,57 @@ fn resolve_follows_the_answers_and_a_staying_peer_keeps_its_state() {
     let e = events();
     assert_eq!(e.matches("name re-resolved").count(), 2, "{e}");
 }
+
+#[test]
+fn without_valid_the_answers_ttl_paces_the_queries() {
+    // nginx's default: an answer stands for its TTL (1 s here), then the
+    // name is asked again.
+    let name = loopback_name();
+    let l1 = TcpListener::bind("127.0.0.1:0").expect("test setup");
+    let port = l1.local_addr().expect("test setup").port();
+    let l2 = TcpListener::bind(("127.0.0.2", port)).expect("test setup");
+    backend(l1, "b1");
+    backend(l2, "b2");
+    let zone = Zone(Arc::new(Mutex::new((
+        Some(vec![Ipv4Addr::new(127, 0, 0, 2)]),
+        0,
+    ))));
+    let dns = dns(zone.clone());
+    let (listen, admin) = (free_addr(), free_addr());
+    let dir = tempfile::tempdir().expect("test setup");
+    let path = dir.path().join("nginx.conf");
+    std::fs::write(
+        &path,
+        format!(
+            "events {{}}\nhttp {{\n  resolver {dns} ipv6=off;\n  upstream u {{ zone u 64k; server {name}:{port} resolve; }}\n  server {{ listen {listen}; location / {{ proxy_pass http://u; }} }}\n}}\n"
+        ),
+    )
+    .expect("test setup");
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _child = Kill(
+        Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .args(["serve", "--threads", "1", "--admin-listen"])
+            .arg(admin.to_string())
+            .arg("--nginx-conf")
+            .arg(&path)
+            .env("VIGIL_LOG", "error")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("test setup"),
+    );
+    // Loaded as 127.0.0.1 (the system resolver); the DNS answer moves it.
+    wait_for("traffic to move to 127.0.0.2", || body(listen) == "b2");
+    zone.set(Some(vec![Ipv4Addr::new(127, 0, 0, 1)]));
+    wait_for("traffic to move back after the TTL", || {
+        body(listen) == "b1"
+    });
+    let e = get(admin, "/api/events").unwrap_or_default();
+    assert_eq!(e.matches("name re-resolved").count(), 2, "{e}");
+}
