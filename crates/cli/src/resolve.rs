@@ -94,8 +94,7 @@ fn host_of(address: &str) -> String {
 }
 
 /// The addresses of `host` from `r`'s servers, and how long they stand
-/// (hickory gives the answer's expiry as a `std::time::Instant`).
-#[allow(clippy::disallowed_types)]
+/// (the smallest TTL of the answer's records, as nginx takes it).
 async fn query(r: &ResolverConfig, host: &str) -> Result<(Vec<IpAddr>, Duration), String> {
     let mut cfg = DnsConfig::new();
     for s in &r.servers {
@@ -118,9 +117,12 @@ async fn query(r: &ResolverConfig, host: &str) -> Result<(Vec<IpAddr>, Duration)
         .map_err(|_| format!("no answer within {:?}", r.timeout))?
         .map_err(|e| e.to_string())?;
     let ttl = answer
-        .valid_until()
-        .saturating_duration_since(std::time::Instant::now());
-    Ok((answer.iter().collect(), ttl))
+        .as_lookup()
+        .record_iter()
+        .map(|r| r.ttl())
+        .min()
+        .unwrap_or(0);
+    Ok((answer.iter().collect(), Duration::from_secs(u64::from(ttl))))
 }
 
 /// The servers of `config`'s upstream `key.upstream` with the line

@@ -150,6 +150,32 @@ fn loopback_name() -> String {
         .expect("a name of /etc/hosts for 127.0.0.1 alone, besides localhost")
 }
 
+/// A `vigil serve` process, killed when dropped.
+struct Serving(std::process::Child);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `vigil serve` on `path`, its admin API on `admin`.
+fn serve(path: &std::path::Path, admin: SocketAddr) -> Serving {
+    Serving(
+        Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .args(["serve", "--threads", "1", "--admin-listen"])
+            .arg(admin.to_string())
+            .arg("--nginx-conf")
+            .arg(path)
+            .env("VIGIL_LOG", "error")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start vigil serve"),
+    )
+}
+
 #[test]
 fn resolve_follows_the_answers_and_a_staying_peer_keeps_its_state() {
     let name = loopback_name();
@@ -177,25 +203,7 @@ fn resolve_follows_the_answers_and_a_staying_peer_keeps_its_state() {
         ),
     )
     .expect("test setup");
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _child = Kill(
-        Command::new(env!("CARGO_BIN_EXE_vigil"))
-            .args(["serve", "--threads", "1", "--admin-listen"])
-            .arg(admin.to_string())
-            .arg("--nginx-conf")
-            .arg(&path)
-            .env("VIGIL_LOG", "error")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("test setup"),
-    );
+    let _serving = serve(&path, admin);
     let events = || get(admin, "/api/events").unwrap_or_default();
     wait_for("the proxy to answer", || body(listen) == "b1");
     // The DNS server's first answer adds 127.0.0.2.
@@ -262,25 +270,7 @@ fn without_valid_the_answers_ttl_paces_the_queries() {
         ),
     )
     .expect("test setup");
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _child = Kill(
-        Command::new(env!("CARGO_BIN_EXE_vigil"))
-            .args(["serve", "--threads", "1", "--admin-listen"])
-            .arg(admin.to_string())
-            .arg("--nginx-conf")
-            .arg(&path)
-            .env("VIGIL_LOG", "error")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("test setup"),
-    );
+    let _serving = serve(&path, admin);
     // Loaded as 127.0.0.1 (the system resolver); the DNS answer moves it.
     wait_for("traffic to move to 127.0.0.2", || body(listen) == "b2");
     zone.set(Some(vec![Ipv4Addr::new(127, 0, 0, 1)]));
