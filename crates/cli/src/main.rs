@@ -11,6 +11,7 @@ mod client;
 mod cmd;
 mod fleet;
 mod load;
+mod resolve;
 mod stack;
 
 use std::process::ExitCode;

@@ -44,6 +44,8 @@ pub(crate) struct Stack {
     pub(crate) fleet: Option<Arc<crate::fleet::Member>>,
     workers: vigil_proxy::worker::Workers,
     telemetry: Option<Telemetry>,
+    events: Arc<EventBus>,
+    clock: Arc<dyn Clock>,
 }
 
 /// Log a transition: trouble (an exclusion, a probe down) at WARN, good
@@ -204,10 +206,23 @@ pub(crate) async fn start(config: Config, opts: Options) -> anyhow::Result<Stack
         fleet,
         workers,
         telemetry,
+        events,
+        clock,
     })
 }
 
 impl Stack {
+    /// Re-resolve the `server NAME resolve` lines while the stack runs
+    /// (crate::resolve), until shutdown.
+    pub(crate) fn start_resolving(self: &Arc<Self>) {
+        crate::resolve::spawn(
+            Arc::downgrade(self),
+            self.events.clone(),
+            self.clock.clone(),
+            self.shutdown.clone(),
+        );
+    }
+
     /// Swap in a new configuration, listen addresses included; probes
     /// follow. On an error nothing changed.
     pub(crate) fn reload(&self, config: Config) -> Result<u64, String> {

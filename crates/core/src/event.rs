@@ -217,6 +217,17 @@ pub enum EventKind {
         /// What happened (the member count, or etcd's error).
         detail: String,
     },
+    /// `server NAME resolve`: the set of addresses of NAME changed (`peer`
+    /// is the written NAME); the upstream's peers were rebuilt, those of
+    /// the addresses that stay keeping their state.
+    Resolved {
+        /// Addresses new in the answer.
+        added: Vec<String>,
+        /// Addresses no longer in it.
+        removed: Vec<String>,
+        /// The addresses in force now.
+        now: Vec<String>,
+    },
     /// Fleet `share_passive`: another member ejected this peer (which has
     /// no active check here) on its own traffic; its weight here is
     /// halved (`max(1, weight/2)`) until `until`.
@@ -304,6 +315,7 @@ impl EventKind {
             EventKind::Fleet { .. } => "fleet",
             EventKind::WeightHalved { .. } => "weight_halved",
             EventKind::WeightRestored { .. } => "weight_restored",
+            EventKind::Resolved { .. } => "resolved",
         }
     }
 
@@ -475,6 +487,17 @@ impl fmt::Display for EventKind {
                 write!(f, ": {error}; retry in {retry_ms} ms")
             }
             EventKind::Fleet { state, detail } => write!(f, "fleet: {state} ({detail})"),
+            EventKind::Resolved {
+                added,
+                removed,
+                now,
+            } => write!(
+                f,
+                "name re-resolved: added [{}], removed [{}], now [{}]",
+                added.join(", "),
+                removed.join(", "),
+                now.join(", ")
+            ),
             EventKind::WeightHalved {
                 from, to, for_ms, by, ..
             } => write!(

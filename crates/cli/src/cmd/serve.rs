@@ -124,6 +124,7 @@ async fn serve(
         .await
         .with_context(|| format!("starting {}", path.display()))?,
     );
+    stack.start_resolving();
     let listen = args.listen;
     if let Some(admin) = &stack.admin {
         let (st, p) = (stack.clone(), path.clone());

@@ -6,4 +6,5 @@ mod demo;
 #[cfg(feature = "fleet")]
 mod fleet;
 mod health;
+mod resolve;
 mod serve;

@@ -99,7 +99,33 @@ pub struct UpstreamConfig {
     /// vigil's peer rules beyond nginx (`passive_count`, `passive_recovery`,
     /// `passive_penalty`, `max_ejected`); the default is nginx's behaviour.
     pub rules: HealthRules,
+    /// The `resolver` in force for the `server NAME resolve` lines: the
+    /// upstream's own, else the http level's (nginx 1.27.3+). None: no
+    /// `resolve` line may stand here.
+    pub resolver: Option<ResolverConfig>,
+    /// The upstream's own `resolver_timeout`, if written (the one in force
+    /// is `resolver.timeout`: this, else the http level's, else 30s).
+    pub resolver_timeout: Option<Duration>,
     /// Where the block starts.
+    pub origin: Origin,
+}
+
+/// `resolver ADDRESS ... [valid=TIME] [ipv4=on|off] [ipv6=on|off]` with
+/// `resolver_timeout`: the DNS servers that re-resolve `server NAME
+/// resolve` lines while vigil runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResolverConfig {
+    /// The name servers (port 53 unless written), in order.
+    pub servers: Vec<SocketAddr>,
+    /// `valid=`: how long an answer stands; None (nginx's default): its TTL.
+    pub valid: Option<Duration>,
+    /// `ipv4=`, default on: ask for A records.
+    pub ipv4: bool,
+    /// `ipv6=`, default on: ask for AAAA records.
+    pub ipv6: bool,
+    /// `resolver_timeout`, default 30s.
+    pub timeout: Duration,
+    /// Where `resolver` is.
     pub origin: Origin,
 }
 
@@ -369,6 +395,9 @@ pub struct ServerConfig {
     /// `max(1, weight/10)` to `weight` over T. Default none. Refused with
     /// `hash` and `ip_hash`.
     pub slow_start: Option<Duration>,
+    /// `resolve` (nginx 1.27.3+): the name is re-resolved while vigil runs,
+    /// through the upstream's `resolver`.
+    pub resolve: bool,
     /// Where the line is.
     pub origin: Origin,
 }
@@ -1092,6 +1121,7 @@ impl ServerConfig {
             backup: false,
             down: false,
             slow_start: None,
+            resolve: false,
             origin: Origin::default(),
         }
     }
@@ -1299,6 +1329,8 @@ impl UpstreamConfig {
             check: None,
             zone: None,
             rules: HealthRules::default(),
+            resolver: None,
+            resolver_timeout: None,
             origin: Origin::default(),
         }
     }

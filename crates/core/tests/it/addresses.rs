@@ -360,28 +360,109 @@ fn unix_addresses_nginx_refuses_are_refused_with_its_words() {
     assert!(listen.is_err());
 }
 
+fn try_load(conf: &str) -> Result<Config, String> {
+    nginx::load_str(conf, Path::new("t.conf"), Path::new("."), &resolver)
+        .map(|l| l.config)
+        .map_err(|e| e.to_string())
+}
+
 #[test]
-fn resolve_is_refused_before_the_name_is_looked_up() {
-    // nginx 1.27.3+ starts with a `resolve` name that does not resolve yet;
-    // vigil does not re-resolve, and says so rather than "host not found".
-    let e = nginx::load_str(
-        "http { upstream u { zone z 64k; server nowhere.test:80 resolve; }
-                server { listen 127.0.0.1:8000; location / { proxy_pass http://u; } } }",
-        Path::new("t.conf"),
-        Path::new("."),
-        &resolver,
+fn resolve_takes_the_http_resolver_written_after_the_upstream() {
+    // nginx merges `resolver` / `resolver_timeout` from http{} at the end
+    // of the block (ngx_http_upstream_init_round_robin).
+    let c = try_load(
+        "http { upstream u { zone z 64k; server multi:80 resolve weight=2; server one:81; }
+                server { listen 127.0.0.1:8000; location / { proxy_pass http://u; } }
+                resolver 10.0.0.53 [::1]:5353 valid=5s ipv6=off; resolver_timeout 7s; }",
     )
-    .map(|_| ())
-    .expect_err("refused");
+    .expect("loads");
+    let u = &c.upstreams[0];
+    let r = u.resolver.as_ref().expect("resolver merged");
     assert_eq!(
-        e.to_string(),
-        "t.conf:1:56: server parameter \"resolve\" is not supported by vigil (names are resolved once, at load)"
+        r.servers,
+        vec![
+            "10.0.0.53:53".parse::<SocketAddr>().expect("addr"),
+            "[::1]:5353".parse().expect("addr")
+        ]
     );
-    // `vigil lint` (lenient): the refusal once, the server kept without it.
+    assert_eq!(r.valid, Some(std::time::Duration::from_secs(5)));
+    assert!(r.ipv4 && !r.ipv6);
+    assert_eq!(r.timeout, std::time::Duration::from_secs(7));
+    // At load the name is resolved as every name is: one peer per address.
+    let flags: Vec<(bool, u32)> = u
+        .servers
+        .iter()
+        .map(|s| (s.resolve, s.weight.get()))
+        .collect();
+    assert_eq!(flags, vec![(true, 2), (true, 2), (true, 2), (false, 1)]);
+    // The upstream's own resolver wins; its resolver_timeout too; default 30s.
+    let c = try_load(
+        "http { resolver 10.0.0.53; upstream u { zone z; resolver 10.0.0.54:54; server one:80 resolve; }
+                upstream v { zone z; resolver_timeout 2s; server one:80 resolve; }
+                upstream w { zone z; server 10.0.0.9:80 resolve; }
+                server { listen 127.0.0.1:8000; location / { proxy_pass http://u; } } }",
+    )
+    .expect("loads");
+    let r = |i: usize| c.upstreams[i].resolver.clone().expect("resolver");
+    assert_eq!(
+        r(0).servers,
+        vec!["10.0.0.54:54".parse::<SocketAddr>().expect("addr")]
+    );
+    assert_eq!(r(0).timeout, std::time::Duration::from_secs(30));
+    assert_eq!(
+        r(1).servers,
+        vec!["10.0.0.53:53".parse::<SocketAddr>().expect("addr")]
+    );
+    assert_eq!(r(1).timeout, std::time::Duration::from_secs(2));
+    // An IP address with `resolve` is a fixed address, as in nginx.
+    assert!(!c.upstreams[2].servers[0].resolve);
+}
+
+#[test]
+fn resolve_needs_a_zone_and_a_resolver_with_nginx_texts() {
+    let up = |body: &str| {
+        format!(
+            "http {{ upstream u {{ {body} }}\nserver {{ listen 127.0.0.1:8000; location / {{ proxy_pass http://u; }} }} }}"
+        )
+    };
+    assert_eq!(
+        try_load(&up("resolver 10.0.0.53; server one:80 resolve;")).expect_err("no zone"),
+        "t.conf:1:41: resolving names at run time requires upstream \"u\" in t.conf:1 to be in shared memory"
+    );
+    assert_eq!(
+        try_load(&up("zone z 64k; server one:80 resolve;")).expect_err("no resolver"),
+        "t.conf:1:33: no resolver defined to resolve names at run time in upstream \"u\" in t.conf:1"
+    );
+    for (resolver, message) in [
+        (
+            "resolver 10.0.0.53 valid=x;",
+            "t.conf:1:48: invalid parameter: valid=x",
+        ),
+        (
+            "resolver 10.0.0.53 ipv4=yes;",
+            "t.conf:1:48: invalid parameter: ipv4=yes",
+        ),
+        (
+            "resolver 10.0.0.53 ipv4=off ipv6=off;",
+            "t.conf:1:29: \"ipv4\" and \"ipv6\" cannot both be \"off\"",
+        ),
+        ("resolver valid=1s;", "t.conf:1:29: no name servers defined"),
+        (
+            "resolver 10.0.0.53; resolver 10.0.0.54;",
+            "t.conf:1:49: \"resolver\" directive is duplicate",
+        ),
+    ] {
+        assert_eq!(
+            try_load(&up(&format!("zone z; {resolver} server one:80 resolve;")))
+                .expect_err(resolver),
+            message,
+            "{resolver}"
+        );
+    }
+    // `vigil lint` (lenient) reports the missing resolver, the rest kept.
     let files = std::collections::BTreeMap::new();
     let l = nginx::load_str_mode(
-        "http { upstream u { zone z 64k; server multi:80 resolve; }
-                server { listen 127.0.0.1:8000; location / { proxy_pass http://u; } } }",
+        &up("zone z; server multi:80 resolve;"),
         Path::new("t.conf"),
         Path::new("."),
         &resolver,
@@ -390,5 +471,10 @@ fn resolve_is_refused_before_the_name_is_looked_up() {
     )
     .expect("lenient");
     assert_eq!(l.refusals.len(), 1, "{:?}", l.refusals);
+    assert!(
+        l.refusals[0].to_string().contains("no resolver defined"),
+        "{:?}",
+        l.refusals
+    );
     assert_eq!(l.config.upstreams[0].servers.len(), 3);
 }

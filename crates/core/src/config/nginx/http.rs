@@ -44,6 +44,11 @@ struct Level {
     own_access: crate::config::nginx::access::Own,
     /// Whether this level has its own proxy_redirect / hide / pass lists.
     own_headers: crate::config::nginx::filters::OwnHeaders,
+    /// This level's own `resolver` (the http level's is the upstreams'
+    /// default; a server's or location's is read and has no use in vigil).
+    resolver: Option<crate::config::ResolverConfig>,
+    /// This level's own `resolver_timeout`.
+    resolver_timeout: Option<std::time::Duration>,
 }
 
 pub(super) fn http_block(cx: &mut Context<'_>, body: &[&Directive]) -> Result<(), ConfigError> {
@@ -88,6 +93,14 @@ pub(super) fn http_block(cx: &mut Context<'_>, body: &[&Directive]) -> Result<()
             _ => level_directive(cx, &mut level, d, "http")?,
         }
     }
+    // `resolver` may follow the upstreams that use it, as in nginx.
+    let mut ups = std::mem::take(&mut cx.config.upstreams);
+    for up in &mut ups {
+        let r =
+            super::upstream::merge_resolver(up, level.resolver.as_ref(), level.resolver_timeout);
+        cx.keep(r)?;
+    }
+    cx.config.upstreams = ups;
     // Servers after upstreams: proxy_pass may name an upstream defined later.
     for d in servers {
         let r = server_block(cx, d, &level);
@@ -647,6 +660,8 @@ impl Level {
             own_gzip_types: false,
             own_access: Default::default(),
             own_headers: Default::default(),
+            resolver: None,
+            resolver_timeout: None,
         }
     }
 
@@ -833,6 +848,16 @@ impl Level {
                     "\"log_format\" directive is not allowed here",
                 ))
             }
+            "resolver" => {
+                if self.resolver.is_some() {
+                    return Err(ConfigError::invalid(
+                        &d.span,
+                        "\"resolver\" directive is duplicate",
+                    ));
+                }
+                self.resolver = Some(super::upstream::resolver(cx, d)?);
+            }
+            "resolver_timeout" => self.resolver_timeout = Some(time(d, one(d)?)?),
             _ => return Ok(false),
         }
         match d.name.as_str() {

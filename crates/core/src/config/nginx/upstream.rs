@@ -14,8 +14,8 @@ use super::{args, bad, no_block, number, one, origin, time, unknown, unsupported
 use crate::config::addr;
 use crate::config::value::parse_time;
 use crate::config::{
-    Balancer, CheckConfig, CheckKind, ConfigError, InitialState, Keepalive, ServerConfig,
-    StatusClass, UpstreamConfig,
+    Balancer, CheckConfig, CheckKind, ConfigError, InitialState, Keepalive, ResolverConfig,
+    ServerConfig, StatusClass, UpstreamConfig,
 };
 
 /// An `upstream` block; None when lenient mode refused it as a whole.
@@ -179,6 +179,16 @@ fn upstream_directive<'d>(
         "keepalive_requests" => *keepalive_requests = number(d, one(d)?)?,
         "keepalive_time" => cx.ignore(d),
         "zone" => up.zone = Some(args(d, 1, 2)?[0].value.clone()),
+        "resolver" => {
+            if up.resolver.is_some() {
+                return Err(ConfigError::invalid(
+                    &d.span,
+                    "\"resolver\" directive is duplicate",
+                ));
+            }
+            up.resolver = Some(resolver(cx, d)?);
+        }
+        "resolver_timeout" => up.resolver_timeout = Some(time(d, one(d)?)?),
         name if traffic::DIRECTIVES.contains(&name) => {
             traffic::directive(&mut up.rules, traffic_seen, d)?
         }
@@ -204,7 +214,7 @@ fn upstream_directive<'d>(
         name if rules::DIRECTIVES.contains(&name) => {
             rules::directive(&mut up.rules, rules_seen, d)?
         }
-        "sticky" | "ntlm" | "least_time" | "queue" | "resolver" | "state" => {
+        "sticky" | "ntlm" | "least_time" | "queue" | "state" => {
             return Err(unsupported(d, "not implemented by vigil"));
         }
         _ => return Err(unknown(d, "upstream")),
@@ -256,15 +266,6 @@ fn server(cx: &mut Context<'_>, d: &Directive) -> Result<Vec<ServerConfig>, Conf
             "invalid number of arguments in \"server\" directive",
         ));
     };
-    // `resolve` (nginx 1.27.3+, Plus) names a host that may not resolve at
-    // start: refuse the parameter before looking the name up (lenient: the
-    // server kept without it, as other refused parameters).
-    if let Some(p) = params.iter().find(|p| p.value == "resolve") {
-        cx.keep::<()>(Err(ConfigError::invalid(
-            &p.span,
-            "server parameter \"resolve\" is not supported by vigil (names are resolved once, at load)",
-        )))?;
-    }
     let (mut s, addrs) = match addr::unix_path(&addr_arg.value) {
         Some(path) => {
             let path = path.map_err(|e| {
@@ -278,6 +279,13 @@ fn server(cx: &mut Context<'_>, d: &Directive) -> Result<Vec<ServerConfig>, Conf
         }
     };
     s.origin = origin(&d.span);
+    // `resolve` (nginx 1.27.3+): re-resolved while running, through the
+    // upstream's `resolver` (checked once the http level is read). An
+    // address written as an IP stays what it is, as in nginx.
+    s.resolve = !addrs.is_empty()
+        && params.iter().any(|p| p.value == "resolve")
+        && addr_arg.value.parse::<std::net::SocketAddr>().is_err()
+        && addr_arg.value.parse::<std::net::IpAddr>().is_err();
     for p in params.iter().filter(|p| p.value != "resolve") {
         // Lenient: a refused parameter is left out, the server kept.
         let r = server_param(&mut s, d, p);
@@ -299,7 +307,7 @@ fn server_param(s: &mut ServerConfig, d: &Directive, p: &Arg) -> Result<(), Conf
         "slow_start" => s.slow_start = Some(time(d, &value_arg(p, value))?),
         "backup" if value.is_empty() => s.backup = true,
         "down" if value.is_empty() => s.down = true,
-        "resolve" | "service" | "route" | "drain" => {
+        "service" | "route" | "drain" => {
             return Err(ConfigError::invalid(
                 &p.span,
                 format!("server parameter \"{key}\" is not supported by vigil"),
@@ -322,6 +330,97 @@ fn value_arg(p: &Arg, value: &str) -> Arg {
         quoted: p.quoted,
         span: p.span.clone(),
     }
+}
+
+/// `resolver ADDRESS ... [valid=TIME] [ipv4=on|off] [ipv6=on|off]`, as
+/// nginx's `ngx_resolver_create` reads it (port 53 by default; a name
+/// stands for all its addresses). `resolver_timeout` is merged later.
+pub(super) fn resolver(cx: &Context<'_>, d: &Directive) -> Result<ResolverConfig, ConfigError> {
+    let mut r = ResolverConfig {
+        servers: Vec::new(),
+        valid: None,
+        ipv4: true,
+        ipv6: true,
+        timeout: Duration::from_secs(30),
+        origin: origin(&d.span),
+    };
+    let invalid =
+        |a: &Arg| ConfigError::invalid(&a.span, format!("invalid parameter: {}", a.value));
+    for a in args(d, 1, 64)? {
+        let on_off = |v: &str| match v {
+            "on" => Ok(true),
+            "off" => Ok(false),
+            _ => Err(invalid(a)),
+        };
+        if let Some(v) = a.value.strip_prefix("valid=") {
+            r.valid = Some(parse_time(v).map_err(|_| invalid(a))?);
+        } else if let Some(v) = a.value.strip_prefix("ipv4=") {
+            r.ipv4 = on_off(v)?;
+        } else if let Some(v) = a.value.strip_prefix("ipv6=") {
+            r.ipv6 = on_off(v)?;
+        } else {
+            let addrs = addr::resolve_all(&a.value, 53, addr::Use::Upstream, cx.resolve)
+                .map_err(|e| ConfigError::invalid(&a.span, e.message("resolver ", &a.value, "")))?;
+            r.servers.extend(addrs);
+        }
+    }
+    if !r.ipv4 && !r.ipv6 {
+        return Err(ConfigError::invalid(
+            &d.span,
+            "\"ipv4\" and \"ipv6\" cannot both be \"off\"",
+        ));
+    }
+    if r.servers.is_empty() {
+        return Err(ConfigError::invalid(&d.span, "no name servers defined"));
+    }
+    Ok(r)
+}
+
+/// nginx's checks of an upstream with `server ... resolve` lines, once
+/// the http level's `resolver` is known (`ngx_http_upstream_init_round_robin`):
+/// `resolver` / `resolver_timeout` merged from `http`, a `zone` and a
+/// resolver required.
+pub(super) fn merge_resolver(
+    up: &mut UpstreamConfig,
+    http: Option<&ResolverConfig>,
+    http_timeout: Option<Duration>,
+) -> Result<(), ConfigError> {
+    if up.resolver.is_none() {
+        up.resolver = http.cloned();
+    }
+    let timeout = up
+        .resolver_timeout
+        .or(http_timeout)
+        .unwrap_or(Duration::from_secs(30));
+    if let Some(r) = &mut up.resolver {
+        r.timeout = timeout;
+    }
+    let Some(s) = up.servers.iter().find(|s| s.resolve) else {
+        return Ok(());
+    };
+    let at = match &up.origin.0 {
+        Some(p) => format!(" in {}:{}", p.file.display(), p.line),
+        None => String::new(),
+    };
+    if up.zone.is_none() {
+        return Err(ConfigError::invalid(
+            s.origin.clone(),
+            format!(
+                "resolving names at run time requires upstream \"{}\"{at} to be in shared memory",
+                up.name
+            ),
+        ));
+    }
+    if up.resolver.is_none() {
+        return Err(ConfigError::invalid(
+            s.origin.clone(),
+            format!(
+                "no resolver defined to resolve names at run time in upstream \"{}\"{at}",
+                up.name
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Resolve an upstream address `text` (the address part of `a`) to every
