@@ -127,9 +127,51 @@ fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// The name the upstream's `server` line resolves, and how `vigil serve`
+/// sees it at load (through the system resolver, before its own resolver
+/// takes over).
+///
+/// As root with `unshare -m`, vigil runs in a private mount namespace with
+/// a hosts file of the test bound over /etc/hosts, naming `app.test`
+/// 127.0.0.1 (CI requires this: VIGIL_REQUIRE_NAMESPACES). Elsewhere, a
+/// name /etc/hosts already gives 127.0.0.1 alone, besides `localhost`
+/// (which DNS clients answer themselves).
+struct Hosts {
+    name: String,
+    /// The hosts file bound over /etc/hosts, when namespaces work.
+    file: Option<tempfile::TempDir>,
+}
+
+impl Hosts {
+    fn new() -> Self {
+        let private = Command::new("sh")
+            .args([
+                "-c",
+                "[ \"$(id -u)\" = 0 ] && unshare -m sh -c 'mount --bind /dev/null /etc/hosts'",
+            ])
+            .status()
+            .is_ok_and(|s| s.success());
+        if private {
+            let dir = tempfile::tempdir().expect("test setup");
+            std::fs::write(dir.path().join("hosts"), "127.0.0.1 app.test\n").expect("test setup");
+            return Hosts {
+                name: "app.test".into(),
+                file: Some(dir),
+            };
+        }
+        assert!(
+            std::env::var_os("VIGIL_REQUIRE_NAMESPACES").is_none(),
+            "VIGIL_REQUIRE_NAMESPACES is set but `unshare -m` with a bind mount over /etc/hosts does not work here"
+        );
+        Hosts {
+            name: loopback_name(),
+            file: None,
+        }
+    }
+}
+
 /// A name of /etc/hosts (not `localhost`, which DNS clients answer
-/// themselves) that the system resolves to 127.0.0.1 alone: the load-time
-/// resolution goes through the system resolver.
+/// themselves) that the system resolves to 127.0.0.1 alone.
 fn loopback_name() -> String {
     let hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
     hosts
@@ -147,7 +189,7 @@ fn loopback_name() -> String {
                     a == vec![SocketAddr::from(([127, 0, 0, 1], 80))]
                 })
         })
-        .expect("a name of /etc/hosts for 127.0.0.1 alone, besides localhost")
+        .expect("without root and `unshare -m`: a name of /etc/hosts for 127.0.0.1 alone, besides localhost")
 }
 
 /// A `vigil serve` process, killed when dropped.
@@ -160,11 +202,26 @@ impl Drop for Serving {
     }
 }
 
-/// `vigil serve` on `path`, its admin API on `admin`.
-fn serve(path: &std::path::Path, admin: SocketAddr) -> Serving {
+/// `vigil serve` on `path`, its admin API on `admin`, seeing `hosts`.
+fn serve(path: &std::path::Path, admin: SocketAddr, hosts: &Hosts) -> Serving {
+    let vigil = env!("CARGO_BIN_EXE_vigil");
+    let mut cmd = match &hosts.file {
+        Some(dir) => {
+            let mut c = Command::new("unshare");
+            c.args([
+                "-m",
+                "sh",
+                "-c",
+                "mount --bind \"$0\" /etc/hosts && exec \"$@\"",
+            ])
+            .arg(dir.path().join("hosts"))
+            .arg(vigil);
+            c
+        }
+        None => Command::new(vigil),
+    };
     Serving(
-        Command::new(env!("CARGO_BIN_EXE_vigil"))
-            .args(["serve", "--threads", "1", "--admin-listen"])
+        cmd.args(["serve", "--threads", "1", "--admin-listen"])
             .arg(admin.to_string())
             .arg("--nginx-conf")
             .arg(path)
@@ -178,7 +235,8 @@ fn serve(path: &std::path::Path, admin: SocketAddr) -> Serving {
 
 #[test]
 fn resolve_follows_the_answers_and_a_staying_peer_keeps_its_state() {
-    let name = loopback_name();
+    let hosts = Hosts::new();
+    let name = hosts.name.clone();
     // One port on three loopback addresses; .2 does not listen yet.
     let l1 = TcpListener::bind("127.0.0.1:0").expect("test setup");
     let port = l1.local_addr().expect("test setup").port();
@@ -203,7 +261,7 @@ fn resolve_follows_the_answers_and_a_staying_peer_keeps_its_state() {
         ),
     )
     .expect("test setup");
-    let _serving = serve(&path, admin);
+    let _serving = serve(&path, admin, &hosts);
     let events = || get(admin, "/api/events").unwrap_or_default();
     wait_for("the proxy to answer", || body(listen) == "b1");
     // The DNS server's first answer adds 127.0.0.2.
@@ -249,7 +307,8 @@ fn resolve_follows_the_answers_and_a_staying_peer_keeps_its_state() {
 fn without_valid_the_answers_ttl_paces_the_queries() {
     // nginx's default: an answer stands for its TTL (1 s here), then the
     // name is asked again.
-    let name = loopback_name();
+    let hosts = Hosts::new();
+    let name = hosts.name.clone();
     let l1 = TcpListener::bind("127.0.0.1:0").expect("test setup");
     let port = l1.local_addr().expect("test setup").port();
     let l2 = TcpListener::bind(("127.0.0.2", port)).expect("test setup");
@@ -270,7 +329,7 @@ fn without_valid_the_answers_ttl_paces_the_queries() {
         ),
     )
     .expect("test setup");
-    let _serving = serve(&path, admin);
+    let _serving = serve(&path, admin, &hosts);
     // Loaded as 127.0.0.1 (the system resolver); the DNS answer moves it.
     wait_for("traffic to move to 127.0.0.2", || body(listen) == "b2");
     zone.set(Some(vec![Ipv4Addr::new(127, 0, 0, 1)]));
