@@ -71,6 +71,29 @@ enum ClientRequestBody {
     Read(ReqBody),
 }
 
+/// The request's metrics (its upstream's counters in `generation`) and
+/// trace, for `route`.
+fn observer<'p>(
+    proxy: &'p Proxy,
+    generation: &crate::server::Generation,
+    route: &Route,
+    parts: &Parts,
+    start: Instant,
+) -> RequestObserver<'p> {
+    let stats = generation
+        .stats()
+        .and_then(|g| g.upstream(route.upstream.name()))
+        .cloned();
+    RequestObserver::new(
+        start,
+        stats,
+        proxy.tracer(),
+        &parts.method,
+        &route.location.path,
+        route.upstream.name(),
+    )
+}
+
 /// Serve one request.
 pub(crate) async fn handle(
     proxy: Arc<Proxy>,
@@ -114,21 +137,10 @@ pub(crate) async fn handle(
         }
     };
     crate::conn::on_route(&route.location.proxy);
-    let stats = generation
-        .stats()
-        .and_then(|g| g.upstream(route.upstream.name()))
-        .cloned();
+    let mut obs = observer(&proxy, &generation, &route, &parts, start);
     // error_page redirects with the routes of this generation.
     let pages = saved.map(|p| (generation.clone(), p));
     drop(generation);
-    let mut obs = RequestObserver::new(
-        start,
-        stats,
-        proxy.tracer(),
-        &parts.method,
-        &route.location.path,
-        route.upstream.name(),
-    );
     let net = (local, client);
     let resp = proxy_request(&proxy, &route, net, parts, &mut body, start, &mut obs).await;
     let resp = match pages {

@@ -223,7 +223,12 @@ pub async fn run(target: &Target) -> ProbeResult {
 async fn peek(tcp: TcpStream, deadline: &Deadline) -> ProbeResult {
     let mut buf = [0u8; 1];
     let window = deadline.remaining().min(TCP_PEEK_WINDOW);
-    match tokio::time::timeout(window, tcp.peek(&mut buf)).await {
+    peeked(tokio::time::timeout(window, tcp.peek(&mut buf)).await)
+}
+
+/// What the first byte (or its absence within the window) says.
+fn peeked(r: Result<io::Result<usize>, tokio::time::error::Elapsed>) -> ProbeResult {
+    match r {
         Err(_) => Ok("connected".into()),
         Ok(Ok(0)) => Err(ProbeFailure::new(
             ProbePhase::Connect,
@@ -249,16 +254,7 @@ async fn peek_unix(s: tokio::net::UnixStream, deadline: &Deadline) -> ProbeResul
             }
         }
     };
-    match tokio::time::timeout(window, watch).await {
-        Err(_) => Ok("connected".into()),
-        Ok(Ok(0)) => Err(ProbeFailure::new(
-            ProbePhase::Connect,
-            FailureKind::Io,
-            "connection closed by the peer right after connect",
-        )),
-        Ok(Ok(_)) => Ok("connected (the peer spoke first)".into()),
-        Ok(Err(e)) => Err(ProbeFailure::io(ProbePhase::Connect, &e)),
-    }
+    peeked(tokio::time::timeout(window, watch).await)
 }
 
 /// The one deadline of a probe.

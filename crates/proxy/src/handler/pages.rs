@@ -15,7 +15,6 @@ use super::{decorate, proxy_request, refused, returned, ClientRequestBody, ReqBo
 use crate::body::{Buffered, UpBody};
 use crate::route::{Answer, Refusal};
 use crate::server::Proxy;
-use crate::telemetry::request::RequestObserver;
 use crate::vars::VarContext;
 
 /// What an `error_page` redirects: the request as routed, with the pages
@@ -84,19 +83,7 @@ pub(super) async fn error_paged(
                 *body = ClientRequestBody::Read(ReqBody::Buffered(Buffered::Empty));
             }
             // The page's upstream counts (and traces) its own attempts.
-            let stats = page
-                .generation
-                .stats()
-                .and_then(|g| g.upstream(route.upstream.name()))
-                .cloned();
-            let mut obs = RequestObserver::new(
-                start,
-                stats,
-                proxy.tracer(),
-                &parts.method,
-                &route.location.path,
-                route.upstream.name(),
-            );
+            let mut obs = super::observer(proxy, page.generation, &route, &parts, start);
             let net = (local, client);
             let resp = Box::pin(proxy_request(
                 proxy, &route, net, parts, body, start, &mut obs,
