@@ -125,6 +125,10 @@ impl Upstream {
                 }
             }
             new_tier.restore(peer.id().0 as usize - new_tier.offset, slot, peer);
+            let halved = old.halved_until();
+            if halved != crate::clock::Timestamp(0) {
+                self.carry_halving(peer.id(), halved, old.halved_by());
+            }
         }
     }
 }

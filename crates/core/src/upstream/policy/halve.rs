@@ -11,7 +11,8 @@
 //! fast path). Smooth round robin caps its `effective_weight` with it,
 //! least_conn and random compare it ([`nominal`]); hash, ip_hash and
 //! consistent hash pick by the key and ignore it (their points are made
-//! from the configured weights at build). A reload ends it.
+//! from the configured weights at build). A reload carries it over to the
+//! peer that stays (as a slow-start ramp), to its end.
 //!
 //! A marked peer keeps the round-robin fast path off exactly as a ramping
 //! one does ([`impairs`], read by [`super::at_rest`]); the first scan at or
@@ -165,6 +166,29 @@ impl Upstream {
         }
         self.publish(events, now);
         true
+    }
+
+    /// A reload: peer `id` of this new generation keeps the halving its
+    /// predecessor had (`until`, by `by`), without a new event (the one
+    /// that announced it still holds; its end is announced as usual).
+    pub(crate) fn carry_halving(&self, id: PeerId, until: Timestamp, by: Option<Arc<str>>) {
+        let Some(tier) = self.tier_of(id) else {
+            return;
+        };
+        let Some(peer) = self.peers.get(id.0 as usize) else {
+            return;
+        };
+        let i = id.0 as usize - tier.offset;
+        let mut st = tier.lock();
+        if peer.halved_until() == Timestamp(0) {
+            tier.halved.fetch_add(1, Ordering::Relaxed);
+        }
+        peer.set_halved_until(until);
+        peer.set_halved_by(by);
+        if impairs(peer) {
+            tier.materialize(&mut st);
+        }
+        tier.refresh(&mut st, i, peer);
     }
 
     /// End the halvings that are over at `now` (each publishes its

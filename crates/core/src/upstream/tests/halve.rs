@@ -205,17 +205,38 @@ fn random_draws_follow_the_halved_weight() {
 }
 
 #[test]
-fn a_reload_ends_the_halving() {
-    let f = weighted(&[4, 4], Balancer::RoundRobin);
+fn a_reload_carries_the_halving_to_its_end_without_announcing_it_again() {
+    let mut f = weighted(&[4, 4], Balancer::RoundRobin);
     assert!(f.halve(0, 10_000));
+    let until = f.up.peers()[0].halved_until();
     let again = Upstream::with_previous(
         f.up.config().clone(),
         Some(&f.up),
         f.events.clone(),
         f.clock.clone(),
     );
-    assert_eq!(again.peers()[0].halved_until(), Timestamp(0));
-    assert_eq!(again.status(f.now())[0].weight_now, 4);
+    f.up = Arc::new(again);
+    assert_eq!(f.up.peers()[0].halved_until(), until);
+    assert_eq!(f.up.peers()[0].halved_by().as_deref(), Some("b"));
+    assert_eq!(f.up.status(f.now())[0].weight_now, 2);
+    assert_eq!(f.shares(60), vec![20, 40]);
+    f.advance(10_000);
+    assert_eq!(f.up.status(f.now())[0].weight_now, 4);
+    let counts = f.shares(800);
+    assert!(
+        (399..=401).contains(&counts[0]),
+        "whole again after the end: {counts:?}"
+    );
+    let kinds = f.halving_events();
+    let halved = kinds
+        .iter()
+        .filter(|k| matches!(k, EventKind::WeightHalved { .. }))
+        .count();
+    let restored = kinds
+        .iter()
+        .filter(|k| matches!(k, EventKind::WeightRestored { .. }))
+        .count();
+    assert_eq!((halved, restored), (1, 1), "{kinds:?}");
 }
 
 #[test]
