@@ -423,17 +423,10 @@ async fn proxy_request(
     };
     let facts = RequestFacts::new(parts.method.as_str(), matches!(body, ReqBody::Buffered(_)));
     let upstream = route.upstream.clone();
-    let hash_key = route.hash_key.as_ref().map(|t| {
-        t.expand(&VarContext {
-            parts: &parts,
-            client,
-            local,
-            proxy_host: &route.proxy_host,
-            attempts: &[],
-            status: 0,
-            request_time: 0.0,
-        })
-    });
+    let hash_key = route
+        .hash_key
+        .as_ref()
+        .map(|t| t.expand(&route.vars(&parts, client, local, 0)));
     let key = match (&hash_key, &upstream.config().balancer) {
         (Some(k), _) => SelectKey::Hash(k.as_bytes()),
         (None, vigil_core::config::Balancer::IpHash) => SelectKey::Client(client.ip()),
@@ -907,9 +900,15 @@ fn build_request(
     let headers = req.headers_mut();
     *headers = parts.headers.clone();
     strip_hop_by_hop(headers, false);
-    headers.remove(header::HOST);
-    if let Ok(v) = HeaderValue::from_str(&route.proxy_host) {
-        headers.insert(header::HOST, v);
+    // insert replaces the client's Host; a proxy_host no header can carry
+    // sends none.
+    match HeaderValue::from_str(&route.proxy_host) {
+        Ok(v) => {
+            headers.insert(header::HOST, v);
+        }
+        Err(_) => {
+            headers.remove(header::HOST);
+        }
     }
     match len {
         Some(0) => {
@@ -921,15 +920,7 @@ fn build_request(
         None => {}
     }
     if !route.set_headers.is_empty() {
-        let cx = VarContext {
-            parts,
-            client,
-            local,
-            proxy_host: &route.proxy_host,
-            attempts: &[],
-            status: 0,
-            request_time: 0.0,
-        };
+        let cx = route.vars(parts, client, local, 0);
         for (name, tpl) in &route.set_headers {
             headers.remove(name);
             if let Some(t) = tpl {
@@ -968,15 +959,7 @@ fn upstream_headers(
     local: SocketAddr,
     resp: &mut Response<UpBody>,
 ) {
-    let cx = VarContext {
-        parts,
-        client,
-        local,
-        proxy_host: &route.proxy_host,
-        attempts: &[],
-        status: resp.status().as_u16(),
-        request_time: 0.0,
-    };
+    let cx = route.vars(parts, client, local, resp.status().as_u16());
     route.headers.apply(resp.headers_mut(), &cx, local);
 }
 

@@ -576,6 +576,27 @@ fn open_log(
 // === impl Route ===
 
 impl Route {
+    /// The variables of `parts` on this route before any attempt (no
+    /// `$upstream_*`, no request time), with response status `status` (0:
+    /// none yet).
+    pub(crate) fn vars<'a>(
+        &'a self,
+        parts: &'a Parts,
+        client: SocketAddr,
+        local: SocketAddr,
+        status: u16,
+    ) -> crate::vars::VarContext<'a> {
+        crate::vars::VarContext {
+            parts,
+            client,
+            local,
+            proxy_host: &self.proxy_host,
+            attempts: &[],
+            status,
+            request_time: 0.0,
+        }
+    }
+
     fn build(
         loc: &Location,
         client: &vigil_core::config::ClientSettings,
@@ -665,16 +686,7 @@ impl Route {
         let Some(t) = &self.pass_template else {
             return;
         };
-        let cx = crate::vars::VarContext {
-            parts,
-            client: net.client,
-            local: net.local,
-            proxy_host: &self.proxy_host,
-            attempts: &[],
-            status: 0,
-            request_time: 0.0,
-        };
-        let mut uri = t.expand(&cx);
+        let mut uri = t.expand(&self.vars(parts, net.client, net.local, 0));
         // nginx: an evaluated URI starting with `?` gets its `/`.
         if uri.starts_with('?') {
             uri.insert(0, '/');
