@@ -253,6 +253,36 @@ def start_backends(d, pin="split"):
     return backend
 
 
+def start_shifted_backends(prefix, shift):
+    """compare.py's backends and proxy.conf in a new temp dir, every port
+    moved by `shift` (1808x -> 1808x + shift), so a bench can run beside
+    compare.py. Returns (dir, backend process), the backends answering."""
+    d = tempfile.mkdtemp(prefix=prefix)
+    os.chmod(d, 0o755)
+    os.makedirs(os.path.join(d, "www"))
+    with open(os.path.join(d, "www", "16k"), "wb") as f:
+        f.write(b"x" * 16384)
+    moved = str(1808 + shift // 10)
+
+    def shifted(text):
+        return text.replace("1808", moved)
+
+    servers = "\n".join(BACKEND_SERVER.format(port=p, d=d) for p in BACKEND_PORTS)
+    with open(os.path.join(d, "backend.conf"), "w") as f:
+        f.write(shifted(BACKEND_CONF.format(d=d, servers=servers)))
+    with open(os.path.join(d, "proxy.conf"), "w") as f:
+        f.write(shifted(PROXY_CONF.format(d=d)))
+    backend = subprocess.Popen([nginx_bin(), "-p", d + "/", "-e", d + "/backend.err", "-c", os.path.join(d, "backend.conf")],
+                               start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for port in BACKEND_PORTS:
+            wait_http(f"http://127.0.0.1:{port + shift}/")
+    except RuntimeError:
+        stop_backends(backend)
+        raise
+    return d, backend
+
+
 def stop_backends(backend):
     os.killpg(backend.pid, signal.SIGTERM)
     backend.wait(timeout=10)

@@ -22,15 +22,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare as c  # noqa: E402
-
-
-def conf(template, d):
-    return template.format(d=d).replace("1808", "1918")
 
 
 
@@ -42,22 +37,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=1)
     a = ap.parse_args()
     bins = [b.split("=", 1) for b in a.bins.split(",")]
-    d = tempfile.mkdtemp(prefix="vigil-instr-")
-    os.chmod(d, 0o755)
-    os.makedirs(os.path.join(d, "www"))
-    with open(os.path.join(d, "www", "16k"), "wb") as f:
-        f.write(b"x" * 16384)
-    servers = "\n".join(c.BACKEND_SERVER.format(port=p, d=d) for p in c.BACKEND_PORTS)
-    with open(os.path.join(d, "backend.conf"), "w") as f:
-        f.write(c.BACKEND_CONF.format(d=d, servers=servers).replace("1808", "1918"))
-    with open(os.path.join(d, "proxy.conf"), "w") as f:
-        f.write(conf(c.PROXY_CONF, d))
-    backend = subprocess.Popen([c.nginx_bin(), "-p", d + "/", "-e", d + "/backend.err", "-c", os.path.join(d, "backend.conf")],
-                               start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    d, backend = c.start_shifted_backends("vigil-instr-", 1100)
     rows = []
     try:
-        for port in c.BACKEND_PORTS:
-            c.wait_http(f"http://127.0.0.1:{port + 1100}/")
         for rnd in range(a.rounds):
             for path in a.paths.split(","):
                 for name, binary in bins:

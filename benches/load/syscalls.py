@@ -22,16 +22,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare as c  # noqa: E402
 
 PORT = 19280
-
-
-def shifted(text):
-    return text.replace("1808", "1928")
 
 
 def main():
@@ -41,21 +36,8 @@ def main():
     ap.add_argument("--duration", type=int, default=5)
     ap.add_argument("--top", type=int, default=12, help="calls shown per run")
     a = ap.parse_args()
-    d = tempfile.mkdtemp(prefix="vigil-sys-")
-    os.chmod(d, 0o755)
-    os.makedirs(os.path.join(d, "www"))
-    with open(os.path.join(d, "www", "16k"), "wb") as f:
-        f.write(b"x" * 16384)
-    servers = "\n".join(c.BACKEND_SERVER.format(port=p, d=d) for p in c.BACKEND_PORTS)
-    with open(os.path.join(d, "backend.conf"), "w") as f:
-        f.write(shifted(c.BACKEND_CONF.format(d=d, servers=servers)))
-    with open(os.path.join(d, "proxy.conf"), "w") as f:
-        f.write(shifted(c.PROXY_CONF.format(d=d)))
-    backend = subprocess.Popen([c.nginx_bin(), "-p", d + "/", "-e", d + "/backend.err", "-c", os.path.join(d, "backend.conf")],
-                               start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    d, backend = c.start_shifted_backends("vigil-sys-", 1200)
     try:
-        for port in c.BACKEND_PORTS:
-            c.wait_http(f"http://127.0.0.1:{port + 1200}/")
         for path in a.paths.split(","):
             for target in a.targets.split(","):
                 calls, reqs = measure(target, path, d, a.duration)
