@@ -18,8 +18,8 @@ use vigil_core::{FailureClass, TransportFailure};
 
 use hyper::client::conn::http1::SendRequest;
 
-use crate::body::UpBody;
 use crate::connect::{connect, connect_plain, ConnectError, TlsSettings};
+use crate::payload::UpBody;
 use crate::pool::{Conn, Link};
 use crate::route::Route;
 use crate::upstream::{self, Phase, RespBody, H1};
@@ -352,7 +352,7 @@ impl Tracked {
 
 impl hyper::body::Body for Tracked {
     type Data = bytes::Bytes;
-    type Error = crate::body::BoxError;
+    type Error = crate::payload::BoxError;
 
     fn poll_frame(
         mut self: std::pin::Pin<&mut Self>,

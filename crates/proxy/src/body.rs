@@ -11,8 +11,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, StreamBody};
+use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use crate::upstream::RespBody;
@@ -22,11 +21,7 @@ use vigil_core::upstream::PeerGuard;
 use crate::metrics::UpstreamStats;
 use crate::pool::{Conn, Link, Pool};
 
-/// Any error a body can carry.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// The body type sent upstream and to clients.
-pub type UpBody = BoxBody<Bytes, BoxError>;
+pub use crate::payload::{empty, full, BoxError, UpBody};
 
 /// A request body read completely so it can be sent again on a retry.
 #[derive(Debug)]
@@ -257,18 +252,6 @@ impl Idle {
             sleep.as_mut().reset(due);
         }
     }
-}
-
-/// An empty body.
-pub fn empty() -> UpBody {
-    Full::new(Bytes::new())
-        .map_err(|never| match never {})
-        .boxed()
-}
-
-/// A body of these bytes.
-pub fn full(b: impl Into<Bytes>) -> UpBody {
-    Full::new(b.into()).map_err(|never| match never {}).boxed()
 }
 
 /// The upstream's response body on its way to the client.

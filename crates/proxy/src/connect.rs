@@ -18,7 +18,7 @@ use tower_service::Service;
 
 use vigil_core::config::PeerAddr;
 
-use crate::body::UpBody;
+use crate::payload::UpBody;
 use crate::upstream::Stream;
 
 /// Why a connection could not be opened.

@@ -9,42 +9,12 @@
 //! again, as nginx sends `r->request_body` again). Pages are not applied
 //! to the answer of a page (nginx's `recursive_error_pages off`).
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-
-use http::request::Parts;
 use vigil_core::config::ErrorPage;
 
-use crate::rewrite::Net;
-use crate::route::{Answer, Refusal, Reply, RouteError, Routes, Target};
-use crate::vars::{Scope, Template, VarContext};
+use crate::router::RouteError;
+use crate::vars::{Scope, Template};
 
-/// Marks a response vigil made itself (not an upstream's).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Generated;
-
-/// Marks a request an `error_page` redirected: its answer gets `status`
-/// (None: the page's own, `=`), and is not paged again.
-#[derive(Clone, Debug)]
-pub(crate) struct Paged {
-    /// The status of the page's answer, unless `=` left it the page's.
-    pub(crate) status: Option<u16>,
-    /// The client's method (`$request` shows it; the redirect made it a GET).
-    pub(crate) method: http::Method,
-}
-
-/// Where an `error_page` sends a request.
-pub(crate) struct Redirected {
-    /// Who answers the redirected request (a refusal: its URI found no
-    /// location, then nginx's 404).
-    pub(crate) answer: Result<Answer, Refusal>,
-    /// The request as redirected (URI, method).
-    pub(crate) parts: Parts,
-    /// The status of the answer (see [`Paged`]).
-    pub(crate) forced: Option<u16>,
-    /// The client's method.
-    pub(crate) method: http::Method,
-}
+pub(crate) use crate::marks::Paged;
 
 /// A location's compiled `error_page`s.
 #[derive(Debug, Default)]
@@ -54,16 +24,19 @@ pub(crate) struct ErrorPages {
     intercept: bool,
 }
 
+/// One `error_page`.
 #[derive(Debug)]
-struct Page {
+pub(crate) struct Page {
     codes: Vec<u16>,
     /// nginx's `overwrite`: -1 none, 0 `=`, else `=CODE`.
-    overwrite: i32,
-    to: To,
+    pub(crate) overwrite: i32,
+    /// Where it sends the request.
+    pub(crate) to: To,
 }
 
+/// Where an `error_page` sends a request.
 #[derive(Debug)]
-enum To {
+pub(crate) enum To {
     /// A URI (`/x?a=1`): an internal redirect.
     Uri(Template),
     /// `@name`.
@@ -116,85 +89,12 @@ impl ErrorPages {
     }
 
     /// The page for a response of `status` (`generated`: vigil made it).
-    fn find(&self, status: u16, generated: bool) -> Option<&Page> {
+    pub(crate) fn find(&self, status: u16, generated: bool) -> Option<&Page> {
         if !(generated || self.intercept && status >= 300) {
             return None;
         }
         self.pages.iter().find(|p| p.codes.contains(&status))
     }
-}
-
-/// What an error page makes of a response of `status`: who answers the
-/// redirected request and the status it gets; None keeps the response.
-pub(crate) fn apply(
-    routes: &Routes,
-    pages: &ErrorPages,
-    status: u16,
-    generated: bool,
-    mut parts: Parts,
-    local: SocketAddr,
-    client: SocketAddr,
-) -> Option<Redirected> {
-    let page = pages.find(status, generated)?;
-    let method = parts.method.clone();
-    // nginx's err_status: the original code, `=CODE`, or (`=`) the page's own.
-    let forced = match page.overwrite {
-        -1 => Some(status),
-        0 => None,
-        c => u16::try_from(c).ok(),
-    };
-    let net = Net { local, client };
-    let cx = |parts: &Parts, t: &Template| {
-        t.expand(&VarContext {
-            parts,
-            client,
-            local,
-            proxy_host: "",
-            attempts: &[],
-            status,
-            request_time: 0.0,
-        })
-    };
-    let server = parts.extensions.get::<Target>()?.server;
-    let answer = match &page.to {
-        To::Redirect(t) => {
-            let url = cx(&parts, t);
-            let code = forced
-                .filter(|c| matches!(c, 301 | 302 | 303 | 307 | 308))
-                .unwrap_or(302);
-            let base = Reply::internal_error();
-            return Some(Redirected {
-                answer: Ok(Answer::Return(Arc::new(base.redirect(code, &url)))),
-                parts,
-                forced: Some(code),
-                method,
-            });
-        }
-        To::Uri(t) => {
-            let uri = cx(&parts, t);
-            let (path, args) = uri.split_once('?').unwrap_or((&uri, ""));
-            if parts.method != http::Method::HEAD {
-                parts.method = http::Method::GET;
-            }
-            let t = parts.extensions.get_mut::<Target>()?;
-            t.uri.rewrite(path.as_bytes().to_vec(), args.to_string());
-            t.internal = true;
-            // The earlier pass's proxy_pass URI is not this location's.
-            parts.extensions.remove::<crate::route::PassUri>();
-            routes.phases(server, net, &mut parts)
-        }
-        To::Named(name) => {
-            let li = routes.router.named(server, name)?;
-            parts.extensions.remove::<crate::route::PassUri>();
-            routes.location_phase(server, li, net, &mut parts)
-        }
-    };
-    Some(Redirected {
-        answer,
-        parts,
-        forced,
-        method,
-    })
 }
 
 /// Startup (and `vigil lint`): every `@name` page of a location or a

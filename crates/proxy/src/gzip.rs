@@ -21,7 +21,7 @@ use hyper::body::{Body, Frame};
 use hyper::Response;
 use vigil_core::config::{Gzip, GzipProxied, HttpVersion};
 
-use crate::body::{BoxError, UpBody};
+use crate::payload::{BoxError, UpBody};
 
 /// `resp`, compressed if nginx would compress it for `parts`.
 pub(crate) fn filter(g: &Gzip, parts: &Parts, mut resp: Response<UpBody>) -> Response<UpBody> {

@@ -23,36 +23,16 @@ use crate::attempt::{self, Answered, Failed};
 use crate::body::{self, BodyError, Buffered, ClientBody, Streamed, UpBody};
 use crate::hop::strip_hop_by_hop;
 use crate::metrics::Outcome;
+use crate::record::{AttemptRecord, EarlierAttempts};
 use crate::route::{Answer, Refusal, Reply, Route};
 use crate::server::Proxy;
+use crate::status_page::error_page;
 use crate::telemetry::request::RequestObserver;
 use crate::vars::VarContext;
 
 mod pages;
 
 use pages::{error_paged, not_routed, paged_status, Page};
-
-/// One attempt as `$upstream_addr`, `$upstream_status`,
-/// `$upstream_response_time` show it.
-#[derive(Clone, Debug)]
-pub struct AttemptRecord {
-    /// The peer's address, or the upstream's name for "no live upstreams".
-    pub addr: Arc<str>,
-    /// The status the attempt produced (upstream's, or 502/504).
-    pub status: Option<u16>,
-    /// Seconds from the start of the attempt to its header or failure.
-    pub response_time: f64,
-    /// Seconds to connect, if it connected.
-    pub connect_time: Option<f64>,
-    /// The first attempt after an internal redirect (`error_page`) to
-    /// another upstream: nginx separates the groups with ` : `.
-    pub redirected: bool,
-}
-
-/// The attempts of a request's first pass, carried to its `error_page`
-/// pass (response and request extension; on the page path only).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct EarlierAttempts(pub(crate) Vec<AttemptRecord>);
 
 enum ReqBody {
     Buffered(Buffered),
@@ -976,7 +956,7 @@ fn finish(
     if parts.extensions.get::<crate::error_page::Paged>().is_none() {
         let generated = resp
             .extensions()
-            .get::<crate::error_page::Generated>()
+            .get::<crate::status_page::Generated>()
             .is_some();
         if route
             .error_pages
@@ -1079,24 +1059,4 @@ fn passes_upgrade(route: &Route) -> bool {
     route.location.proxy.http_version == vigil_core::config::HttpVersion::Http11
         && sets(&header::UPGRADE)
         && sets(&header::CONNECTION)
-}
-
-/// nginx-style error page.
-pub(crate) fn error_page(code: StatusCode) -> Response<UpBody> {
-    let reason = match code {
-        // nginx's own words (ngx_http_error_405_page).
-        StatusCode::METHOD_NOT_ALLOWED => "Not Allowed",
-        _ => code.canonical_reason().unwrap_or(""),
-    };
-    let text = format!(
-        "<html>\r\n<head><title>{} {reason}</title></head>\r\n<body>\r\n<center><h1>{} {reason}</h1></center>\r\n<hr><center>vigil</center>\r\n</body>\r\n</html>\r\n",
-        code.as_u16(),
-        code.as_u16()
-    );
-    let mut r = Response::new(body::full(text));
-    *r.status_mut() = code;
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html"));
-    r.extensions_mut().insert(crate::error_page::Generated);
-    r
 }

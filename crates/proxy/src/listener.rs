@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use vigil_net::tls::server;
 
-use crate::body::UpBody;
+use crate::payload::UpBody;
 
 use crate::conn::{self, Closed, ConnState, Drain, TimedIo, Watched};
 use crate::request_check::{gate, HeadLimits, Verdict};
@@ -247,7 +247,7 @@ fn plain_to_https() -> Response<UpBody> {
     let page = format!(
         "<html>\r\n<head><title>400 {TEXT}</title></head>\r\n<body>\r\n<center><h1>400 Bad Request</h1></center>\r\n<center>{TEXT}</center>\r\n<hr><center>vigil</center>\r\n</body>\r\n</html>\r\n"
     );
-    let mut resp = Response::new(crate::body::full(page));
+    let mut resp = Response::new(crate::payload::full(page));
     *resp.status_mut() = StatusCode::BAD_REQUEST;
     let h = resp.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html"));

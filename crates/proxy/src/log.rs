@@ -20,7 +20,7 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 use vigil_core::config::{AccessLog, LogEscape, LogFormat};
 
-use crate::body::{BoxError, UpBody};
+use crate::payload::{BoxError, UpBody};
 use crate::vars::VarContext;
 use format::{End, Format, Rendered};
 
@@ -213,7 +213,7 @@ impl Drop for Logged {
 }
 
 fn json(cx: &VarContext<'_>, parts: &Parts) -> String {
-    let join = |f: &dyn Fn(&crate::handler::AttemptRecord) -> serde_json::Value| {
+    let join = |f: &dyn Fn(&crate::record::AttemptRecord) -> serde_json::Value| {
         cx.attempts.iter().map(f).collect::<Vec<_>>()
     };
     let v = serde_json::json!({

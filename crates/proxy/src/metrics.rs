@@ -2,7 +2,7 @@
 //! configuration generation (the request path holds them and does a
 //! `fetch_add`: no lookup, no lock, no allocation), encoded for `/metrics`
 //! by `prometheus-client` through a [`Collector`] that reads the atomics at
-//! scrape time, and read by the OpenTelemetry exporter ([`crate::telemetry`])
+//! scrape time, and read by the OpenTelemetry exporter (the `telemetry` module)
 //! from the same atomics, so nothing is counted twice.
 //!
 //! | name | type | labels | meaning |

@@ -14,7 +14,7 @@ use hyper::client::conn::http1::SendRequest;
 use vigil_core::config::UpstreamConfig;
 use vigil_core::peer::PeerId;
 
-use crate::body::UpBody;
+use crate::payload::UpBody;
 use crate::upstream::H1;
 
 /// Worker shards; workers beyond this share shards.
@@ -101,7 +101,7 @@ impl Pool {
     }
 
     fn shard(&self) -> &Mutex<VecDeque<Conn>> {
-        &self.shards[crate::worker::current() % self.shards.len()]
+        &self.shards[crate::shard::current() % self.shards.len()]
     }
 
     /// Take the most recently used idle connection to `peer`, if any.

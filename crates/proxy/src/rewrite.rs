@@ -14,7 +14,7 @@ use regex::bytes::Regex;
 use vigil_core::config::{Location, MapBlock, MapKey, RewriteFlag, RewriteStep};
 
 use crate::route::{Answer, Refusal, Reply, RouteError, Routes, Target};
-use crate::vars::{RequestVars, Scope, Template, VarContext};
+use crate::vars::{MapVar, RequestVars, Scope, Template, VarContext};
 
 /// A compiled rewrite-phase script.
 #[derive(Default)]
@@ -80,6 +80,7 @@ const MAX_URI_CHANGES: usize = 10;
 /// of every regex (locations, `rewrite`s, map keys), every map.
 pub(crate) fn scope(config: &vigil_core::config::Config) -> Result<Scope, RouteError> {
     let mut scope = Scope::default();
+    let mut cells: HashMap<String, Arc<MapCell>> = HashMap::new();
     let names = |script: &[RewriteStep], scope: &mut Scope| {
         for s in script {
             match s {
@@ -113,16 +114,16 @@ pub(crate) fn scope(config: &vigil_core::config::Config) -> Result<Scope, RouteE
                 }
             }
         }
-        scope
-            .maps
-            .insert(m.variable.clone(), Arc::new(MapCell::default()));
+        let cell = Arc::new(MapCell::default());
+        cells.insert(m.variable.clone(), cell.clone());
+        scope.maps.insert(m.variable.clone(), cell);
     }
     for m in &config.maps {
         let table = MapTable::build(m, &scope).map_err(|message| RouteError {
             at: m.origin.to_string(),
             message,
         })?;
-        if let Some(cell) = scope.maps.get(&m.variable) {
+        if let Some(cell) = cells.get(&m.variable) {
             let _ = cell.0.set(table);
         }
     }
@@ -325,7 +326,7 @@ impl Routes {
         let (server, mut target) =
             self.router
                 .select(local, parts.version, &parts.uri, &parts.headers)?;
-        target.secure = parts.extensions.get::<crate::tls::Secure>().is_some();
+        target.secure = parts.extensions.get::<crate::marks::Secure>().is_some();
         parts.extensions.insert(target);
         self.phases(server, Net { local, client }, parts)
     }
@@ -421,8 +422,8 @@ impl Routes {
 
 // === impl MapCell ===
 
-impl MapCell {
-    pub(crate) fn write(&self, cx: &VarContext<'_>, out: &mut String) {
+impl MapVar for MapCell {
+    fn write(&self, cx: &VarContext<'_>, out: &mut String) {
         let Some(t) = self.0.get() else {
             return;
         };

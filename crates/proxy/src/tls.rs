@@ -13,12 +13,10 @@ use rustls::ServerConfig;
 use vigil_core::config::{Config, ServerBlock, SessionCache};
 use vigil_net::tls::server::{self, Key, ServerOptions};
 
-use crate::route::RouteError;
+use crate::router::RouteError;
 use crate::vhost::{validate_host, ServerNames};
 
-/// A request that came over TLS (`$scheme` is `https`, `$https` is `on`).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Secure;
+pub(crate) use crate::marks::Secure;
 
 /// Every TLS address of a generation.
 #[derive(Default)]

@@ -32,7 +32,7 @@ pub(crate) enum Var {
     /// A `set` variable or a named capture.
     Named(Arc<str>),
     /// A `map`'s variable.
-    Map(Arc<crate::rewrite::MapCell>),
+    Map(Arc<dyn MapVar>),
     IsArgs,
     ServerAddr,
     Hostname,
@@ -80,9 +80,16 @@ pub(crate) struct VarContext<'a> {
     pub(crate) client: SocketAddr,
     pub(crate) local: SocketAddr,
     pub(crate) proxy_host: &'a str,
-    pub(crate) attempts: &'a [crate::handler::AttemptRecord],
+    pub(crate) attempts: &'a [crate::record::AttemptRecord],
     pub(crate) status: u16,
     pub(crate) request_time: f64,
+}
+
+/// A `map`'s variable: its value for a request (the maps are compiled by
+/// the rewrite phase's builder).
+pub(crate) trait MapVar: std::fmt::Debug + Send + Sync {
+    /// Append the value for the request of `cx` to `out`.
+    fn write(&self, cx: &VarContext<'_>, out: &mut String);
 }
 
 /// The variables a configuration defines beyond the built-ins: `set`
@@ -90,7 +97,7 @@ pub(crate) struct VarContext<'a> {
 #[derive(Clone, Debug, Default)]
 pub struct Scope {
     pub(crate) named: HashMap<String, Arc<str>>,
-    pub(crate) maps: HashMap<String, Arc<crate::rewrite::MapCell>>,
+    pub(crate) maps: HashMap<String, Arc<dyn MapVar>>,
 }
 
 /// What the rewrite phase left for a request's variables: the captures of
@@ -430,7 +437,7 @@ impl Var {
                 // An error_page's redirect made it a GET; the line is the client's.
                 let method = p
                     .extensions
-                    .get::<crate::error_page::Paged>()
+                    .get::<crate::marks::Paged>()
                     .map_or(&p.method, |paged| &paged.method);
                 let _ = write!(out, "{method} {target} {version}");
             }
@@ -532,7 +539,7 @@ fn cookie<'c>(lines: impl Iterator<Item = &'c [u8]>, name: &[u8]) -> Option<&'c 
 
 /// Whether the request came over TLS (`$scheme`, `$https`).
 fn secure(p: &Parts) -> bool {
-    p.extensions.get::<crate::tls::Secure>().is_some()
+    p.extensions.get::<crate::marks::Secure>().is_some()
 }
 
 /// `$args`: the routed (maybe rewritten) arguments, else the query.
@@ -556,14 +563,14 @@ fn hostname() -> &'static str {
 }
 
 /// What routing found, when the handler routed the request.
-fn target(p: &Parts) -> Option<&crate::route::Target> {
-    p.extensions.get::<crate::route::Target>()
+fn target(p: &Parts) -> Option<&crate::router::Target> {
+    p.extensions.get::<crate::router::Target>()
 }
 
 fn join(
     out: &mut String,
-    attempts: &[crate::handler::AttemptRecord],
-    f: impl Fn(&crate::handler::AttemptRecord, &mut String),
+    attempts: &[crate::record::AttemptRecord],
+    f: impl Fn(&crate::record::AttemptRecord, &mut String),
 ) {
     for (i, a) in attempts.iter().enumerate() {
         if i > 0 {

@@ -10,7 +10,6 @@
 //! removed address stops accepting and its connections finish their
 //! requests, then close.
 
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -24,15 +23,6 @@ use vigil_core::config::{Config, Listen};
 use crate::listener::serve_on;
 use crate::route::RouteError;
 use crate::server::Proxy;
-
-thread_local! {
-    static WORKER: Cell<usize> = const { Cell::new(0) };
-}
-
-/// The index of the worker running this code (0 outside workers).
-pub fn current() -> usize {
-    WORKER.with(Cell::get)
-}
 
 /// The running workers and the addresses they listen on.
 pub struct Workers {
@@ -196,7 +186,7 @@ fn run(
     shutdown: CancellationToken,
     grace: Duration,
 ) {
-    WORKER.with(|w| w.set(i));
+    crate::shard::enter(i);
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -15,7 +15,7 @@ use hyper::service::Service;
 use vigil_core::config::ProxySettings;
 
 use super::ConnState;
-use crate::body::{BoxError, UpBody};
+use crate::payload::{BoxError, UpBody};
 
 /// A request being served; dropping it (with the response body) ends it.
 pub(crate) struct RequestGuard(Arc<ConnState>);
@@ -50,7 +50,7 @@ pub(crate) fn on_route(settings: &ProxySettings) {
 /// A response that is never sent: the connection is closed and `status` is
 /// only what the access log shows (nginx closes silently on timeouts).
 pub(crate) fn close_silently(status: StatusCode) -> Response<UpBody> {
-    let mut r = Response::new(crate::body::empty());
+    let mut r = Response::new(crate::payload::empty());
     *r.status_mut() = status;
     r.extensions_mut().insert(CloseSilently);
     r

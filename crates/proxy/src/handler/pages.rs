@@ -13,8 +13,12 @@ use http::{Response, StatusCode};
 
 use super::{decorate, proxy_request, refused, returned, ClientRequestBody, ReqBody};
 use crate::body::{Buffered, UpBody};
-use crate::route::{Answer, Refusal};
+use crate::error_page::{ErrorPages, To};
+use crate::rewrite::Net;
+use crate::route::{Answer, Refusal, Reply, Routes};
+use crate::router::Target;
 use crate::server::Proxy;
+use crate::vars::Template;
 use crate::vars::VarContext;
 
 /// What an `error_page` redirects: the request as routed, with the pages
@@ -42,16 +46,18 @@ pub(super) async fn error_paged(
     let status = resp.status().as_u16();
     let generated = resp
         .extensions()
-        .get::<crate::error_page::Generated>()
+        .get::<crate::status_page::Generated>()
         .is_some();
-    let Some(redirected) = crate::error_page::apply(
+    let Some(redirected) = apply(
         routes, page.pages, status, generated, page.parts, local, client,
     ) else {
         return resp;
     };
-    let earlier = resp.extensions_mut().remove::<super::EarlierAttempts>();
+    let earlier = resp
+        .extensions_mut()
+        .remove::<crate::record::EarlierAttempts>();
     drop(resp);
-    let crate::error_page::Redirected {
+    let Redirected {
         answer,
         mut parts,
         forced,
@@ -167,7 +173,7 @@ pub(super) async fn not_routed(
     if let Some(level) = level.filter(|l| routed && !l.error_pages.is_empty()) {
         let generated = resp
             .extensions()
-            .get::<crate::error_page::Generated>()
+            .get::<crate::status_page::Generated>()
             .is_some();
         if level
             .error_pages
@@ -192,7 +198,7 @@ pub(super) async fn not_routed(
 pub(super) fn paged_status(parts: &Parts, resp: &mut Response<UpBody>) {
     if resp
         .extensions()
-        .get::<crate::error_page::Generated>()
+        .get::<crate::status_page::Generated>()
         .is_some()
     {
         return;
@@ -205,4 +211,90 @@ pub(super) fn paged_status(parts: &Parts, resp: &mut Response<UpBody>) {
     if let Some(code) = forced {
         *resp.status_mut() = code;
     }
+}
+
+/// Where an `error_page` sends a request.
+struct Redirected {
+    /// Who answers the redirected request (a refusal: its URI found no
+    /// location, then nginx's 404).
+    answer: Result<Answer, Refusal>,
+    /// The request as redirected (URI, method).
+    parts: Parts,
+    /// The status of the answer (see [`crate::marks::Paged`]).
+    forced: Option<u16>,
+    /// The client's method.
+    method: http::Method,
+}
+
+/// What an error page makes of a response of `status`: who answers the
+/// redirected request and the status it gets; None keeps the response.
+fn apply(
+    routes: &Routes,
+    pages: &ErrorPages,
+    status: u16,
+    generated: bool,
+    mut parts: Parts,
+    local: SocketAddr,
+    client: SocketAddr,
+) -> Option<Redirected> {
+    let page = pages.find(status, generated)?;
+    let method = parts.method.clone();
+    // nginx's err_status: the original code, `=CODE`, or (`=`) the page's own.
+    let forced = match page.overwrite {
+        -1 => Some(status),
+        0 => None,
+        c => u16::try_from(c).ok(),
+    };
+    let net = Net { local, client };
+    let cx = |parts: &Parts, t: &Template| {
+        t.expand(&VarContext {
+            parts,
+            client,
+            local,
+            proxy_host: "",
+            attempts: &[],
+            status,
+            request_time: 0.0,
+        })
+    };
+    let server = parts.extensions.get::<Target>()?.server;
+    let answer = match &page.to {
+        To::Redirect(t) => {
+            let url = cx(&parts, t);
+            let code = forced
+                .filter(|c| matches!(c, 301 | 302 | 303 | 307 | 308))
+                .unwrap_or(302);
+            let base = Reply::internal_error();
+            return Some(Redirected {
+                answer: Ok(Answer::Return(Arc::new(base.redirect(code, &url)))),
+                parts,
+                forced: Some(code),
+                method,
+            });
+        }
+        To::Uri(t) => {
+            let uri = cx(&parts, t);
+            let (path, args) = uri.split_once('?').unwrap_or((&uri, ""));
+            if parts.method != http::Method::HEAD {
+                parts.method = http::Method::GET;
+            }
+            let t = parts.extensions.get_mut::<Target>()?;
+            t.uri.rewrite(path.as_bytes().to_vec(), args.to_string());
+            t.internal = true;
+            // The earlier pass's proxy_pass URI is not this location's.
+            parts.extensions.remove::<crate::route::PassUri>();
+            routes.phases(server, net, &mut parts)
+        }
+        To::Named(name) => {
+            let li = routes.router.named(server, name)?;
+            parts.extensions.remove::<crate::route::PassUri>();
+            routes.location_phase(server, li, net, &mut parts)
+        }
+    };
+    Some(Redirected {
+        answer,
+        parts,
+        forced,
+        method,
+    })
 }

@@ -132,8 +132,8 @@ fn request_line(head: &[u8]) -> Option<Bytes> {
 }
 
 /// nginx's error page for a refused head; the connection closes after it.
-pub(crate) fn refused(status: StatusCode) -> Response<crate::body::UpBody> {
-    let mut resp = crate::handler::error_page(status);
+pub(crate) fn refused(status: StatusCode) -> Response<crate::payload::UpBody> {
+    let mut resp = crate::status_page::error_page(status);
     resp.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
     resp

@@ -25,7 +25,7 @@ use hyper::body::{Body as _, Incoming};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
-use crate::body::{BoxError, UpBody};
+use crate::payload::{BoxError, UpBody};
 
 pub(crate) use body::{H1Body, Upgraded};
 pub(crate) use stream::Stream;
