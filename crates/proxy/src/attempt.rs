@@ -275,7 +275,7 @@ async fn send_hyper(
             biased;
             r = &mut sent => return Ok(r),
             () = all_sent => continue,
-            () = tokio::time::sleep_until(deadline_at) => {
+            () = crate::timer::sleep_until(deadline_at) => {
                 if deadline(&progress).0 > Instant::now() {
                     continue;
                 }

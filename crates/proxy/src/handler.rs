@@ -839,7 +839,7 @@ impl<'a> Job<'a> {
 
 /// Wait for the first attempt to end, or for the hedge timer.
 async fn race(flights: &mut [Flight<'_>], hedge_at: Option<Instant>) -> Raced {
-    let mut timer = std::pin::pin!(hedge_at.map(tokio::time::sleep_until));
+    let mut timer = std::pin::pin!(hedge_at.map(crate::timer::sleep_until));
     std::future::poll_fn(|cx| {
         for (i, f) in flights.iter_mut().enumerate() {
             if let Poll::Ready(r) = f.run.as_mut().poll(cx) {

@@ -28,6 +28,7 @@ pub mod route;
 mod router;
 pub mod server;
 pub mod telemetry;
+mod timer;
 mod tls;
 mod tunnel;
 mod upstream;

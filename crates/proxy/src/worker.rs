@@ -208,6 +208,8 @@ fn run(
         }
     };
     rt.block_on(async move {
+        // The worker's one sweeper of upstream timers (crate::timer).
+        crate::timer::install();
         let mut tasks = tokio::task::JoinSet::new();
         let mut listeners: HashMap<SocketAddr, CancellationToken> = HashMap::new();
         loop {
