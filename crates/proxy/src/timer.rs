@@ -34,6 +34,7 @@
 use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,6 +42,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use futures_util::future::{try_join, Either, FutureExt as _};
 use tokio::time::Instant;
 
 /// A deadline earlier than the armed sweep by less than this does not move
@@ -63,24 +65,33 @@ impl std::error::Error for Elapsed {}
 
 /// Run `fut` until `deadline`. No timer is registered unless `fut` is
 /// pending.
-pub(crate) async fn timeout_at<F: Future>(deadline: Instant, fut: F) -> Result<F::Output, Elapsed> {
-    let mut fut = std::pin::pin!(fut);
-    let mut sleep = sleep_until(deadline);
-    std::future::poll_fn(|cx| {
-        if let Poll::Ready(v) = fut.as_mut().poll(cx) {
-            return Poll::Ready(Ok(v));
-        }
-        Pin::new(&mut sleep).poll(cx).map(|()| Err(Elapsed))
+///
+/// A struct future that holds `fut` once, pinned in place (no unsafe
+/// here): `try_join` polls `fut` first and ends at the first side that
+/// "fails", and each side fails as soon as it is done. An `async fn` would
+/// keep its argument beside the pinned copy (a TLS connect future is
+/// kilobytes, and the attempt's future is moved into a box).
+pub(crate) fn timeout_at<F: Future>(
+    deadline: Instant,
+    fut: F,
+) -> impl Future<Output = Result<F::Output, Elapsed>> {
+    try_join(
+        fut.map(|v| Err::<Infallible, _>(Either::Left(v))),
+        sleep_until(deadline).map(|()| Err::<Infallible, _>(Either::Right(Elapsed))),
+    )
+    .map(|r| match r {
+        Ok((never, _)) => match never {},
+        Err(Either::Left(v)) => Ok(v),
+        Err(Either::Right(e)) => Err(e),
     })
-    .await
 }
 
 /// Run `fut` for at most `limit` from now.
-pub(crate) async fn timeout<F: Future>(limit: Duration, fut: F) -> Result<F::Output, Elapsed> {
-    match Instant::now().checked_add(limit) {
-        Some(deadline) => timeout_at(deadline, fut).await,
-        None => Ok(fut.await),
-    }
+pub(crate) fn timeout<F: Future>(
+    limit: Duration,
+    fut: F,
+) -> impl Future<Output = Result<F::Output, Elapsed>> {
+    timeout_at(after(limit), fut)
 }
 
 /// `limit` from now (far in the future when that overflows).

@@ -189,3 +189,20 @@ fn a_new_runtime_on_the_same_thread_gets_a_new_sweeper() {
         });
     }
 }
+
+#[tokio::test]
+async fn a_timeout_holds_its_future_once() {
+    let big = [7u8; 4096];
+    let fut = async move {
+        tokio::task::yield_now().await;
+        big.len()
+    };
+    let size = std::mem::size_of_val(&fut);
+    let t = timeout(Duration::from_secs(1), fut);
+    assert!(
+        std::mem::size_of_val(&t) < size + 128,
+        "{} bytes around a {size}-byte future",
+        std::mem::size_of_val(&t)
+    );
+    assert_eq!(t.await, Ok(4096));
+}
