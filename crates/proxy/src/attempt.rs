@@ -72,7 +72,7 @@ pub(crate) async fn run(
     once: Option<&AtomicBool>,
     make_request: impl FnOnce() -> Result<Request<UpBody>, String>,
 ) -> Result<Answered, Failed> {
-    let start = Instant::now();
+    let start = vigil_core::clock::coarse_now();
     let settings = &route.location.proxy;
     let (mut conn, cached) = match route.pool.checkout(peer.id()) {
         Some(c) => (c, true),
@@ -111,7 +111,7 @@ pub(crate) async fn run(
             }
         }
     };
-    let connect_time = secs(start.elapsed());
+    let connect_time = secs(vigil_core::clock::coarse_now().saturating_duration_since(start));
     if let Link::Hyper(sender) = &mut conn.link {
         if let Err(e) = sender.ready().await {
             // A kept-alive connection the peer closed: nginx's cached `error`.

@@ -199,6 +199,9 @@ fn run(
     WORKER.with(|w| w.set(i));
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        // The worker's cached clock, read once per event-loop iteration
+        // as nginx does (vigil_core::clock::coarse_now).
+        .on_thread_unpark(vigil_core::clock::refresh)
         .build()
     {
         Ok(rt) => rt,

@@ -231,7 +231,7 @@ impl H1 {
                 .await?;
         }
         drop(body);
-        let deadline = Instant::now() + t.read;
+        let deadline = vigil_core::clock::coarse_now() + t.read;
         let head = loop {
             if !self.buf.is_empty() {
                 match head::parse(&mut self.buf)? {
