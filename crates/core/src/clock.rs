@@ -13,6 +13,7 @@
 //! Rules keep their `Timestamp` in ms; only the latency figures
 //! (`upstream::latency`) use µs.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -51,6 +52,45 @@ pub struct SystemClock {
 #[derive(Debug, Default)]
 pub struct ManualClock {
     now_us: AtomicU64,
+}
+
+thread_local! {
+    /// This thread's cached reading of the clock and how many more
+    /// [`coarse_now`] calls it serves; None until [`refresh`] runs here.
+    static CACHED: Cell<Option<(Instant, u32)>> = const { Cell::new(None) };
+}
+
+/// [`coarse_now`] calls one cached reading serves before the clock is read
+/// again (bounds its age when the event loop is busy and does not park).
+const REUSE: u32 = 32;
+
+/// Read the clock into this thread's cache (and turn the cache on for the
+/// thread). vigil's workers call it after each wait for events
+/// (`on_thread_unpark`), as nginx updates its cached time once per
+/// event-loop iteration (`ngx_time_update` after `epoll_wait`).
+pub fn refresh() {
+    CACHED.with(|c| c.set(Some((Instant::now(), REUSE))));
+}
+
+/// Now, for millisecond figures on the hot path (`$request_time`,
+/// `$upstream_response_time`, pool idle times, [`SystemClock::now`]): on a
+/// thread that calls [`refresh`] (a worker), the reading taken after its
+/// last wait for events, re-read after [`REUSE`] calls when the loop does
+/// not wait (busy); elsewhere (tests, the main runtime) the clock itself.
+/// tokio's clock either way, so paused time is seen.
+pub fn coarse_now() -> Instant {
+    CACHED.with(|c| match c.get() {
+        Some((at, left)) if left > 0 => {
+            c.set(Some((at, left - 1)));
+            at
+        }
+        Some(_) => {
+            let now = Instant::now();
+            c.set(Some((now, REUSE)));
+            now
+        }
+        None => Instant::now(),
+    })
 }
 
 // === impl Timestamp ===
@@ -101,7 +141,9 @@ impl Default for SystemClock {
 
 impl Clock for SystemClock {
     fn now(&self) -> Timestamp {
-        Timestamp(duration_ms(self.start.elapsed()))
+        Timestamp(duration_ms(
+            coarse_now().saturating_duration_since(self.start),
+        ))
     }
 
     fn now_micros(&self) -> u64 {
@@ -146,5 +188,59 @@ impl Clock for ManualClock {
 
     fn unix_ms(&self, at: Timestamp) -> u64 {
         at.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_refresh_the_coarse_clock_is_the_clock() {
+        std::thread::spawn(|| {
+            let before = Instant::now();
+            let read = coarse_now();
+            let next = coarse_now();
+            assert!(before <= read && read <= next);
+            assert_eq!(CACHED.with(Cell::get), None, "no cache on this thread");
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn a_refreshed_reading_serves_reuse_calls_then_is_read_again() {
+        std::thread::spawn(|| {
+            refresh();
+            let cached = coarse_now();
+            for _ in 1..REUSE {
+                assert_eq!(coarse_now(), cached, "the cached reading");
+            }
+            let before = Instant::now();
+            let again = coarse_now();
+            assert!(again >= before, "read again after {REUSE} calls");
+            assert_eq!(coarse_now(), again, "and cached anew");
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn a_runtime_refreshing_on_unpark_reads_the_clock_after_each_wait() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .on_thread_unpark(refresh)
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let clock = SystemClock::new();
+            let due = Instant::now() + Duration::from_millis(20);
+            tokio::time::sleep_until(due).await;
+            // The sleep parked the thread; the hook read the clock after.
+            let (at, _) = CACHED.with(Cell::get).expect("refreshed by the hook");
+            assert!(at >= due);
+            assert_eq!(coarse_now(), at);
+            assert!(clock.now() >= Timestamp(20));
+        });
     }
 }

@@ -72,7 +72,7 @@ pub(crate) async fn run(
     once: Option<&AtomicBool>,
     make_request: impl FnOnce() -> Result<Request<UpBody>, String>,
 ) -> Result<Answered, Failed> {
-    let start = Instant::now();
+    let start = vigil_core::clock::coarse_now();
     let settings = &route.location.proxy;
     let (mut conn, cached) = match route.pool.checkout(peer.id()) {
         Some(c) => (c, true),
@@ -111,7 +111,7 @@ pub(crate) async fn run(
             }
         }
     };
-    let connect_time = secs(start.elapsed());
+    let connect_time = secs(vigil_core::clock::coarse_now().saturating_duration_since(start));
     if let Link::Hyper(sender) = &mut conn.link {
         if let Err(e) = sender.ready().await {
             // A kept-alive connection the peer closed: nginx's cached `error`.
@@ -275,7 +275,7 @@ async fn send_hyper(
             biased;
             r = &mut sent => return Ok(r),
             () = all_sent => continue,
-            () = tokio::time::sleep_until(deadline_at) => {
+            () = crate::timer::sleep_until(deadline_at) => {
                 if deadline(&progress).0 > Instant::now() {
                     continue;
                 }

@@ -69,7 +69,7 @@ pub(crate) struct ClientBody {
 struct Idle {
     timeout: Duration,
     last: tokio::time::Instant,
-    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    sleep: Option<crate::timer::Sleep>,
 }
 
 /// Bodies up to this size stay in memory (nginx's `client_body_buffer_size`
@@ -243,13 +243,13 @@ impl Idle {
         };
         let sleep = self
             .sleep
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+            .get_or_insert_with(|| crate::timer::sleep_until(due));
         loop {
-            ready!(sleep.as_mut().poll(cx));
+            ready!(Pin::new(&mut *sleep).poll(cx));
             if tokio::time::Instant::now() >= due {
                 return Poll::Ready(());
             }
-            sleep.as_mut().reset(due);
+            sleep.reset(due);
         }
     }
 }
@@ -260,7 +260,7 @@ pub(crate) struct Streamed {
     read_timeout: Duration,
     /// `proxy_read_timeout`, armed when a read finds nothing (as nginx
     /// arms its read timer on EAGAIN); re-armed from then after progress.
-    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    sleep: Option<crate::timer::Sleep>,
     /// A frame came since the timer was armed.
     progressed: bool,
     guard: Option<PeerGuard>,
@@ -338,11 +338,11 @@ impl Streamed {
         let timeout = self.read_timeout;
         let sleep = self
             .sleep
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+            .get_or_insert_with(|| crate::timer::sleep(timeout));
         if std::mem::take(&mut self.progressed) {
-            sleep.as_mut().reset(tokio::time::Instant::now() + timeout);
+            sleep.reset(crate::timer::after(timeout));
         }
-        sleep.as_mut().poll(cx)
+        Pin::new(sleep).poll(cx)
     }
 }
 

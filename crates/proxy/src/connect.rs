@@ -158,7 +158,7 @@ pub async fn connect(
                 }
             }
         };
-    match tokio::time::timeout(timeout, fut).await {
+    match crate::timer::timeout(timeout, fut).await {
         Ok(r) => r,
         Err(_) => Err(ConnectError::Timeout {
             addr: addr.clone(),
@@ -183,7 +183,7 @@ pub(crate) async fn connect_plain(
             PeerAddr::Unix(p) => tokio::net::UnixStream::connect(p).await.map(Stream::Unix),
         }
     };
-    match tokio::time::timeout(timeout, fut).await {
+    match crate::timer::timeout(timeout, fut).await {
         Ok(Ok(s)) => Ok(s),
         Ok(Err(source)) => Err(ConnectError::Io {
             addr: addr.clone(),

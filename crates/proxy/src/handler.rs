@@ -81,7 +81,7 @@ pub(crate) async fn handle(
     client: SocketAddr,
     mut req: Request<Incoming>,
 ) -> Response<UpBody> {
-    let start = Instant::now();
+    let start = vigil_core::clock::coarse_now();
     req.extensions_mut().insert(crate::vars::RequestId::new());
     let generation = proxy.current();
     // The rewrite phases leave $uri, $host, $server_name, the captures and
@@ -247,7 +247,9 @@ fn returned(
         proxy_host: "",
         attempts,
         status,
-        request_time: start.elapsed().as_secs_f64(),
+        request_time: vigil_core::clock::coarse_now()
+            .saturating_duration_since(start)
+            .as_secs_f64(),
     };
     let too_large =
         reply.max_body != 0 && content_length(&parts.headers).is_some_and(|n| n > reply.max_body);
@@ -520,7 +522,9 @@ async fn proxy_request(
                 // connection; this one sent nothing and is not charged.
                 let f = flights.swap_remove(i);
                 if let Some(r) = attempts.get_mut(f.record) {
-                    r.response_time = attempt::secs(f.t0.elapsed());
+                    r.response_time = attempt::secs(
+                        vigil_core::clock::coarse_now().saturating_duration_since(f.t0),
+                    );
                 }
                 f.guard.withdraw(&mut sel);
                 continue;
@@ -550,7 +554,7 @@ async fn proxy_request(
         match result {
             Ok(answered) => {
                 let status = answered.response.status().as_u16();
-                let took = t0.elapsed();
+                let took = vigil_core::clock::coarse_now().saturating_duration_since(t0);
                 attempts[record] = AttemptRecord {
                     addr: peer.addr_text().clone(),
                     status: Some(status),
@@ -660,7 +664,7 @@ async fn proxy_request(
                     return body_timed_out(&parts);
                 }
                 tracing::warn!(upstream = %upstream.name(), peer = %peer.name(), class = %failed.failure.class, "{}", failed.detail);
-                let took = t0.elapsed();
+                let took = vigil_core::clock::coarse_now().saturating_duration_since(t0);
                 let class = failed.failure.class;
                 attempts[record] = AttemptRecord {
                     addr: peer.addr_text().clone(),
@@ -809,7 +813,7 @@ impl<'a> Job<'a> {
         Ok(Flight {
             guard,
             peer,
-            t0: Instant::now(),
+            t0: vigil_core::clock::coarse_now(),
             record: attempts.len() - 1,
             race,
             run,
@@ -819,7 +823,7 @@ impl<'a> Job<'a> {
 
 /// Wait for the first attempt to end, or for the hedge timer.
 async fn race(flights: &mut [Flight<'_>], hedge_at: Option<Instant>) -> Raced {
-    let mut timer = std::pin::pin!(hedge_at.map(tokio::time::sleep_until));
+    let mut timer = std::pin::pin!(hedge_at.map(crate::timer::sleep_until));
     std::future::poll_fn(|cx| {
         for (i, f) in flights.iter_mut().enumerate() {
             if let Poll::Ready(r) = f.run.as_mut().poll(cx) {
@@ -846,7 +850,8 @@ fn cancel(flights: &mut Vec<Flight<'_>>, attempts: &mut [AttemptRecord]) {
     for f in flights.drain(..) {
         tracing::debug!(peer = %f.peer.name(), "hedged attempt cancelled");
         if let Some(r) = attempts.get_mut(f.record) {
-            r.response_time = attempt::secs(f.t0.elapsed());
+            r.response_time =
+                attempt::secs(vigil_core::clock::coarse_now().saturating_duration_since(f.t0));
         }
         f.guard.cancel();
         drop(f.run);
@@ -979,7 +984,9 @@ fn finish(
         proxy_host: &route.proxy_host,
         attempts,
         status: resp.status().as_u16(),
-        request_time: start.elapsed().as_secs_f64(),
+        request_time: vigil_core::clock::coarse_now()
+            .saturating_duration_since(start)
+            .as_secs_f64(),
     };
     decorate(
         &route.add_headers,

@@ -33,6 +33,7 @@ pub mod server;
 mod shard;
 mod status_page;
 pub mod telemetry;
+mod timer;
 mod tls;
 mod tunnel;
 mod upstream;

@@ -110,8 +110,8 @@ impl AccessLogWriter {
             Compiled::Format(f) => f.render(cx),
             Compiled::Json => Rendered::of(json(cx, parts).into_bytes()),
         };
-        let start =
-            Instant::now() - Duration::try_from_secs_f64(cx.request_time).unwrap_or_default();
+        let start = vigil_core::clock::coarse_now()
+            - Duration::try_from_secs_f64(cx.request_time).unwrap_or_default();
         Some(Pending {
             file: self.file.clone(),
             line,
@@ -155,7 +155,9 @@ impl Pending {
     pub(crate) fn write(self, sent: u64) {
         let end = End {
             now: SystemTime::now(),
-            request_time: self.start.elapsed().as_secs_f64(),
+            request_time: vigil_core::clock::coarse_now()
+                .saturating_duration_since(self.start)
+                .as_secs_f64(),
             body_bytes_sent: sent,
         };
         let line = self.line.finish(&end);

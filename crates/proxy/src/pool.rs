@@ -110,7 +110,7 @@ impl Pool {
             return None;
         }
         let mut q = self.shard().lock().ok()?;
-        let now = Instant::now();
+        let now = vigil_core::clock::coarse_now();
         // The oldest go first when they expire; the newest is reused first.
         while q
             .front()
@@ -135,7 +135,7 @@ impl Pool {
         {
             return;
         }
-        conn.idle_since = Instant::now();
+        conn.idle_since = vigil_core::clock::coarse_now();
         if let Ok(mut q) = self.shard().lock() {
             if q.len() >= self.cap {
                 q.pop_front();

@@ -40,13 +40,12 @@ where
 {
     let mut from_client = vec![0u8; 16 * 1024];
     let mut from_upstream = vec![0u8; 16 * 1024];
-    let idle = tokio::time::sleep(t.idle);
-    tokio::pin!(idle);
+    let mut idle = crate::timer::sleep(t.idle);
     let end = loop {
         tokio::select! {
             r = client.read(&mut from_client) => match r {
                 Ok(0) | Err(_) => break End::Closed,
-                Ok(n) => match tokio::time::timeout(t.upstream_send, upstream.write_all(&from_client[..n])).await {
+                Ok(n) => match crate::timer::timeout(t.upstream_send, upstream.write_all(&from_client[..n])).await {
                     Ok(Ok(())) => {}
                     Ok(Err(_)) => break End::Closed,
                     Err(_) => break End::UpstreamTimeout,
@@ -54,7 +53,7 @@ where
             },
             r = upstream.read(&mut from_upstream) => match r {
                 Ok(0) | Err(_) => break End::Closed,
-                Ok(n) => match tokio::time::timeout(t.client_send, client.write_all(&from_upstream[..n])).await {
+                Ok(n) => match crate::timer::timeout(t.client_send, client.write_all(&from_upstream[..n])).await {
                     Ok(Ok(())) => {}
                     Ok(Err(_)) => break End::Closed,
                     Err(_) => break End::ClientTimeout,
@@ -62,7 +61,7 @@ where
             },
             _ = &mut idle => break End::UpstreamTimeout,
         }
-        idle.as_mut().reset(tokio::time::Instant::now() + t.idle);
+        idle.reset(crate::timer::after(t.idle));
     };
     match end {
         End::UpstreamTimeout => cx.log(

@@ -189,6 +189,9 @@ fn run(
     crate::shard::enter(i);
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        // The worker's cached clock, read once per event-loop iteration
+        // as nginx does (vigil_core::clock::coarse_now).
+        .on_thread_unpark(vigil_core::clock::refresh)
         .build()
     {
         Ok(rt) => rt,
@@ -198,6 +201,8 @@ fn run(
         }
     };
     rt.block_on(async move {
+        // The worker's one sweeper of upstream timers (crate::timer).
+        crate::timer::install();
         let mut tasks = tokio::task::JoinSet::new();
         let mut listeners: HashMap<SocketAddr, CancellationToken> = HashMap::new();
         loop {

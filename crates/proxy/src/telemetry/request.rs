@@ -143,7 +143,7 @@ impl<'a> RequestObserver<'a> {
 
     /// The client is answered with `status`.
     pub(crate) fn finish(self, status: u16) {
-        let elapsed = self.start.elapsed();
+        let elapsed = vigil_core::clock::coarse_now().saturating_duration_since(self.start);
         if let Some(s) = &self.stats {
             s.request(status, elapsed);
         }

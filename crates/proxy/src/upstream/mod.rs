@@ -231,7 +231,7 @@ impl H1 {
                 .await?;
         }
         drop(body);
-        let deadline = Instant::now() + t.read;
+        let deadline = vigil_core::clock::coarse_now() + t.read;
         let head = loop {
             if !self.buf.is_empty() {
                 match head::parse(&mut self.buf)? {
@@ -243,7 +243,7 @@ impl H1 {
                     None => {}
                 }
             }
-            let n = match tokio::time::timeout_at(deadline, self.read_more()).await {
+            let n = match crate::timer::timeout_at(deadline, self.read_more()).await {
                 Ok(r) => r.map_err(Error::Read)?,
                 Err(_) => return Err(Error::Timeout(Phase::Waiting)),
             };
@@ -298,7 +298,7 @@ impl H1 {
                     if left == Some(0) {
                         return Ok(());
                     }
-                    match tokio::time::timeout_at(last + send, body.frame()).await {
+                    match crate::timer::timeout_at(last + send, body.frame()).await {
                         Ok(f) => f,
                         Err(_) => return Err(Error::Timeout(Phase::Sending)),
                     }
@@ -373,7 +373,7 @@ impl H1 {
         if at < self.out.len() {
             let deadline = deadline.unwrap_or_else(|| Instant::now() + send);
             let rest = &self.out[at..];
-            match tokio::time::timeout_at(deadline, self.io.write_all(rest)).await {
+            match crate::timer::timeout_at(deadline, self.io.write_all(rest)).await {
                 Ok(Ok(())) => *written = true,
                 Ok(Err(source)) => {
                     return Err(Error::Write {
