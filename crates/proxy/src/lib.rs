@@ -25,6 +25,7 @@ pub mod pool;
 mod realip;
 mod record;
 mod redirect;
+mod reply;
 mod request_check;
 mod rewrite;
 pub mod route;

@@ -1,8 +1,9 @@
-//! nginx's rewrite module on a routed request: the server's script (its
-//! `rewrite`, `set`, `return` in file order), the location search, the
-//! location's script, and again from the search after `rewrite ... last`
-//! (at most 10 times, then 500, as `NGX_HTTP_MAX_URI_CHANGES`); and the
-//! `map` variables.
+//! nginx's rewrite module: a server's or a location's script (its
+//! `rewrite`, `set`, `return` in file order) compiled and run on a
+//! request, and the `map` variables. The phases that run the scripts (the
+//! server's, the location search, the location's, again from the search
+//! after `rewrite ... last`, at most 10 times, then 500, as
+//! `NGX_HTTP_MAX_URI_CHANGES`) are the routes' (route.rs).
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -13,7 +14,8 @@ use http::request::Parts;
 use regex::bytes::Regex;
 use vigil_core::config::{Location, MapBlock, MapKey, RewriteFlag, RewriteStep};
 
-use crate::route::{Answer, Refusal, Reply, RouteError, Routes, Target};
+use crate::reply::Reply;
+use crate::router::{RouteError, Target};
 use crate::vars::{MapVar, RequestVars, Scope, Template, VarContext};
 
 /// A compiled rewrite-phase script.
@@ -35,13 +37,13 @@ enum Step {
 }
 
 /// How a script ended.
-enum Ran {
+pub(crate) enum Ran {
     /// It ran to its end (or `break`): the location's content answers.
     Done,
     /// `rewrite ... last`: search the location again.
     Last,
     /// A `return` or a redirecting `rewrite`.
-    Answer(Answer),
+    Return(Arc<Reply>),
 }
 
 /// A `map`'s compiled table, filled once every map is known (maps may
@@ -72,7 +74,7 @@ thread_local! {
 }
 
 /// Restarts after `last` nginx allows (`NGX_HTTP_MAX_URI_CHANGES`).
-const MAX_URI_CHANGES: usize = 10;
+pub(crate) const MAX_URI_CHANGES: usize = 10;
 
 // === impl Scope building ===
 
@@ -171,16 +173,16 @@ impl Script {
         Ok(Self(out))
     }
 
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
     /// Run the script on the request (`max_body`: the location's, for a
     /// redirect it makes).
-    fn run(&self, parts: &mut Parts, net: Net, base: Option<&Reply>) -> Ran {
+    pub(crate) fn run(&self, parts: &mut Parts, net: Net, base: Option<&Reply>) -> Ran {
         for step in &self.0 {
             match step {
-                Step::Return(r) => return Ran::Answer(Answer::Return(r.clone())),
+                Step::Return(r) => return Ran::Return(r.clone()),
                 Step::Set { name, value } => {
                     let v = value.expand(&net.cx(parts));
                     if &**name == "args" {
@@ -244,10 +246,10 @@ impl Script {
                             } else {
                                 302
                             };
-                            return Ran::Answer(Answer::Return(Arc::new(base.map_or_else(
+                            return Ran::Return(Arc::new(base.map_or_else(
                                 || Reply::internal_error().redirect(code, &url),
                                 |b| b.redirect(code, &url),
-                            ))));
+                            )));
                         }
                         _ => {}
                     }
@@ -266,7 +268,7 @@ impl Script {
                     if path.is_empty() {
                         tracing::error!("the rewritten URI has a zero length");
                         let page = base.map_or_else(Reply::internal_error, |b| b.status(500));
-                        return Ran::Answer(Answer::Return(Arc::new(page)));
+                        return Ran::Return(Arc::new(page));
                     }
                     t.uri.rewrite(path.into_bytes(), new_args);
                     t.internal = true;
@@ -306,118 +308,8 @@ impl Net {
     }
 }
 
-fn vars(parts: &mut Parts) -> &mut RequestVars {
+pub(crate) fn vars(parts: &mut Parts) -> &mut RequestVars {
     parts.extensions.get_or_insert_default::<RequestVars>()
-}
-
-// === impl Routes (the rewrite phases) ===
-
-impl Routes {
-    /// Route a request as nginx's phases do: pick the server block, run
-    /// its script, find the location, run the location's script (again
-    /// from the search after `last`), and say who answers. The request's
-    /// `Target` and variables are left in `parts.extensions`.
-    pub(crate) fn route_parts(
-        &self,
-        local: SocketAddr,
-        client: SocketAddr,
-        parts: &mut Parts,
-    ) -> Result<Answer, Refusal> {
-        let (server, mut target) =
-            self.router
-                .select(local, parts.version, &parts.uri, &parts.headers)?;
-        target.secure = parts.extensions.get::<crate::marks::Secure>().is_some();
-        parts.extensions.insert(target);
-        self.phases(server, Net { local, client }, parts)
-    }
-
-    /// From the server's rewrite phase on (a request's first pass, or an
-    /// internal redirect to a URI).
-    pub(crate) fn phases(
-        &self,
-        server: usize,
-        net: Net,
-        parts: &mut Parts,
-    ) -> Result<Answer, Refusal> {
-        if let Some(script) = self.server_scripts.get(server).filter(|s| !s.is_empty()) {
-            match script.run(parts, net, self.server_base(server)) {
-                Ran::Answer(a) => return Ok(a),
-                Ran::Done | Ran::Last => {}
-            }
-        }
-        self.locations_from(server, None, net, parts)
-    }
-
-    /// A named location's rewrite phase and on (`error_page ... @name`).
-    pub(crate) fn location_phase(
-        &self,
-        server: usize,
-        location: usize,
-        net: Net,
-        parts: &mut Parts,
-    ) -> Result<Answer, Refusal> {
-        self.locations_from(server, Some(location), net, parts)
-    }
-
-    /// The find-config, rewrite and post-rewrite phases: search the
-    /// location (unless `first` is given), run its script, again after
-    /// `last`.
-    fn locations_from(
-        &self,
-        server: usize,
-        mut first: Option<usize>,
-        net: Net,
-        parts: &mut Parts,
-    ) -> Result<Answer, Refusal> {
-        for _ in 0..=MAX_URI_CHANGES {
-            let li = match first.take() {
-                Some(li) => li,
-                None => {
-                    let target = parts.extensions.get::<Target>().ok_or(Refusal::NotFound)?;
-                    let (li, caps) = self.router.locate(net.local, server, target)?;
-                    if let Some(c) = caps {
-                        let names = self.capture_names.get(server).and_then(|n| n.get(li));
-                        let v = vars(parts);
-                        if let Some(names) = names {
-                            for (name, i) in names {
-                                if let Some(Some(g)) = c.get(*i) {
-                                    v.named.insert(name.clone(), g.clone());
-                                }
-                            }
-                        }
-                        v.captures = c;
-                    }
-                    li
-                }
-            };
-            let script = self.scripts.get(server).and_then(|s| s.get(li));
-            let base = self.redirect_base(server, li);
-
-            let ran = match script {
-                Some(s) if !s.is_empty() => s.run(parts, net, base),
-                _ => Ran::Done,
-            };
-            match ran {
-                Ran::Answer(a) => return Ok(a),
-                Ran::Last => continue,
-                Ran::Done => {
-                    let answer = self
-                        .proxies
-                        .get(server)
-                        .and_then(|s| s.get(li))
-                        .and_then(Option::clone)
-                        .map(Answer::Proxy)
-                        .ok_or(Refusal::NotFound)?;
-                    if let Answer::Proxy(route) = &answer {
-                        route.pass_uri(parts, net);
-                    }
-                    return Ok(answer);
-                }
-            }
-        }
-        tracing::error!("rewrite or internal redirection cycle");
-        Ok(Answer::Return(Arc::new(Reply::internal_error())))
-    }
 }
 
 // === impl MapCell ===

@@ -1,6 +1,8 @@
 //! What each location proxies to (`Route`: its upstream, pool, headers,
 //! retry policy) and the URI it sends there, on top of `Router`, which
-//! picks the block and location as nginx 1.22 does (router.rs).
+//! picks the block and location as nginx 1.22 does (router.rs); and the
+//! phases a request is routed through (the server's rewrite script, the
+//! location search, the location's script, again after `last`).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -14,7 +16,8 @@ use vigil_core::registry::Registry;
 use vigil_core::{RetryPolicy, Upstream};
 
 use crate::pool::Pool;
-use crate::rewrite::Script;
+pub use crate::reply::Reply;
+use crate::rewrite::{self, Net, Ran, Script};
 pub use crate::router::{Refusal, RouteError, Routed, Router, Target};
 use crate::uri::{escape_uri, RequestUri};
 use crate::vars::{Scope, Template};
@@ -68,59 +71,6 @@ pub enum Answer {
     Proxy(Arc<Route>),
     /// Answered by a `return`.
     Return(Arc<Reply>),
-}
-
-/// A compiled `return`.
-pub struct Reply {
-    /// The status; 444 closes the connection without a response.
-    pub code: u16,
-    /// The body, or the `Location` of a redirecting code.
-    pub text: Option<Template>,
-    /// The body's `Content-Type` (`default_type`).
-    pub content_type: http::HeaderValue,
-    /// The location's `client_max_body_size` (nginx checks it when the
-    /// location is found, before its `return` runs); 0 for a server's.
-    pub max_body: u64,
-    /// The location's `add_header`s (none for a server's `return`).
-    pub add_headers: Vec<(HeaderName, Template, bool)>,
-    /// The location's access log (none for a server's `return`).
-    pub access_log: Option<Arc<crate::log::AccessLogWriter>>,
-}
-
-impl Reply {
-    /// This reply's headers, log and limit with another code and text.
-    pub(crate) fn with(&self, code: u16, text: Option<Template>) -> Self {
-        Self {
-            code,
-            text,
-            content_type: self.content_type.clone(),
-            max_body: self.max_body,
-            add_headers: self.add_headers.clone(),
-            access_log: self.access_log.clone(),
-        }
-    }
-
-    /// A redirect to `url` (made absolute as a `return`'s is).
-    pub(crate) fn redirect(&self, code: u16, url: &str) -> Self {
-        self.with(code, Some(Template::literal(url)))
-    }
-
-    /// The code's page.
-    pub(crate) fn status(&self, code: u16) -> Self {
-        self.with(code, None)
-    }
-
-    /// A bare 500 (a rewrite cycle).
-    pub(crate) fn internal_error() -> Self {
-        Self {
-            code: 500,
-            text: None,
-            content_type: http::HeaderValue::from_static("text/plain"),
-            max_body: 0,
-            add_headers: Vec::new(),
-            access_log: None,
-        }
-    }
 }
 
 /// One location, ready to serve.
@@ -713,6 +663,116 @@ impl Route {
                 .map_or("/", |p| p.as_str())
                 .to_string(),
         }
+    }
+}
+
+// === impl Routes (the rewrite phases) ===
+
+impl Routes {
+    /// Route a request as nginx's phases do: pick the server block, run
+    /// its script, find the location, run the location's script (again
+    /// from the search after `last`), and say who answers. The request's
+    /// `Target` and variables are left in `parts.extensions`.
+    pub(crate) fn route_parts(
+        &self,
+        local: SocketAddr,
+        client: SocketAddr,
+        parts: &mut Parts,
+    ) -> Result<Answer, Refusal> {
+        let (server, mut target) =
+            self.router
+                .select(local, parts.version, &parts.uri, &parts.headers)?;
+        target.secure = parts.extensions.get::<crate::marks::Secure>().is_some();
+        parts.extensions.insert(target);
+        self.phases(server, Net { local, client }, parts)
+    }
+
+    /// From the server's rewrite phase on (a request's first pass, or an
+    /// internal redirect to a URI).
+    pub(crate) fn phases(
+        &self,
+        server: usize,
+        net: Net,
+        parts: &mut Parts,
+    ) -> Result<Answer, Refusal> {
+        if let Some(script) = self.server_scripts.get(server).filter(|s| !s.is_empty()) {
+            match script.run(parts, net, self.server_base(server)) {
+                Ran::Return(r) => return Ok(Answer::Return(r)),
+                Ran::Done | Ran::Last => {}
+            }
+        }
+        self.locations_from(server, None, net, parts)
+    }
+
+    /// A named location's rewrite phase and on (`error_page ... @name`).
+    pub(crate) fn location_phase(
+        &self,
+        server: usize,
+        location: usize,
+        net: Net,
+        parts: &mut Parts,
+    ) -> Result<Answer, Refusal> {
+        self.locations_from(server, Some(location), net, parts)
+    }
+
+    /// The find-config, rewrite and post-rewrite phases: search the
+    /// location (unless `first` is given), run its script, again after
+    /// `last`.
+    fn locations_from(
+        &self,
+        server: usize,
+        mut first: Option<usize>,
+        net: Net,
+        parts: &mut Parts,
+    ) -> Result<Answer, Refusal> {
+        for _ in 0..=rewrite::MAX_URI_CHANGES {
+            let li = match first.take() {
+                Some(li) => li,
+                None => {
+                    let target = parts.extensions.get::<Target>().ok_or(Refusal::NotFound)?;
+                    let (li, caps) = self.router.locate(net.local, server, target)?;
+                    if let Some(c) = caps {
+                        let names = self.capture_names.get(server).and_then(|n| n.get(li));
+                        let v = rewrite::vars(parts);
+                        if let Some(names) = names {
+                            for (name, i) in names {
+                                if let Some(Some(g)) = c.get(*i) {
+                                    v.named.insert(name.clone(), g.clone());
+                                }
+                            }
+                        }
+                        v.captures = c;
+                    }
+                    li
+                }
+            };
+            let script = self.scripts.get(server).and_then(|s| s.get(li));
+            let base = self.redirect_base(server, li);
+
+            let ran = match script {
+                Some(s) if !s.is_empty() => s.run(parts, net, base),
+                _ => Ran::Done,
+            };
+            match ran {
+                Ran::Return(r) => return Ok(Answer::Return(r)),
+                Ran::Last => continue,
+                Ran::Done => {
+                    let answer = self
+                        .proxies
+                        .get(server)
+                        .and_then(|s| s.get(li))
+                        .and_then(Option::clone)
+                        .map(Answer::Proxy)
+                        .ok_or(Refusal::NotFound)?;
+                    if let Answer::Proxy(route) = &answer {
+                        route.pass_uri(parts, net);
+                    }
+                    return Ok(answer);
+                }
+            }
+        }
+        tracing::error!("rewrite or internal redirection cycle");
+        Ok(Answer::Return(Arc::new(Reply::internal_error())))
     }
 }
 
