@@ -25,8 +25,6 @@ use vigil_core::config::{Config, ResolverConfig, ServerConfig};
 use vigil_core::event::{Event, EventBus, EventKind};
 use vigil_core::Clock;
 
-use crate::stack::Stack;
-
 /// The shortest time between two queries of one name.
 pub(crate) const MIN_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -164,10 +162,19 @@ fn merged(now: &[SocketAddr], answer: &[IpAddr], port: u16) -> Option<Vec<Socket
     Some(out)
 }
 
+/// What re-resolving needs of the running stack (`crate::stack::Stack`):
+/// the configuration in force, and a reload that puts a new one in force.
+pub(crate) trait Reload: Send + Sync + 'static {
+    /// The generation in force.
+    fn current(&self) -> Arc<vigil_proxy::Generation>;
+    /// Put `config` in force; the new generation's number, or why not.
+    fn reload(&self, config: Config) -> Result<u64, String>;
+}
+
 /// Re-resolve the resolve lines of the stack's configuration until
 /// `shutdown`; the task holds the stack weakly.
 pub(crate) fn spawn(
-    stack: Weak<Stack>,
+    stack: Weak<dyn Reload>,
     events: Arc<EventBus>,
     clock: Arc<dyn Clock>,
     shutdown: CancellationToken,
@@ -177,7 +184,7 @@ pub(crate) fn spawn(
         loop {
             // The lines of the configuration in force (a reload may have
             // brought or taken some); nothing is cloned when there are none.
-            let Some(current) = stack.upgrade().map(|s| lines(&s.proxy.current().config)) else {
+            let Some(current) = stack.upgrade().map(|s| lines(&s.current().config)) else {
                 return;
             };
             let now = Instant::now();
@@ -217,7 +224,7 @@ pub(crate) fn spawn(
 
 /// Put the line's new addresses in force and say so.
 fn apply(
-    stack: &Weak<Stack>,
+    stack: &Weak<dyn Reload>,
     events: &EventBus,
     clock: &Arc<dyn Clock>,
     line: &Line,
@@ -225,7 +232,7 @@ fn apply(
 ) {
     let Some(stack) = stack.upgrade() else { return };
     // The configuration in force now (a reload may have come in between).
-    let config = stack.proxy.current().config.clone();
+    let config = stack.current().config.clone();
     let Some(next) = rebuilt(&config, &line.key, addrs) else {
         return;
     };

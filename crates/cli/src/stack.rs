@@ -215,8 +215,10 @@ impl Stack {
     /// Re-resolve the `server NAME resolve` lines while the stack runs
     /// (crate::resolve), until shutdown.
     pub(crate) fn start_resolving(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        let stack: std::sync::Weak<dyn crate::resolve::Reload> = weak;
         crate::resolve::spawn(
-            Arc::downgrade(self),
+            stack,
             self.events.clone(),
             self.clock.clone(),
             self.shutdown.clone(),
@@ -259,6 +261,16 @@ impl Stack {
                 tracing::warn!(error = %e, "OpenTelemetry export did not flush");
             }
         }
+    }
+}
+
+impl crate::resolve::Reload for Stack {
+    fn current(&self) -> Arc<Generation> {
+        self.proxy.current()
+    }
+
+    fn reload(&self, config: Config) -> Result<u64, String> {
+        Stack::reload(self, config)
     }
 }
 

@@ -26,6 +26,7 @@
 mod budget;
 mod build;
 mod fast;
+mod halving;
 mod hedge;
 mod latency;
 mod pick;

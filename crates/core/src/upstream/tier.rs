@@ -280,7 +280,7 @@ impl Tier {
             self.announce_stuck(up, now, events);
         }
         if self.halved.load(Ordering::Relaxed) != 0 {
-            policy::halve::settle(self, st, up, now, events);
+            self.settle_halvings(st, up, now, events);
         }
         if !self.primary || !rules.limits_ejection() {
             return Gate::new(rules, self.single, now, None, self.ramps_now())
@@ -511,6 +511,38 @@ impl Tier {
             .readmit(now, policy::passive::Readmission::AdminUp);
         }
         self.refresh(&mut st, i, peer);
+    }
+
+    /// Clear every halving of this tier that has ended at `now` (an event each),
+    /// so the tier may plan its cycle again. The caller holds the lock.
+    #[cold]
+    pub(crate) fn settle_halvings(
+        &self,
+        st: &mut TierState,
+        up: &Upstream,
+        now: Timestamp,
+        events: &mut Vec<(u32, EventKind)>,
+    ) {
+        for i in 0..st.len() {
+            let global = self.offset + i;
+            let peer = &up.peers[global];
+            let until = peer.halved_until();
+            if until == Timestamp(0) || now < until {
+                continue;
+            }
+            peer.set_halved_until(Timestamp(0));
+            let by = peer.halved_by().map(|b| b.to_string()).unwrap_or_default();
+            peer.set_halved_by(None);
+            self.halved.fetch_sub(1, Ordering::Relaxed);
+            self.refresh(st, i, peer);
+            events.push((
+                global as u32,
+                EventKind::WeightRestored {
+                    weight: peer.config().weight.get(),
+                    by,
+                },
+            ));
+        }
     }
 }
 

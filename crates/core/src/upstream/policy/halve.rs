@@ -5,8 +5,8 @@
 //!
 //! The halving is an atomic on the peer, like the `slow_start` ramp
 //! ([`super::ramp`]): its end (0: none), set and cleared under the tier's
-//! lock ([`Upstream::halve_weight`], [`settle`]) and read by every balancer
-//! without it. The weight while it lasts is nginx-like integer rounding,
+//! lock (`Upstream::halve_weight` in upstream/halving.rs, and the tier's
+//! `settle_halvings`) and read by every balancer without it. The weight while it lasts is nginx-like integer rounding,
 //! `max(1, weight/2)`: a peer of weight 1 keeps weight 1 (and the tier its
 //! fast path). Smooth round robin caps its `effective_weight` with it,
 //! least_conn and random compare it ([`nominal`]); hash, ip_hash and
@@ -17,28 +17,22 @@
 //! A marked peer keeps the round-robin fast path off exactly as a ramping
 //! one does ([`impairs`], read by [`super::at_rest`]); the first scan at or
 //! after the end clears it (an event), and the tier plans its cycle again.
-
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+//! This file holds the rules on one peer; the state changes are the
+//! tier's and the upstream's.
 
 use crate::clock::Timestamp;
-use crate::event::EventKind;
-use crate::peer::{Peer, PeerId};
+use crate::peer::Peer;
 
 use super::super::slot::Slot;
-use super::super::tier::{Tier, TierState};
-use super::super::Upstream;
 use super::ramp;
-
-type Events = Vec<(u32, EventKind)>;
 
 /// The weight of a halved peer of weight `w`: `max(1, w/2)`.
 pub(crate) fn halved(w: u32) -> u32 {
     (w / 2).max(1)
 }
 
-/// Whether `peer` is marked halved (an ended halving counts until
-/// [`settle`] clears it).
+/// Whether `peer` is marked halved (an ended halving counts until the
+/// tier settles it).
 #[inline]
 pub(crate) fn marked(peer: &Peer) -> bool {
     peer.halved_until() != Timestamp(0)
@@ -83,128 +77,6 @@ pub(crate) fn weight(peer: &Peer, s: &Slot, now: Timestamp) -> i64 {
 /// the halving.
 pub(crate) fn nominal(peer: &Peer, now: Timestamp) -> u32 {
     cap(peer, ramp::nominal(peer, now), now)
-}
-
-/// Clear every halving of `tier` that has ended at `now` (an event each),
-/// so the tier may plan its cycle again. The caller holds the lock.
-#[cold]
-pub(crate) fn settle(
-    tier: &Tier,
-    st: &mut TierState,
-    up: &Upstream,
-    now: Timestamp,
-    events: &mut Events,
-) {
-    for i in 0..st.len() {
-        let global = tier.offset + i;
-        let peer = &up.peers[global];
-        let until = peer.halved_until();
-        if until == Timestamp(0) || now < until {
-            continue;
-        }
-        peer.set_halved_until(Timestamp(0));
-        let by = peer.halved_by().map(|b| b.to_string()).unwrap_or_default();
-        peer.set_halved_by(None);
-        tier.halved.fetch_sub(1, Ordering::Relaxed);
-        tier.refresh(st, i, peer);
-        events.push((
-            global as u32,
-            EventKind::WeightRestored {
-                weight: peer.config().weight.get(),
-                by,
-            },
-        ));
-    }
-}
-
-// === impl Upstream (halve) ===
-
-impl Upstream {
-    /// Fleet `share_passive`: fleet member `by` ejected peer `id` on its own
-    /// traffic, and this instance has no active check to probe it: halve
-    /// its weight (`max(1, weight/2)`) until `until`. Publishes a
-    /// [`EventKind::WeightHalved`] event, and [`EventKind::WeightRestored`]
-    /// when it ends (at the first pick or [`Upstream::settle_halvings`] at
-    /// or after `until`). Returns false for an unknown peer or an end not
-    /// after `now`.
-    pub fn halve_weight(&self, id: PeerId, until: Timestamp, by: &str, now: Timestamp) -> bool {
-        if until <= now || self.peers.get(id.0 as usize).is_none() {
-            return false;
-        }
-        let Some(tier) = self.tier_of(id) else {
-            return false;
-        };
-        let i = id.0 as usize - tier.offset;
-        let peer = &self.peers[id.0 as usize];
-        let mut events = Vec::new();
-        {
-            let mut st = tier.lock();
-            // A later end extends a halving in force; an earlier one leaves it.
-            let was = peer.halved_until();
-            if was == Timestamp(0) {
-                tier.halved.fetch_add(1, Ordering::Relaxed);
-            }
-            let until = until.max(was);
-            peer.set_halved_until(until);
-            peer.set_halved_by(Some(Arc::from(by)));
-            if impairs(peer) {
-                // Off the cycle now (a weight-1 peer keeps it).
-                tier.materialize(&mut st);
-            }
-            tier.refresh(&mut st, i, peer);
-            let from = peer.config().weight.get();
-            events.push((
-                id.0,
-                EventKind::WeightHalved {
-                    from,
-                    to: halved(from),
-                    until,
-                    for_ms: until.millis_since(now),
-                    by: by.to_string(),
-                },
-            ));
-        }
-        self.publish(events, now);
-        true
-    }
-
-    /// A reload: peer `id` of this new generation keeps the halving its
-    /// predecessor had (`until`, by `by`), without a new event (the one
-    /// that announced it still holds; its end is announced as usual).
-    pub(crate) fn carry_halving(&self, id: PeerId, until: Timestamp, by: Option<Arc<str>>) {
-        let Some(tier) = self.tier_of(id) else {
-            return;
-        };
-        let Some(peer) = self.peers.get(id.0 as usize) else {
-            return;
-        };
-        let i = id.0 as usize - tier.offset;
-        let mut st = tier.lock();
-        if peer.halved_until() == Timestamp(0) {
-            tier.halved.fetch_add(1, Ordering::Relaxed);
-        }
-        peer.set_halved_until(until);
-        peer.set_halved_by(by);
-        if impairs(peer) {
-            tier.materialize(&mut st);
-        }
-        tier.refresh(&mut st, i, peer);
-    }
-
-    /// End the halvings that are over at `now` (each publishes its
-    /// [`EventKind::WeightRestored`]); a pick does it too, this is for an
-    /// upstream without traffic.
-    pub fn settle_halvings(&self, now: Timestamp) {
-        let mut events = Vec::new();
-        for tier in std::iter::once(&self.primary).chain(self.backup.as_ref()) {
-            if tier.halved.load(Ordering::Relaxed) == 0 {
-                continue;
-            }
-            let mut st = tier.lock();
-            settle(tier, &mut st, self, now, &mut events);
-        }
-        self.publish(events, now);
-    }
 }
 
 #[cfg(test)]
