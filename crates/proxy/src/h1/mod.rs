@@ -719,3 +719,82 @@ async fn write_response(
     out.write(wire).await?;
     Ok(encoded.last)
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::AsyncWriteExt;
+
+    use super::*;
+
+    fn uri(h: &Head) -> String {
+        match h {
+            Head::Accepted(head, _) => String::from_utf8_lossy(head)
+                .split(' ')
+                .nth(1)
+                .unwrap_or_default()
+                .to_string(),
+            _ => "not accepted".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn pipelined_heads_stay_in_the_buffer_and_an_idle_connection_holds_none() {
+        let (mut c, s) = tokio::io::duplex(4096);
+        let wire = Mutex::new(Wire::new(Box::new(s), BytesMut::new()));
+        let off = AtomicBool::new(false);
+        let limits = HeadLimits::default();
+        c.write_all(b"GET /1 HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\n")
+            .await
+            .unwrap();
+        let h = read_head(&wire, limits, true, &off).await.unwrap();
+        assert_eq!(uri(&h), "/1");
+        assert!(!lock(&wire).buf.is_empty(), "the second head is kept");
+        let h = read_head(&wire, limits, false, &off).await.unwrap();
+        assert_eq!(uri(&h), "/2");
+        assert_eq!(lock(&wire).buf.capacity(), 0, "no buffer while idle");
+        // A drain while idle closes at once.
+        off.store(true, Ordering::Release);
+        let h = read_head(&wire, limits, false, &off).await.unwrap();
+        assert!(matches!(h, Head::Closed));
+    }
+
+    #[tokio::test]
+    async fn the_http2_preface_is_recognised_only_first_and_in_pieces() {
+        let (mut c, s) = tokio::io::duplex(4096);
+        let wire = Mutex::new(Wire::new(Box::new(s), BytesMut::new()));
+        let off = AtomicBool::new(false);
+        let (a, b) = H2_PREFACE.split_at(10);
+        c.write_all(a).await.unwrap();
+        let read = read_head(&wire, HeadLimits::default(), true, &off);
+        tokio::pin!(read);
+        assert!(futures_util::poll!(read.as_mut()).is_pending());
+        c.write_all(b).await.unwrap();
+        assert!(matches!(read.await.unwrap(), Head::H2));
+    }
+
+    #[tokio::test]
+    async fn a_refused_head_carries_its_request_line_and_a_partial_one_at_eof_is_an_error() {
+        let (mut c, s) = tokio::io::duplex(4096);
+        let wire = Mutex::new(Wire::new(Box::new(s), BytesMut::new()));
+        let off = AtomicBool::new(false);
+        c.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        match read_head(&wire, HeadLimits::default(), true, &off)
+            .await
+            .unwrap()
+        {
+            Head::Refused(r) => {
+                assert_eq!(r.status, StatusCode::BAD_REQUEST, "no Host");
+                assert_eq!(r.line.as_deref(), Some(&b"GET / HTTP/1.1"[..]));
+            }
+            _ => panic!("accepted a head without Host"),
+        }
+        let (mut c, s) = tokio::io::duplex(4096);
+        let wire = Mutex::new(Wire::new(Box::new(s), BytesMut::new()));
+        c.write_all(b"GET / HT").await.unwrap();
+        drop(c);
+        assert!(matches!(
+            read_head(&wire, HeadLimits::default(), true, &off).await,
+            Err(H1Error::Incomplete)
+        ));
+    }
+}
