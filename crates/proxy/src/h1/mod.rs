@@ -340,8 +340,17 @@ async fn run(cx: Ctx, io: BoxIo, shutdown: Arc<AtomicBool>) -> Result<(), ConnEr
                 close(&wire).await;
                 return Ok(());
             }
-            Head::H2 if was_first => return serve_h2(&cx, &wire).await,
-            Head::H2 => return Err(H1Error::Parse(StatusCode::BAD_REQUEST).into()),
+            Head::H2 if was_first && cx.h2.is_some() => return serve_h2(&cx, &wire).await,
+            Head::H2 => {
+                // HTTP/1 only here: hyper's answer to a head it cannot parse.
+                let mut out = BytesMut::new();
+                write::parse_error(StatusCode::BAD_REQUEST, &mut out);
+                let mut q = Out::default();
+                q.push(out.freeze());
+                q.write(&wire).await?;
+                close(&wire).await;
+                return Err(H1Error::Parse(StatusCode::BAD_REQUEST).into());
+            }
             Head::Refused(refused) => {
                 let guard = conn::begin(&cx.state, Version::HTTP_11);
                 let mut resp =
@@ -352,7 +361,7 @@ async fn run(cx: Ctx, io: BoxIo, shutdown: Arc<AtomicBool>) -> Result<(), ConnEr
                     version: Version::HTTP_11,
                     keep_alive: true,
                 };
-                let r = write_response(&wire, resp, &asked).await;
+                let r = Box::pin(write_response(&wire, resp, &asked)).await;
                 drop(guard);
                 r?;
                 close(&wire).await;
@@ -385,66 +394,12 @@ async fn run(cx: Ctx, io: BoxIo, shutdown: Arc<AtomicBool>) -> Result<(), ConnEr
             };
             w.continue_at = parsed.expect_continue.then_some(0);
         }
-        let verdict = Verdict {
-            refuse: None,
-            close: framing == Framing::Opaque,
-        };
-        let version = parsed.version;
-        let method = parsed.method.clone();
-        let body = H1Body::new(wire.clone(), seq, parsed.body);
-        let mut req = Request::new(RequestBody::H1(body));
-        *req.method_mut() = parsed.method;
-        *req.uri_mut() = parsed.uri;
-        *req.version_mut() = version;
-        *req.headers_mut() = parsed.headers;
-        let upgrade = if parsed.wants_upgrade {
-            let (tx, rx) = oneshot::channel();
-            req.extensions_mut()
-                .insert(PendingUpgrade(Arc::new(Mutex::new(Some(rx)))));
-            Some(tx)
-        } else {
-            None
-        };
-        let guard = conn::begin(&cx.state, version);
-        let mut resp = match cx.serve {
-            Serve::PlainOnTls => {
-                tracing::debug!(client = %cx.client, "client sent plain HTTP request to HTTPS port");
-                drop(req);
-                (cx.plain_to_https)()
-            }
-            serve => {
-                if serve == Serve::Tls {
-                    req.extensions_mut().insert(crate::tls::Secure);
-                }
-                // Boxed per request: an idle connection holds no handler state.
-                let handled = crate::handler::handle(cx.proxy.clone(), cx.local, cx.client, req);
-                Box::pin(conn::scoped(cx.state.clone(), handled)).await
-            }
-        };
-        gate::close_if_blind(Some(&verdict), &mut resp);
-        if let Err(abort) = conn::prepare(&mut resp, &guard, version) {
-            return Err(Box::new(abort));
-        }
-        let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
-        let asked = Asked {
-            method: &method,
-            version,
-            keep_alive: parsed.keep_alive && !shutdown.load(Ordering::Acquire),
-        };
-        let written = write_response(&wire, resp, &asked).await;
-        drop(guard);
-        let last = written?;
-        if switching {
-            let mut w = lock(&wire);
-            let pre = w.buf.split().freeze();
-            w.seq = 0;
-            let (Some(io), Some(tx)) = (w.io.take(), upgrade) else {
-                return Ok(());
-            };
-            let _ = tx.send(Box::new(Rewind::new(io, pre)));
+        // Boxed per request: an idle connection holds no request state.
+        let after = Box::pin(exchange(&cx, &wire, parsed, framing, seq, &shutdown)).await?;
+        if after == After::Gone {
             return Ok(());
         }
-        if last || verdict.close || !drain(&wire).await {
+        if after == After::Close || shutdown.load(Ordering::Acquire) || !drain(&wire).await {
             close(&wire).await;
             return Ok(());
         }
@@ -457,6 +412,90 @@ async fn run(cx: Ctx, io: BoxIo, shutdown: Arc<AtomicBool>) -> Result<(), ConnEr
             w.buf = BytesMut::new();
         }
     }
+}
+
+/// What follows a request on the connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum After {
+    /// The next head.
+    Next,
+    /// Close the connection.
+    Close,
+    /// The stream went to a tunnel: nothing more here.
+    Gone,
+}
+
+/// Serve one parsed request: the handler, then its response.
+async fn exchange(
+    cx: &Ctx,
+    wire: &Arc<Mutex<Wire>>,
+    parsed: read::Parsed,
+    framing: Framing,
+    seq: u64,
+    shutdown: &AtomicBool,
+) -> Result<After, ConnError> {
+    let verdict = Verdict {
+        refuse: None,
+        close: framing == Framing::Opaque,
+    };
+    let version = parsed.version;
+    let method = parsed.method.clone();
+    let body = H1Body::new(wire.clone(), seq, parsed.body);
+    let mut req = Request::new(RequestBody::H1(body));
+    *req.method_mut() = parsed.method;
+    *req.uri_mut() = parsed.uri;
+    *req.version_mut() = version;
+    *req.headers_mut() = parsed.headers;
+    let upgrade = if parsed.wants_upgrade {
+        let (tx, rx) = oneshot::channel();
+        req.extensions_mut()
+            .insert(PendingUpgrade(Arc::new(Mutex::new(Some(rx)))));
+        Some(tx)
+    } else {
+        None
+    };
+    let guard = conn::begin(&cx.state, version);
+    let mut resp = match cx.serve {
+        Serve::PlainOnTls => {
+            tracing::debug!(client = %cx.client, "client sent plain HTTP request to HTTPS port");
+            drop(req);
+            (cx.plain_to_https)()
+        }
+        serve => {
+            if serve == Serve::Tls {
+                req.extensions_mut().insert(crate::tls::Secure);
+            }
+            let handled = crate::handler::handle(cx.proxy.clone(), cx.local, cx.client, req);
+            conn::scoped(cx.state.clone(), handled).await
+        }
+    };
+    gate::close_if_blind(Some(&verdict), &mut resp);
+    if let Err(abort) = conn::prepare(&mut resp, &guard, version) {
+        return Err(Box::new(abort));
+    }
+    let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
+    let asked = Asked {
+        method: &method,
+        version,
+        keep_alive: parsed.keep_alive && !shutdown.load(Ordering::Acquire),
+    };
+    let written = write_response(wire, resp, &asked).await;
+    drop(guard);
+    let last = written?;
+    if switching {
+        let mut w = lock(wire);
+        let pre = w.buf.split().freeze();
+        w.seq = 0;
+        if let (Some(io), Some(tx)) = (w.io.take(), upgrade) {
+            let _ = tx.send(Box::new(Rewind::new(io, pre)));
+        }
+        return Ok(After::Gone);
+    }
+    Ok(if last || verdict.close {
+        After::Close
+    } else {
+        After::Next
+    })
 }
 
 /// Discard what is left of the request body if it is already here

@@ -187,7 +187,13 @@ pub(crate) fn encode(
     } else {
         !keep_alive
     };
-    dst.reserve(30 + headers.len() * 30);
+    // The whole head in one allocation: status line, headers, and what
+    // may be added (length, date).
+    let size: usize = headers
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len() + 4)
+        .sum();
+    dst.reserve(size + 128);
     if version == Version::HTTP_11 && status == StatusCode::OK && reason.is_none() {
         dst.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
     } else {
