@@ -340,7 +340,9 @@ async fn run(cx: Ctx, io: BoxIo, shutdown: Arc<AtomicBool>) -> Result<(), ConnEr
                 close(&wire).await;
                 return Ok(());
             }
-            Head::H2 if was_first && cx.h2.is_some() => return serve_h2(&cx, &wire).await,
+            Head::H2 if was_first && cx.h2.is_some() => {
+                return serve_h2(&cx, &wire, &shutdown).await;
+            }
             Head::H2 => {
                 // HTTP/1 only here: hyper's answer to a head it cannot parse.
                 let mut out = BytesMut::new();
@@ -534,7 +536,7 @@ async fn close(wire: &Mutex<Wire>) {
 }
 
 /// Hand the connection to hyper's HTTP/2 server, with the bytes read.
-async fn serve_h2(cx: &Ctx, wire: &Mutex<Wire>) -> Result<(), ConnError> {
+async fn serve_h2(cx: &Ctx, wire: &Mutex<Wire>, shutdown: &AtomicBool) -> Result<(), ConnError> {
     let (io, pre) = {
         let mut w = lock(wire);
         (w.io.take(), w.buf.split().freeze())
@@ -556,7 +558,17 @@ async fn serve_h2(cx: &Ctx, wire: &Mutex<Wire>) -> Result<(), ConnError> {
     let conn = builder
         .serve_connection_with_upgrades(TokioIo::new(Rewind::new(io, pre)), svc)
         .into_owned();
-    conn.await
+    let mut conn = std::pin::pin!(conn);
+    let mut told = false;
+    // The watcher's drain and idle GOAWAY reach hyper's connection.
+    std::future::poll_fn(|cx| {
+        if !told && shutdown.load(Ordering::Acquire) {
+            told = true;
+            conn.as_mut().graceful_shutdown();
+        }
+        conn.as_mut().poll(cx)
+    })
+    .await
 }
 
 /// Pieces of a response waiting to be written.
