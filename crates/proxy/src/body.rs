@@ -47,7 +47,7 @@ pub enum BodyError {
     TooLarge(u64),
     /// The client went away or sent garbage.
     #[error("reading the request body failed: {0}")]
-    Client(#[source] hyper::Error),
+    Client(#[source] BoxError),
     /// The spool file could not be written.
     #[error("spooling the request body failed: {0}")]
     Spool(#[source] std::io::Error),
@@ -59,7 +59,7 @@ pub enum BodyError {
 /// A streamed request body (`proxy_request_buffering off`) with
 /// `client_body_timeout` between two reads; see [`ClientBody::timed_out`].
 pub(crate) struct ClientBody {
-    inner: Incoming,
+    inner: RequestBody,
     idle: Idle,
     timed_out: Arc<AtomicBool>,
 }
@@ -72,14 +72,63 @@ struct Idle {
     sleep: Option<crate::timer::Sleep>,
 }
 
+/// The client's request body: hyper's for HTTP/2, vigil's own HTTP/1
+/// reader's ([`crate::h1`]) for HTTP/1.x.
+pub(crate) enum RequestBody {
+    /// An HTTP/2 stream's body (hyper's connection).
+    Hyper(Incoming),
+    /// An HTTP/1.x request's body (vigil's connection loop).
+    H1(crate::h1::read::H1Body),
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            RequestBody::Hyper(b) => Pin::new(b)
+                .poll_frame(cx)
+                .map(|f| f.map(|r| r.map_err(BoxError::from))),
+            RequestBody::H1(b) => Pin::new(b).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            RequestBody::Hyper(b) => b.is_end_stream(),
+            RequestBody::H1(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            RequestBody::Hyper(b) => b.size_hint(),
+            RequestBody::H1(b) => b.size_hint(),
+        }
+    }
+}
+
+impl std::fmt::Debug for RequestBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RequestBody::Hyper(_) => f.write_str("RequestBody::Hyper"),
+            RequestBody::H1(b) => b.fmt(f),
+        }
+    }
+}
+
 /// Bodies up to this size stay in memory (nginx's `client_body_buffer_size`
 /// is 8–16 KiB; vigil keeps more in memory and spools the rest).
 pub const MEMORY_LIMIT: usize = 64 * 1024;
 
 /// Read the whole body, spooling to `spool_dir` past [`MEMORY_LIMIT`], with
 /// at most `timeout` (`client_body_timeout`) between two reads.
-pub async fn buffer(
-    mut body: Incoming,
+pub(crate) async fn buffer(
+    mut body: RequestBody,
     max: u64,
     spool_dir: &std::path::Path,
     timeout: Duration,
@@ -175,7 +224,7 @@ impl Buffered {
 
 impl ClientBody {
     /// Stream `inner` with `timeout` between two reads.
-    pub(crate) fn new(inner: Incoming, timeout: Duration) -> Self {
+    pub(crate) fn new(inner: RequestBody, timeout: Duration) -> Self {
         Self {
             inner,
             idle: Idle::new(timeout),
@@ -202,7 +251,7 @@ impl Body for ClientBody {
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(f) => {
                 this.idle.progress();
-                Poll::Ready(f.map(|r| r.map_err(BoxError::from)))
+                Poll::Ready(f)
             }
             Poll::Pending => {
                 ready!(this.idle.poll_expired(cx));

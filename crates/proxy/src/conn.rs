@@ -34,8 +34,8 @@ mod service;
 mod watched;
 
 pub(crate) use io::TimedIo;
-pub(crate) use service::{aborted, close_silently, on_route, tracking};
-pub(crate) use watched::{Closed, Drain, Watched};
+pub(crate) use service::{aborted, begin, close_silently, on_route, prepare, scoped, tracking};
+pub(crate) use watched::{Closed, Drain, Graceful, Watched};
 
 /// The limits a connection starts with: those of its address's default server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -13,14 +13,13 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::request::Parts;
 use http::StatusCode;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use hyper::{Request, Response};
 use vigil_core::peer::Peer;
 use vigil_core::upstream::PeerGuard;
 use vigil_core::{FailureVerdict, RequestFacts, SelectKey, StatusVerdict};
 
 use crate::attempt::{self, Answered, Failed};
-use crate::body::{self, BodyError, Buffered, ClientBody, Streamed, UpBody};
+use crate::body::{self, BodyError, Buffered, ClientBody, RequestBody, Streamed, UpBody};
 use crate::hop::strip_hop_by_hop;
 use crate::metrics::Outcome;
 use crate::record::{AttemptRecord, EarlierAttempts};
@@ -46,7 +45,7 @@ enum ReqBody {
 /// request sends again).
 enum ClientRequestBody {
     /// Not read yet.
-    Unread(Incoming),
+    Unread(RequestBody),
     /// Read (or being streamed) by an earlier pass.
     Read(ReqBody),
 }
@@ -79,7 +78,7 @@ pub(crate) async fn handle(
     proxy: Arc<Proxy>,
     local: SocketAddr,
     client: SocketAddr,
-    mut req: Request<Incoming>,
+    mut req: Request<RequestBody>,
 ) -> Response<UpBody> {
     let start = vigil_core::clock::coarse_now();
     req.extensions_mut().insert(crate::vars::RequestId::new());
@@ -313,7 +312,7 @@ async fn proxy_request(
         && passes_upgrade(route);
     let on_upgrade = if upgrade {
         let mut req = Request::from_parts(parts, ());
-        let on = hyper::upgrade::on(&mut req);
+        let on = crate::h1::on_upgrade(&mut req);
         parts = req.into_parts().0;
         Some(on)
     } else {
@@ -607,7 +606,6 @@ async fn proxy_request(
                                     let _guard = guard;
                                     match (client_up.await, upstream_up.io().await) {
                                         (Ok(a), Ok(b)) => {
-                                            let a = hyper_util::rt::TokioIo::new(a);
                                             crate::tunnel::run(a, b, timeouts, &cx).await;
                                         }
                                         (a, b) => tracing::warn!(

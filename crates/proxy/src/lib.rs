@@ -13,6 +13,7 @@ pub mod connect;
 mod errlog;
 mod error_page;
 mod gzip;
+mod h1;
 mod handler;
 mod hop;
 mod listener;

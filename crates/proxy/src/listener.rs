@@ -92,7 +92,6 @@ async fn accepted(
     let Some(tls) = site.tls.clone() else {
         let served = connection(
             &site,
-            &site.builder,
             Kind::Plain,
             proxy,
             stream,
@@ -113,7 +112,6 @@ async fn accepted(
     if !is_tls {
         let served = connection(
             &site,
-            &site.h1,
             Kind::PlainOnTls,
             proxy,
             stream,
@@ -131,22 +129,11 @@ async fn accepted(
         Err(_) => return tracing::debug!(%client, "client timed out in the TLS handshake"),
     };
     // As nginx: HTTP/2 only when ALPN chose it, else HTTP/1.x.
-    let builder = if server::is_h2(&stream) {
-        &site.h2
-    } else {
-        &site.h1
-    };
-    let served = connection(
-        &site,
-        builder,
-        Kind::Tls,
-        proxy,
-        stream,
-        addr,
-        client,
-        drain,
-        origin,
-    );
+    if server::is_h2(&stream) {
+        let served = h2_connection(&site, proxy, stream, addr, client, drain, origin);
+        return log_closed(client, served.await);
+    }
+    let served = connection(&site, Kind::Tls, proxy, stream, addr, client, drain, origin);
     log_closed(client, served.await);
 }
 
@@ -163,7 +150,6 @@ where
     let drain = Arc::new(Drain::default());
     let served = connection(
         &site,
-        &site.builder,
         Kind::Plain,
         proxy,
         io,
@@ -186,13 +172,47 @@ enum Kind {
     PlainOnTls,
 }
 
-/// One connection accepted at `origin`: the gate (nginx's head rules) over
-/// the timed socket (its deadlines), hyper over both, every request tracked.
+/// One HTTP/1.x connection accepted at `origin` (HTTP/2 with prior
+/// knowledge on a plain address is handed to hyper): vigil's own loop
+/// ([`crate::h1`]) over the timed socket (its deadlines), nginx's head
+/// rules on every head, every request tracked.
 #[allow(clippy::too_many_arguments)]
 fn connection<I>(
     site: &Site,
-    builder: &auto::Builder<TokioExecutor>,
     kind: Kind,
+    proxy: Arc<Proxy>,
+    io: I,
+    addr: SocketAddr,
+    client: SocketAddr,
+    drain: Arc<Drain>,
+    origin: Instant,
+) -> impl std::future::Future<Output = Closed<ConnError>> + Send + 'static
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let state = ConnState::since(site.timeouts, origin);
+    let io: Box<dyn crate::h1::Io> = Box::new(TimedIo::new(io, state.clone()));
+    let cx = crate::h1::Ctx {
+        proxy,
+        local: addr,
+        client,
+        serve: match kind {
+            Kind::Plain => crate::h1::Serve::Plain,
+            Kind::Tls => crate::h1::Serve::Tls,
+            Kind::PlainOnTls => crate::h1::Serve::PlainOnTls,
+        },
+        limits: site.limits,
+        state: state.clone(),
+        h2: (kind == Kind::Plain).then(|| site.h2.clone()),
+        plain_to_https,
+    };
+    Watched::new(crate::h1::Connection::new(cx, io), state, drain)
+}
+
+/// An HTTP/2 connection (ALPN `h2`) accepted at `origin`, served by hyper
+/// under the connection's deadlines, every stream tracked.
+fn h2_connection<I>(
+    site: &Site,
     proxy: Arc<Proxy>,
     io: I,
     addr: SocketAddr,
@@ -218,23 +238,16 @@ where
                 Ok(req) => req,
                 Err(r) => return crate::handler::refused_head(&proxy, addr, client, r),
             };
-            match kind {
-                Kind::Plain => {}
-                Kind::Tls => {
-                    req.extensions_mut().insert(Secure);
-                }
-                Kind::PlainOnTls => {
-                    tracing::debug!(%client, "client sent plain HTTP request to HTTPS port");
-                    return plain_to_https();
-                }
-            }
+            req.extensions_mut().insert(Secure);
             let verdict = req.extensions().get::<Verdict>().copied();
+            let req = req.map(crate::body::RequestBody::Hyper);
             let mut resp = crate::handler::handle(proxy, addr, client, req).await;
             gate::close_if_blind(verdict.as_ref(), &mut resp);
             resp
         }
     });
-    let conn = builder
+    let conn = site
+        .h2
         .serve_connection_with_upgrades(TokioIo::new(io), svc)
         .into_owned();
     Watched::new(conn, state, drain)
@@ -274,11 +287,8 @@ type ConnError = Box<dyn std::error::Error + Send + Sync>;
 /// Host is known), and its TLS settings on a TLS address.
 struct Site {
     generation: u64,
-    /// HTTP/1.x, or HTTP/2 with prior knowledge (plain addresses).
-    builder: auto::Builder<TokioExecutor>,
-    /// HTTP/1.x only (TLS without ALPN `h2`, plain HTTP on a TLS port).
-    h1: auto::Builder<TokioExecutor>,
-    /// HTTP/2 only (ALPN `h2`).
+    /// HTTP/2 (ALPN `h2`, or prior knowledge on a plain address); HTTP/1.x
+    /// is served by [`crate::h1`].
     h2: auto::Builder<TokioExecutor>,
     timeouts: conn::Timeouts,
     limits: HeadLimits,
@@ -298,8 +308,6 @@ impl Site {
         };
         Arc::new(Self {
             generation: generation.registry.generation(),
-            builder: builder(),
-            h1: builder().http1_only(),
             h2: builder().http2_only(),
             timeouts: d.timeouts,
             limits: d.limits,

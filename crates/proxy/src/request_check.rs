@@ -117,7 +117,8 @@ struct Seen {
     content_length: Option<Vec<u8>>,
     transfer_encoding: Option<Vec<u8>>,
     upgrade: bool,
-    method: Vec<u8>,
+    /// CONNECT or TRACE (nginx refuses both).
+    refused_method: bool,
 }
 
 // === impl HeadLimits ===
@@ -245,7 +246,7 @@ impl HeadScan {
         {
             return Err(StatusCode::BAD_REQUEST);
         }
-        self.seen.method = method.to_vec();
+        self.seen.refused_method = method == b"CONNECT" || method == b"TRACE";
         let version = line.rsplit(|&b| b == b' ').next().unwrap_or_default();
         if let Some(v) = version.strip_prefix(b"HTTP/") {
             let major = v.split(|&b| b == b'.').next().unwrap_or_default();
@@ -272,19 +273,20 @@ impl HeadScan {
         if !h.has_colon {
             self.no_colon.push(at + h.name.len());
         }
-        let name = h.name.to_ascii_lowercase();
-        if let Some(i) = UNIQUE.iter().position(|u| *u == name.as_slice()) {
+        let name = h.name;
+        if let Some(i) = UNIQUE.iter().position(|u| u.eq_ignore_ascii_case(name)) {
             let bit = 1u16 << i;
             if self.seen.unique & bit != 0 {
                 return Err(StatusCode::BAD_REQUEST);
             }
             self.seen.unique |= bit;
         }
-        match name.as_slice() {
-            b"content-length" => self.seen.content_length = Some(h.value.to_vec()),
-            b"transfer-encoding" => self.seen.transfer_encoding = Some(h.value.to_vec()),
-            b"upgrade" => self.seen.upgrade = true,
-            _ => {}
+        if name.eq_ignore_ascii_case(b"content-length") {
+            self.seen.content_length = Some(h.value.to_vec());
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            self.seen.transfer_encoding = Some(h.value.to_vec());
+        } else if name.eq_ignore_ascii_case(b"upgrade") {
+            self.seen.upgrade = true;
         }
         Ok(())
     }
@@ -317,7 +319,7 @@ impl HeadScan {
             }
             framing = Framing::Opaque;
         }
-        if seen.method == b"CONNECT" || seen.method == b"TRACE" {
+        if seen.refused_method {
             return Step::Refuse(StatusCode::METHOD_NOT_ALLOWED);
         }
         if seen.upgrade {

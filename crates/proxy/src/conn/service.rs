@@ -105,6 +105,35 @@ fn respond(
     guard: RequestGuard,
     version: Version,
 ) -> Result<Response<Tracked>, Abort> {
+    prepare(&mut resp, &guard, version)?;
+    Ok(resp.map(|inner| Tracked {
+        inner,
+        _request: guard,
+    }))
+}
+
+/// A request (of `version`) starts on the connection of `state`; it ends
+/// when the guard drops.
+pub(crate) fn begin(state: &Arc<ConnState>, version: Version) -> RequestGuard {
+    RequestGuard::new(state, version)
+}
+
+/// Run `served` (a request's handler) with [`on_route`] reaching `state`.
+pub(crate) fn scoped<F: Future>(
+    state: Arc<ConnState>,
+    served: F,
+) -> impl Future<Output = F::Output> {
+    CURRENT.scope(state, served)
+}
+
+/// What the service does to a response before it is sent: `Err` when it
+/// must not be sent (the connection closes); a 101 turns the timers off;
+/// `keepalive_timeout 0` adds `Connection: close`.
+pub(crate) fn prepare(
+    resp: &mut Response<UpBody>,
+    guard: &RequestGuard,
+    version: Version,
+) -> Result<(), Abort> {
     if resp.extensions().get::<CloseSilently>().is_some() {
         return Err(Abort(resp.status()));
     }
@@ -116,10 +145,7 @@ fn respond(
         resp.headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
-    Ok(resp.map(|inner| Tracked {
-        inner,
-        _request: guard,
-    }))
+    Ok(())
 }
 
 // === impl RequestGuard ===

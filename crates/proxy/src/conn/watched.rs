@@ -17,6 +17,23 @@ use tokio::time::{Instant, Sleep};
 
 use super::{ConnState, Expiry};
 
+/// A connection that can be told to finish its requests and close: hyper's
+/// ([`GracefulConnection`]) or vigil's own HTTP/1 loop (`crate::h1`).
+pub(crate) trait Graceful: Future<Output = Result<(), Self::Failure>> {
+    /// What the connection fails with.
+    type Failure;
+    /// Finish the request in flight (none: close now), then close.
+    fn graceful_shutdown(self: Pin<&mut Self>);
+}
+
+impl<C: GracefulConnection> Graceful for C {
+    type Failure = C::Error;
+
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        GracefulConnection::graceful_shutdown(self);
+    }
+}
+
 /// A hyper connection driven under its deadline and drained on `drain`.
 pub(crate) struct Watched<C> {
     conn: Pin<Box<C>>,
@@ -65,7 +82,7 @@ impl Drain {
 
 impl<C> Watched<C>
 where
-    C: GracefulConnection,
+    C: Graceful,
 {
     /// Drive `conn` under `state`'s deadline; on `drain`, finish the
     /// request in flight (HTTP/2: the open streams) and close.
@@ -94,9 +111,9 @@ where
 
 impl<C> Future for Watched<C>
 where
-    C: GracefulConnection,
+    C: Graceful,
 {
-    type Output = Closed<C::Error>;
+    type Output = Closed<C::Failure>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();

@@ -123,7 +123,7 @@ pub(crate) fn close_if_blind<B>(verdict: Option<&Verdict>, resp: &mut Response<B
 
 /// The request line at the start of `head` (after the empty lines nginx
 /// skips), without its line end; None before a whole line.
-fn request_line(head: &[u8]) -> Option<Bytes> {
+pub(crate) fn request_line(head: &[u8]) -> Option<Bytes> {
     let start = head.iter().position(|b| *b != b'\r' && *b != b'\n')?;
     let rest = &head[start..];
     let end = rest.iter().position(|b| *b == b'\n')?;

@@ -8,6 +8,7 @@ mod behaviour;
 mod bodies;
 mod error_pages;
 mod gzip;
+mod h1;
 mod hardening;
 mod hedge;
 mod local_time;

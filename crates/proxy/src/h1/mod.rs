@@ -1,0 +1,851 @@
+//! vigil's own HTTP/1.x server connection: one loop per connection, in the
+//! connection's task, over one read buffer. Each head is judged as nginx
+//! judges it ([`HeadScan`]), parsed once ([`read::parse`]), served by the
+//! handler, and its response written as hyper writes it ([`write`]); then
+//! the next head (pipelined bytes stay in the buffer). An HTTP/2 preface
+//! hands the connection (with the bytes read) to hyper; a 101 hands it to
+//! the handler's tunnel.
+
+pub(crate) mod read;
+pub(crate) mod write;
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::{Request, Response, StatusCode, Version};
+use hyper::body::Body;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::oneshot;
+
+use crate::body::{BoxError, RequestBody, UpBody};
+use crate::conn::{self, ConnState, Graceful};
+use crate::request_check::gate::{self, Refused};
+use crate::request_check::{Framing, HeadLimits, HeadScan, Step, Verdict};
+use crate::server::Proxy;
+use read::{BoxIo, H1Body, Reading, Wire};
+use write::{Asked, BodyLength};
+
+pub(crate) use read::Io;
+
+/// The HTTP/2 connection preface (RFC 9113 §3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Unread body bytes discarded before the next head, at most (else close).
+const DRAIN_LIMIT: usize = 64 * 1024;
+
+/// Response pieces buffered before they are written, at most.
+const MAX_PIECES: usize = 16;
+
+/// What the connection fails with.
+pub(crate) type ConnError = Box<dyn std::error::Error + Send + Sync>;
+
+/// How requests on a connection are answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Serve {
+    /// HTTP on a plain address (HTTP/2 with prior knowledge too).
+    Plain,
+    /// HTTP/1.x inside TLS.
+    Tls,
+    /// Plain HTTP sent to a TLS address: every request is answered 400.
+    PlainOnTls,
+}
+
+/// What a connection is served with.
+pub(crate) struct Ctx {
+    pub(crate) proxy: Arc<Proxy>,
+    pub(crate) local: SocketAddr,
+    pub(crate) client: SocketAddr,
+    pub(crate) serve: Serve,
+    pub(crate) limits: HeadLimits,
+    pub(crate) state: Arc<ConnState>,
+    /// For an HTTP/2 preface (plain addresses).
+    pub(crate) h2: Option<auto::Builder<TokioExecutor>>,
+    /// nginx's answer to plain HTTP on a TLS port.
+    pub(crate) plain_to_https: fn() -> Response<UpBody>,
+}
+
+/// One client connection served by the loop; see [`Graceful`].
+pub(crate) struct Connection {
+    fut: Pin<Box<dyn Future<Output = Result<(), ConnError>> + Send>>,
+    shutdown: Arc<AtomicBool>,
+}
+
+/// The client's stream after a 101, with the bytes read past the head.
+pub(crate) type ClientStream = Box<dyn Io>;
+
+/// The handler's side of a pending upgrade (a request extension on HTTP/1).
+/// (Extensions are cloned with the request: the first taker has it.)
+#[derive(Clone)]
+struct PendingUpgrade(Arc<Mutex<Option<oneshot::Receiver<ClientStream>>>>);
+
+/// The client's stream once the 101 is sent: vigil's loop's, or hyper's
+/// (HTTP/2 connections served by hyper).
+pub(crate) enum OnClientUpgrade {
+    Own(oneshot::Receiver<ClientStream>),
+    Hyper(hyper::upgrade::OnUpgrade),
+}
+
+/// The upgrade did not happen.
+#[derive(Debug, thiserror::Error)]
+#[error("client connection upgrade failed: {0}")]
+pub(crate) struct UpgradeFailed(String);
+
+/// A stream with bytes already read in front of it.
+pub(crate) struct Rewind<T> {
+    pre: Bytes,
+    inner: T,
+}
+
+/// The loop's own failures (for the connection log).
+#[derive(Debug, thiserror::Error)]
+enum H1Error {
+    #[error("connection closed before the request head was complete")]
+    Incomplete,
+    #[error("invalid request head ({0})")]
+    Parse(StatusCode),
+    #[error("writing the response failed: {0}")]
+    Write(#[source] io::Error),
+    #[error("reading the request failed: {0}")]
+    Read(#[source] io::Error),
+    #[error("response body failed: {0}")]
+    Body(#[source] BoxError),
+    #[error("response body ended before its content-length ({0} bytes missing)")]
+    Short(u64),
+    #[error("response head refused: {0}")]
+    Head(&'static str),
+}
+
+/// The upgrade future of `req`'s client connection (replaces
+/// `hyper::upgrade::on`).
+pub(crate) fn on_upgrade<B>(req: &mut Request<B>) -> OnClientUpgrade {
+    let own = req
+        .extensions_mut()
+        .remove::<PendingUpgrade>()
+        .and_then(|p| p.0.lock().ok()?.take());
+    match own {
+        Some(rx) => OnClientUpgrade::Own(rx),
+        None => OnClientUpgrade::Hyper(hyper::upgrade::on(req)),
+    }
+}
+
+// === impl OnClientUpgrade ===
+
+impl Future for OnClientUpgrade {
+    type Output = Result<ClientStream, UpgradeFailed>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            OnClientUpgrade::Own(rx) => Pin::new(rx)
+                .poll(cx)
+                .map(|r| r.map_err(|_| UpgradeFailed("the connection closed".into()))),
+            OnClientUpgrade::Hyper(on) => Pin::new(on).poll(cx).map(|r| match r {
+                Ok(up) => Ok(Box::new(TokioIo::new(up)) as ClientStream),
+                Err(e) => Err(UpgradeFailed(e.to_string())),
+            }),
+        }
+    }
+}
+
+// === impl Rewind ===
+
+impl<T> Rewind<T> {
+    pub(crate) fn new(inner: T, pre: Bytes) -> Self {
+        Self { pre, inner }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Rewind<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if !self.pre.is_empty() {
+            let n = self.pre.len().min(buf.remaining());
+            buf.put_slice(&self.pre[..n]);
+            self.pre.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Rewind<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+// === impl Connection ===
+
+impl Connection {
+    /// Serve `io` (already timed by `cx.state`).
+    pub(crate) fn new(cx: Ctx, io: BoxIo) -> Self {
+        let shutdown = Arc::new(AtomicBool::new(false));
+        let fut = Box::pin(run(cx, io, shutdown.clone()));
+        Self { fut, shutdown }
+    }
+}
+
+impl Future for Connection {
+    type Output = Result<(), ConnError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.fut.as_mut().poll(cx)
+    }
+}
+
+impl Graceful for Connection {
+    type Failure = ConnError;
+
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        // Seen by the loop when it is polled next (the watcher polls it
+        // right after this): idle, it closes; busy, the response in flight
+        // says `connection: close`.
+        self.shutdown.store(true, Ordering::Release);
+    }
+}
+
+/// What reading a head found.
+enum Head {
+    /// A head the gate accepted, with its framing.
+    Accepted(Bytes, Framing),
+    /// A head the gate refused.
+    Refused(Refused),
+    /// The HTTP/2 preface.
+    H2,
+    /// Nothing more: the client closed, or shutdown while idle.
+    Closed,
+}
+
+fn lock(wire: &Mutex<Wire>) -> std::sync::MutexGuard<'_, Wire> {
+    wire.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Read the next head into the buffer and judge it.
+async fn read_head(
+    wire: &Mutex<Wire>,
+    limits: HeadLimits,
+    first: bool,
+    shutdown: &AtomicBool,
+) -> Result<Head, H1Error> {
+    let mut scan = HeadScan::new(limits);
+    std::future::poll_fn(|cx| {
+        let mut w = lock(wire);
+        loop {
+            if !w.buf.is_empty() {
+                if first {
+                    let n = w.buf.len().min(H2_PREFACE.len());
+                    if w.buf[..n] == H2_PREFACE[..n] {
+                        if n == H2_PREFACE.len() {
+                            return Poll::Ready(Ok(Head::H2));
+                        }
+                        // Not decided yet: read more.
+                    } else if let Some(h) = judge(&mut w, &mut scan) {
+                        return Poll::Ready(Ok(h));
+                    }
+                } else if let Some(h) = judge(&mut w, &mut scan) {
+                    return Poll::Ready(Ok(h));
+                }
+            } else if shutdown.load(Ordering::Acquire) {
+                return Poll::Ready(Ok(Head::Closed));
+            }
+            match w.poll_fill(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(H1Error::Read(e))),
+                Poll::Ready(Ok(0)) => {
+                    return Poll::Ready(if w.buf.is_empty() {
+                        Ok(Head::Closed)
+                    } else {
+                        Err(H1Error::Incomplete)
+                    })
+                }
+                Poll::Ready(Ok(_)) => {}
+            }
+        }
+    })
+    .await
+}
+
+/// One judging step over the buffer; None when more bytes are needed.
+fn judge(w: &mut Wire, scan: &mut HeadScan) -> Option<Head> {
+    match scan.feed(&w.buf) {
+        Step::More => None,
+        Step::Refuse(status) => {
+            let line = gate::request_line(&w.buf);
+            w.buf = BytesMut::new();
+            Some(Head::Refused(Refused { status, line }))
+        }
+        Step::Done {
+            end,
+            rewritten,
+            framing,
+        } => {
+            let head = w.buf.split_to(end).freeze();
+            if w.buf.is_empty() {
+                // Release the read buffer: the head keeps what it needs.
+                w.buf = BytesMut::new();
+            }
+            let head = rewritten.map_or(head, Bytes::from);
+            Some(Head::Accepted(head, framing))
+        }
+    }
+}
+
+/// The connection's loop.
+async fn run(cx: Ctx, io: BoxIo, shutdown: Arc<AtomicBool>) -> Result<(), ConnError> {
+    let wire = Arc::new(Mutex::new(Wire::new(io, BytesMut::new())));
+    let mut first = true;
+    let mut seq = 0u64;
+    loop {
+        let head = read_head(&wire, cx.limits, first, &shutdown).await?;
+        let was_first = first;
+        first = false;
+        let (head, framing) = match head {
+            Head::Closed => {
+                close(&wire).await;
+                return Ok(());
+            }
+            Head::H2 if was_first && cx.h2.is_some() => {
+                return serve_h2(&cx, &wire, &shutdown).await;
+            }
+            Head::H2 => {
+                // HTTP/1 only here: hyper's answer to a head it cannot parse.
+                let mut out = BytesMut::new();
+                write::parse_error(StatusCode::BAD_REQUEST, &mut out);
+                let mut q = Out::default();
+                q.push(out.freeze());
+                q.write(&wire).await?;
+                close(&wire).await;
+                return Err(H1Error::Parse(StatusCode::BAD_REQUEST).into());
+            }
+            Head::Refused(refused) => {
+                let guard = conn::begin(&cx.state, Version::HTTP_11);
+                let mut resp =
+                    crate::handler::refused_head(&cx.proxy, cx.local, cx.client, refused);
+                conn::prepare(&mut resp, &guard, Version::HTTP_11).map_err(Box::new)?;
+                let asked = Asked {
+                    method: &http::Method::GET,
+                    version: Version::HTTP_11,
+                    keep_alive: true,
+                };
+                let r = Box::pin(write_response(&wire, resp, &asked)).await;
+                drop(guard);
+                r?;
+                close(&wire).await;
+                return Ok(());
+            }
+            Head::Accepted(head, framing) => (head, framing),
+        };
+        let parsed = match read::parse(&head) {
+            Ok(p) => p,
+            Err(status) => {
+                // hyper's automatic answer; no request is served.
+                let mut out = BytesMut::new();
+                write::parse_error(status, &mut out);
+                let mut q = Out::default();
+                q.push(out.freeze());
+                q.write(&wire).await?;
+                close(&wire).await;
+                return Err(H1Error::Parse(status).into());
+            }
+        };
+        drop(head);
+        seq += 1;
+        {
+            let mut w = lock(&wire);
+            w.seq = seq;
+            w.body = match parsed.body {
+                read::BodyKind::Empty => Reading::Done,
+                read::BodyKind::Length(n) => Reading::Length(n),
+                read::BodyKind::Chunked => Reading::Chunked(read::Chunked::new()),
+            };
+            w.continue_at = parsed.expect_continue.then_some(0);
+        }
+        // Boxed per request: an idle connection holds no request state.
+        let after = Box::pin(exchange(&cx, &wire, parsed, framing, seq, &shutdown)).await?;
+        if after == After::Gone {
+            return Ok(());
+        }
+        if after == After::Close || shutdown.load(Ordering::Acquire) || !drain(&wire).await {
+            close(&wire).await;
+            return Ok(());
+        }
+        let mut w = lock(&wire);
+        w.seq = 0;
+        w.body = Reading::Done;
+        w.continue_at = None;
+        if w.buf.is_empty() && w.buf.capacity() > 0 {
+            // Idle: no per-request memory held.
+            w.buf = BytesMut::new();
+        }
+    }
+}
+
+/// What follows a request on the connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum After {
+    /// The next head.
+    Next,
+    /// Close the connection.
+    Close,
+    /// The stream went to a tunnel: nothing more here.
+    Gone,
+}
+
+/// Serve one parsed request: the handler, then its response.
+async fn exchange(
+    cx: &Ctx,
+    wire: &Arc<Mutex<Wire>>,
+    parsed: read::Parsed,
+    framing: Framing,
+    seq: u64,
+    shutdown: &AtomicBool,
+) -> Result<After, ConnError> {
+    let verdict = Verdict {
+        refuse: None,
+        close: framing == Framing::Opaque,
+    };
+    let version = parsed.version;
+    let method = parsed.method.clone();
+    let body = H1Body::new(wire.clone(), seq, parsed.body);
+    let mut req = Request::new(RequestBody::H1(body));
+    *req.method_mut() = parsed.method;
+    *req.uri_mut() = parsed.uri;
+    *req.version_mut() = version;
+    *req.headers_mut() = parsed.headers;
+    let upgrade = if parsed.wants_upgrade {
+        let (tx, rx) = oneshot::channel();
+        req.extensions_mut()
+            .insert(PendingUpgrade(Arc::new(Mutex::new(Some(rx)))));
+        Some(tx)
+    } else {
+        None
+    };
+    let guard = conn::begin(&cx.state, version);
+    let mut resp = match cx.serve {
+        Serve::PlainOnTls => {
+            tracing::debug!(client = %cx.client, "client sent plain HTTP request to HTTPS port");
+            drop(req);
+            (cx.plain_to_https)()
+        }
+        serve => {
+            if serve == Serve::Tls {
+                req.extensions_mut().insert(crate::tls::Secure);
+            }
+            let handled = crate::handler::handle(cx.proxy.clone(), cx.local, cx.client, req);
+            conn::scoped(cx.state.clone(), handled).await
+        }
+    };
+    gate::close_if_blind(Some(&verdict), &mut resp);
+    if let Err(abort) = conn::prepare(&mut resp, &guard, version) {
+        return Err(Box::new(abort));
+    }
+    let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
+    let asked = Asked {
+        method: &method,
+        version,
+        keep_alive: parsed.keep_alive && !shutdown.load(Ordering::Acquire),
+    };
+    let written = write_response(wire, resp, &asked).await;
+    drop(guard);
+    let last = written?;
+    if switching {
+        let mut w = lock(wire);
+        let pre = w.buf.split().freeze();
+        w.seq = 0;
+        if let (Some(io), Some(tx)) = (w.io.take(), upgrade) {
+            let _ = tx.send(Box::new(Rewind::new(io, pre)));
+        }
+        return Ok(After::Gone);
+    }
+    Ok(if last || verdict.close {
+        After::Close
+    } else {
+        After::Next
+    })
+}
+
+/// Discard what is left of the request body if it is already here
+/// (hyper's `poll_drain_or_close_read`); false when the connection must close.
+async fn drain(wire: &Mutex<Wire>) -> bool {
+    std::future::poll_fn(|cx| {
+        let mut w = lock(wire);
+        w.continue_at = None;
+        let mut drained = 0usize;
+        loop {
+            match w.poll_body(cx) {
+                Poll::Ready(None) => return Poll::Ready(true),
+                Poll::Ready(Some(Ok(f))) => {
+                    drained += f.data_ref().map_or(0, Bytes::len);
+                    if drained > DRAIN_LIMIT {
+                        return Poll::Ready(false);
+                    }
+                }
+                Poll::Ready(Some(Err(_))) | Poll::Pending => return Poll::Ready(false),
+            }
+        }
+    })
+    .await
+}
+
+/// Shut the stream down (as hyper does before dropping it).
+async fn close(wire: &Mutex<Wire>) {
+    let _ = std::future::poll_fn(|cx| {
+        let mut w = lock(wire);
+        match w.io.as_mut() {
+            Some(io) => Pin::new(io).poll_shutdown(cx),
+            None => Poll::Ready(Ok(())),
+        }
+    })
+    .await;
+}
+
+/// Hand the connection to hyper's HTTP/2 server, with the bytes read.
+async fn serve_h2(cx: &Ctx, wire: &Mutex<Wire>, shutdown: &AtomicBool) -> Result<(), ConnError> {
+    let (io, pre) = {
+        let mut w = lock(wire);
+        (w.io.take(), w.buf.split().freeze())
+    };
+    let (Some(io), Some(builder)) = (io, cx.h2.as_ref()) else {
+        return Ok(());
+    };
+    let (proxy, local, client) = (cx.proxy.clone(), cx.local, cx.client);
+    let svc = conn::tracking(
+        cx.state.clone(),
+        move |req: Request<hyper::body::Incoming>| {
+            let proxy = proxy.clone();
+            async move {
+                let req = req.map(RequestBody::Hyper);
+                crate::handler::handle(proxy, local, client, req).await
+            }
+        },
+    );
+    let conn = builder
+        .serve_connection_with_upgrades(TokioIo::new(Rewind::new(io, pre)), svc)
+        .into_owned();
+    let mut conn = std::pin::pin!(conn);
+    let mut told = false;
+    // The watcher's drain and idle GOAWAY reach hyper's connection.
+    std::future::poll_fn(|cx| {
+        if !told && shutdown.load(Ordering::Acquire) {
+            told = true;
+            conn.as_mut().graceful_shutdown();
+        }
+        conn.as_mut().poll(cx)
+    })
+    .await
+}
+
+/// Pieces of a response waiting to be written.
+#[derive(Default)]
+struct Out {
+    pieces: VecDeque<Bytes>,
+}
+
+impl Out {
+    fn push(&mut self, b: Bytes) {
+        if !b.is_empty() {
+            self.pieces.push_back(b);
+        }
+    }
+
+    fn push_static(&mut self, b: &'static [u8]) {
+        self.pieces.push_back(Bytes::from_static(b));
+    }
+
+    fn full(&self) -> bool {
+        self.pieces.len() >= MAX_PIECES
+    }
+
+    /// Write everything (one `writev` where the stream takes it) and flush.
+    async fn write(&mut self, wire: &Mutex<Wire>) -> Result<(), H1Error> {
+        std::future::poll_fn(|cx| {
+            let mut w = lock(wire);
+            let Some(io) = w.io.as_mut() else {
+                return Poll::Ready(Err(H1Error::Write(io::ErrorKind::NotConnected.into())));
+            };
+            let mut io = Pin::new(io);
+            if !io.is_write_vectored() && self.pieces.len() > 1 {
+                let total = self.pieces.iter().map(Bytes::len).sum();
+                let mut flat = BytesMut::with_capacity(total);
+                for p in self.pieces.drain(..) {
+                    flat.extend_from_slice(&p);
+                }
+                self.pieces.push_back(flat.freeze());
+            }
+            while !self.pieces.is_empty() {
+                let mut slices = [io::IoSlice::new(&[]); MAX_PIECES];
+                let mut k = 0;
+                for p in self.pieces.iter().take(MAX_PIECES) {
+                    slices[k] = io::IoSlice::new(p);
+                    k += 1;
+                }
+                let n = match io.as_mut().poll_write_vectored(cx, &slices[..k]) {
+                    Poll::Ready(Ok(0)) => {
+                        return Poll::Ready(Err(H1Error::Write(io::ErrorKind::WriteZero.into())))
+                    }
+                    Poll::Ready(Ok(n)) => n,
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(H1Error::Write(e))),
+                    Poll::Pending => return Poll::Pending,
+                };
+                let mut left = n;
+                while left > 0 {
+                    let Some(front) = self.pieces.front_mut() else {
+                        break;
+                    };
+                    if front.len() <= left {
+                        left -= front.len();
+                        self.pieces.pop_front();
+                    } else {
+                        front.advance(left);
+                        left = 0;
+                    }
+                }
+            }
+            io.as_mut().poll_flush(cx).map_err(H1Error::Write)
+        })
+        .await
+    }
+}
+
+/// The next frame of `body` if it is ready now.
+fn try_frame(
+    body: &mut UpBody,
+) -> impl Future<Output = Poll<Option<Result<hyper::body::Frame<Bytes>, BoxError>>>> + '_ {
+    std::future::poll_fn(move |cx| Poll::Ready(Pin::new(&mut *body).poll_frame(cx)))
+}
+
+/// The next frame of `body`: at once if ready, else after writing what is
+/// buffered.
+async fn next_frame(
+    body: &mut UpBody,
+    out: &mut Out,
+    wire: &Mutex<Wire>,
+) -> Result<Option<hyper::body::Frame<Bytes>>, H1Error> {
+    let polled = match try_frame(body).await {
+        Poll::Ready(f) => f,
+        Poll::Pending => {
+            out.write(wire).await?;
+            std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await
+        }
+    };
+    polled.transpose().map_err(H1Error::Body)
+}
+
+/// Write `resp` as hyper would to a request `asked`; true when the
+/// connection closes after it.
+async fn write_response(
+    wire: &Mutex<Wire>,
+    resp: Response<UpBody>,
+    asked: &Asked<'_>,
+) -> Result<bool, H1Error> {
+    let (parts, mut body) = resp.into_parts();
+    let length = if body.is_end_stream() {
+        BodyLength::None
+    } else {
+        body.size_hint()
+            .exact()
+            .map_or(BodyLength::Unknown, BodyLength::Known)
+    };
+    let reason = parts
+        .extensions
+        .get::<hyper::ext::ReasonPhrase>()
+        .map(|r| r.as_bytes());
+    let mut head = BytesMut::new();
+    let encoded = write::encode(
+        parts.status,
+        parts.version,
+        reason,
+        parts.headers,
+        length,
+        asked,
+        &mut head,
+    )
+    .map_err(H1Error::Head)?;
+    let mut out = Out::default();
+    out.push(head.freeze());
+    match encoded.framing {
+        write::Framing::Length(0) => {}
+        write::Framing::Length(mut rest) => {
+            while rest > 0 {
+                let Some(frame) = next_frame(&mut body, &mut out, wire).await? else {
+                    out.write(wire).await?;
+                    return Err(H1Error::Short(rest));
+                };
+                let Ok(mut data) = frame.into_data() else {
+                    continue;
+                };
+                if let Ok(r) = usize::try_from(rest) {
+                    data.truncate(r);
+                }
+                rest -= data.len() as u64;
+                out.push(data);
+                if out.full() {
+                    out.write(wire).await?;
+                }
+            }
+        }
+        write::Framing::Chunked(allowed) => loop {
+            let Some(frame) = next_frame(&mut body, &mut out, wire).await? else {
+                out.push_static(b"0\r\n\r\n");
+                break;
+            };
+            match frame.into_data() {
+                Ok(data) => {
+                    let eos = body.is_end_stream();
+                    if !data.is_empty() {
+                        out.push(write::chunk_size(data.len()));
+                        out.push(data);
+                        if eos {
+                            out.push_static(b"\r\n0\r\n\r\n");
+                            break;
+                        }
+                        out.push_static(b"\r\n");
+                    } else if eos {
+                        out.push_static(b"0\r\n\r\n");
+                        break;
+                    }
+                }
+                Err(frame) => {
+                    if let Ok(t) = frame.into_trailers() {
+                        match allowed.as_deref().and_then(|a| write::trailers(a, &t)) {
+                            Some(enc) => out.push(enc),
+                            None => out.push_static(b"0\r\n\r\n"),
+                        }
+                        break;
+                    }
+                }
+            }
+            if out.full() {
+                out.write(wire).await?;
+            }
+        },
+        write::Framing::CloseDelimited => {
+            while let Some(frame) = next_frame(&mut body, &mut out, wire).await? {
+                if let Ok(data) = frame.into_data() {
+                    out.push(data);
+                }
+                if out.full() {
+                    out.write(wire).await?;
+                }
+            }
+        }
+    }
+    drop(body);
+    out.write(wire).await?;
+    Ok(encoded.last)
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::AsyncWriteExt;
+
+    use super::*;
+
+    fn uri(h: &Head) -> String {
+        match h {
+            Head::Accepted(head, _) => String::from_utf8_lossy(head)
+                .split(' ')
+                .nth(1)
+                .unwrap_or_default()
+                .to_string(),
+            _ => "not accepted".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn pipelined_heads_stay_in_the_buffer_and_an_idle_connection_holds_none() {
+        let (mut c, s) = tokio::io::duplex(4096);
+        let wire = Mutex::new(Wire::new(Box::new(s), BytesMut::new()));
+        let off = AtomicBool::new(false);
+        let limits = HeadLimits::default();
+        c.write_all(b"GET /1 HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\n")
+            .await
+            .unwrap();
+        let h = read_head(&wire, limits, true, &off).await.unwrap();
+        assert_eq!(uri(&h), "/1");
+        assert!(!lock(&wire).buf.is_empty(), "the second head is kept");
+        let h = read_head(&wire, limits, false, &off).await.unwrap();
+        assert_eq!(uri(&h), "/2");
+        assert_eq!(lock(&wire).buf.capacity(), 0, "no buffer while idle");
+        // A drain while idle closes at once.
+        off.store(true, Ordering::Release);
+        let h = read_head(&wire, limits, false, &off).await.unwrap();
+        assert!(matches!(h, Head::Closed));
+    }
+
+    #[tokio::test]
+    async fn the_http2_preface_is_recognised_only_first_and_in_pieces() {
+        let (mut c, s) = tokio::io::duplex(4096);
+        let wire = Mutex::new(Wire::new(Box::new(s), BytesMut::new()));
+        let off = AtomicBool::new(false);
+        let (a, b) = H2_PREFACE.split_at(10);
+        c.write_all(a).await.unwrap();
+        let read = read_head(&wire, HeadLimits::default(), true, &off);
+        tokio::pin!(read);
+        assert!(futures_util::poll!(read.as_mut()).is_pending());
+        c.write_all(b).await.unwrap();
+        assert!(matches!(read.await.unwrap(), Head::H2));
+    }
+
+    #[tokio::test]
+    async fn a_refused_head_carries_its_request_line_and_a_partial_one_at_eof_is_an_error() {
+        let (mut c, s) = tokio::io::duplex(4096);
+        let wire = Mutex::new(Wire::new(Box::new(s), BytesMut::new()));
+        let off = AtomicBool::new(false);
+        c.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        match read_head(&wire, HeadLimits::default(), true, &off)
+            .await
+            .unwrap()
+        {
+            Head::Refused(r) => {
+                assert_eq!(r.status, StatusCode::BAD_REQUEST, "no Host");
+                assert_eq!(r.line.as_deref(), Some(&b"GET / HTTP/1.1"[..]));
+            }
+            _ => panic!("accepted a head without Host"),
+        }
+        let (mut c, s) = tokio::io::duplex(4096);
+        let wire = Mutex::new(Wire::new(Box::new(s), BytesMut::new()));
+        c.write_all(b"GET / HT").await.unwrap();
+        drop(c);
+        assert!(matches!(
+            read_head(&wire, HeadLimits::default(), true, &off).await,
+            Err(H1Error::Incomplete)
+        ));
+    }
+}

@@ -1,0 +1,624 @@
+//! A response head encoded as hyper 1.x's server encodes it
+//! (`proto/h1/role.rs`, `Server::encode` with lower-case names, and
+//! `Conn::enforce_version`), so that clients see the same bytes, and the
+//! body framing it chose.
+
+use std::cell::RefCell;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, StatusCode, Version};
+
+/// How a response body is framed on the wire.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// Exactly this many bytes (0: no body is sent).
+    Length(u64),
+    /// `Transfer-Encoding: chunked`, with the trailer fields the `Trailer`
+    /// header announced (None: no trailers are sent).
+    Chunked(Option<Vec<HeaderName>>),
+    /// Until the connection closes (HTTP/1.0 without a length).
+    CloseDelimited,
+}
+
+/// What the body announced before its first frame (hyper's `BodyLength`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BodyLength {
+    /// `is_end_stream` already: nothing to send.
+    None,
+    /// An exact size hint.
+    Known(u64),
+    /// No exact size.
+    Unknown,
+}
+
+/// The request facts the response head depends on.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Asked<'a> {
+    /// The request's method.
+    pub(crate) method: &'a Method,
+    /// The request's version.
+    pub(crate) version: Version,
+    /// The connection may stay open after this response (the request's
+    /// `Connection` and version, and no shutdown under way).
+    pub(crate) keep_alive: bool,
+}
+
+/// An encoded head: its bytes, the body's framing, and whether the
+/// connection closes after the response.
+#[derive(Debug)]
+pub(crate) struct Encoded {
+    pub(crate) framing: Framing,
+    pub(crate) last: bool,
+}
+
+/// The formatted `Date` value of the current second, one per thread.
+struct CachedDate {
+    bytes: [u8; 29],
+    next: SystemTime,
+}
+
+thread_local! {
+    static DATE: RefCell<CachedDate> = const {
+        RefCell::new(CachedDate {
+            bytes: [b' '; 29],
+            next: UNIX_EPOCH,
+        })
+    };
+}
+
+fn extend_date(dst: &mut BytesMut) {
+    DATE.with(|c| {
+        let mut c = c.borrow_mut();
+        let now = SystemTime::now();
+        if now >= c.next {
+            let text = httpdate::fmt_http_date(now);
+            let n = text.len().min(29);
+            c.bytes[..n].copy_from_slice(&text.as_bytes()[..n]);
+            let nanos = now
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+                .subsec_nanos();
+            c.next = now + Duration::from_secs(1) - Duration::from_nanos(u64::from(nanos));
+        }
+        dst.extend_from_slice(&c.bytes);
+    });
+}
+
+/// Whether a comma-separated header value holds `token` (any case).
+pub(crate) fn has_token(value: &HeaderValue, token: &str) -> bool {
+    value
+        .as_bytes()
+        .split(|&b| b == b',')
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+}
+
+fn can_chunked(method: &Method, status: StatusCode) -> bool {
+    if method == Method::HEAD
+        || method == Method::CONNECT && status.is_success()
+        || status.is_informational()
+    {
+        false
+    } else {
+        !matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED)
+    }
+}
+
+fn can_have_content_length(method: &Method, status: StatusCode) -> bool {
+    if status.is_informational() || method == Method::CONNECT && status.is_success() {
+        false
+    } else {
+        !matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED)
+    }
+}
+
+/// hyper's `Conn::enforce_version`: an HTTP/1.0 client gets an HTTP/1.0
+/// head (and `connection: keep-alive` when it stays open); an HTTP/1.1
+/// client that is not kept gets `connection: close`. Returns the head's
+/// version and whether the connection stays open.
+fn enforce_version(
+    headers: &mut HeaderMap,
+    version: Version,
+    asked: &Asked<'_>,
+) -> (Version, bool) {
+    let mut keep_alive = asked.keep_alive;
+    match asked.version {
+        Version::HTTP_10 => {
+            let kept = headers
+                .get_all(header::CONNECTION)
+                .iter()
+                .any(|v| has_token(v, "keep-alive"));
+            if !kept {
+                match version {
+                    Version::HTTP_10 => keep_alive = false,
+                    Version::HTTP_11 if keep_alive => {
+                        headers.append(header::CONNECTION, HeaderValue::from_static("keep-alive"));
+                    }
+                    _ => {}
+                }
+            }
+            (Version::HTTP_10, keep_alive)
+        }
+        _ => {
+            if !keep_alive
+                && !headers
+                    .get_all(header::CONNECTION)
+                    .iter()
+                    .any(|v| has_token(v, "close"))
+            {
+                headers.append(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            (version, keep_alive)
+        }
+    }
+}
+
+/// Encode the head of a response with `status`, `version` (the response's),
+/// `headers`, an optional custom reason, to `asked`, whose body announced
+/// `body`. `Err` where hyper refuses the head (it then closes the
+/// connection without a response).
+pub(crate) fn encode(
+    status: StatusCode,
+    version: Version,
+    reason: Option<&[u8]>,
+    mut headers: HeaderMap,
+    mut body: BodyLength,
+    asked: &Asked<'_>,
+    dst: &mut BytesMut,
+) -> Result<Encoded, &'static str> {
+    let method = asked.method;
+    let (version, keep_alive) = enforce_version(&mut headers, version, asked);
+    let mut wrote_len = false;
+    let mut status = status;
+    let mut unsupported = false;
+    let mut is_last = if status == StatusCode::SWITCHING_PROTOCOLS {
+        true
+    } else if method == Method::CONNECT && status.is_success() {
+        wrote_len = true;
+        true
+    } else if status.is_informational() {
+        // hyper answers a 1xx response with a bare 500.
+        headers.clear();
+        status = StatusCode::INTERNAL_SERVER_ERROR;
+        body = BodyLength::None;
+        unsupported = true;
+        true
+    } else {
+        !keep_alive
+    };
+    // The whole head in one allocation: status line, headers, and what
+    // may be added (length, date).
+    let size: usize = headers
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len() + 4)
+        .sum();
+    dst.reserve(size + 128);
+    if version == Version::HTTP_11 && status == StatusCode::OK && reason.is_none() {
+        dst.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+    } else {
+        dst.extend_from_slice(if version == Version::HTTP_10 {
+            b"HTTP/1.0 "
+        } else {
+            b"HTTP/1.1 "
+        });
+        dst.extend_from_slice(status.as_str().as_bytes());
+        dst.put_u8(b' ');
+        match reason {
+            Some(r) => dst.extend_from_slice(r),
+            None => dst.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes()),
+        }
+        dst.extend_from_slice(b"\r\n");
+    }
+    let mut framing = Framing::Length(0);
+    let mut trailer_fields: Option<Vec<HeaderName>> = None;
+    let mut wrote_date = false;
+    let mut is_name_written = false;
+    let mut must_write_chunked = false;
+    let mut prev_con_len: Option<u64> = None;
+    let mut cur: Option<&HeaderName> = None;
+    let close_name = |dst: &mut BytesMut, written: bool, chunked: bool| {
+        if written {
+            dst.extend_from_slice(if chunked { b", chunked\r\n" } else { b"\r\n" });
+        }
+    };
+    for (name, value) in headers.iter() {
+        if cur != Some(name) {
+            close_name(dst, is_name_written, must_write_chunked);
+            is_name_written = false;
+            cur = Some(name);
+        }
+        match *name {
+            header::CONTENT_LENGTH => {
+                if wrote_len && !is_name_written {
+                    return Err("unexpected content-length in the response");
+                }
+                match body {
+                    BodyLength::Known(known) => {
+                        if !is_name_written {
+                            framing = Framing::Length(known);
+                            dst.extend_from_slice(b"content-length: ");
+                            dst.extend_from_slice(value.as_bytes());
+                            wrote_len = true;
+                            is_name_written = true;
+                        }
+                        continue;
+                    }
+                    BodyLength::Unknown => {
+                        let Some(len) = parse_content_length(value) else {
+                            return Err("illegal content-length in the response");
+                        };
+                        if let Some(prev) = prev_con_len {
+                            if prev != len {
+                                return Err("multiple content-length values in the response");
+                            }
+                            continue;
+                        }
+                        framing = Framing::Length(len);
+                        dst.extend_from_slice(b"content-length: ");
+                        dst.extend_from_slice(value.as_bytes());
+                        wrote_len = true;
+                        is_name_written = true;
+                        prev_con_len = Some(len);
+                        continue;
+                    }
+                    BodyLength::None => {
+                        if method != Method::HEAD {
+                            continue;
+                        }
+                    }
+                }
+                wrote_len = true;
+            }
+            header::TRANSFER_ENCODING => {
+                if wrote_len && !is_name_written {
+                    return Err("unexpected transfer-encoding in the response");
+                }
+                if version == Version::HTTP_10 || !can_chunked(method, status) {
+                    continue;
+                }
+                wrote_len = true;
+                must_write_chunked = !is_chunked(value);
+                if !is_name_written {
+                    framing = Framing::Chunked(None);
+                    is_name_written = true;
+                    dst.extend_from_slice(b"transfer-encoding: ");
+                } else {
+                    dst.extend_from_slice(b", ");
+                }
+                dst.extend_from_slice(value.as_bytes());
+                continue;
+            }
+            header::CONNECTION => {
+                if !is_last && has_token(value, "close") {
+                    is_last = true;
+                }
+                if !is_name_written {
+                    is_name_written = true;
+                    dst.extend_from_slice(b"connection: ");
+                } else {
+                    dst.extend_from_slice(b", ");
+                }
+                dst.extend_from_slice(value.as_bytes());
+                continue;
+            }
+            header::DATE => wrote_date = true,
+            header::TRAILER => {
+                if version == Version::HTTP_10 || !can_chunked(method, status) {
+                    continue;
+                }
+                if !is_name_written {
+                    is_name_written = true;
+                    dst.extend_from_slice(b"trailer: ");
+                } else {
+                    dst.extend_from_slice(b", ");
+                }
+                dst.extend_from_slice(value.as_bytes());
+                if let Ok(text) = value.to_str() {
+                    let names = text
+                        .split(',')
+                        .filter_map(|s| HeaderName::from_bytes(s.trim().as_bytes()).ok());
+                    trailer_fields.get_or_insert_with(Vec::new).extend(names);
+                }
+                continue;
+            }
+            _ => {}
+        }
+        dst.extend_from_slice(name.as_str().as_bytes());
+        dst.extend_from_slice(b": ");
+        dst.extend_from_slice(value.as_bytes());
+        dst.extend_from_slice(b"\r\n");
+    }
+    close_name(dst, is_name_written, must_write_chunked);
+    if !wrote_len {
+        framing = match body {
+            BodyLength::Unknown => {
+                if version == Version::HTTP_10 || !can_chunked(method, status) {
+                    Framing::CloseDelimited
+                } else {
+                    dst.extend_from_slice(b"transfer-encoding: chunked\r\n");
+                    Framing::Chunked(None)
+                }
+            }
+            BodyLength::None | BodyLength::Known(0) => {
+                if can_have_content_length(method, status) && method != Method::HEAD {
+                    dst.extend_from_slice(b"content-length: 0\r\n");
+                }
+                Framing::Length(0)
+            }
+            BodyLength::Known(len) => {
+                if can_have_content_length(method, status) {
+                    dst.extend_from_slice(b"content-length: ");
+                    push_u64(dst, len);
+                    dst.extend_from_slice(b"\r\n");
+                    Framing::Length(len)
+                } else {
+                    Framing::Length(0)
+                }
+            }
+        };
+    }
+    if !can_chunked(method, status) {
+        framing = Framing::Length(0);
+    }
+    if !wrote_date {
+        dst.extend_from_slice(b"date: ");
+        extend_date(dst);
+        dst.extend_from_slice(b"\r\n\r\n");
+    } else {
+        dst.extend_from_slice(b"\r\n");
+    }
+    if let (Framing::Chunked(t), Some(fields)) = (&mut framing, trailer_fields) {
+        *t = Some(fields);
+    }
+    if framing == Framing::CloseDelimited {
+        is_last = true;
+    }
+    if unsupported {
+        return Ok(Encoded {
+            framing: Framing::Length(0),
+            last: true,
+        });
+    }
+    Ok(Encoded {
+        framing,
+        last: is_last,
+    })
+}
+
+fn push_u64(dst: &mut BytesMut, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    dst.extend_from_slice(&digits[i..]);
+}
+
+fn is_chunked(value: &HeaderValue) -> bool {
+    // hyper: the last encoding is `chunked`.
+    value
+        .as_bytes()
+        .rsplit(|&b| b == b',')
+        .next()
+        .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"))
+}
+
+/// hyper's `content_length_parse`: digits only.
+fn parse_content_length(value: &HeaderValue) -> Option<u64> {
+    let b = value.as_bytes();
+    if b.is_empty() || b.len() > 19 || !b.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(b).ok()?.parse().ok()
+}
+
+/// The size line of one chunk.
+pub(crate) fn chunk_size(len: usize) -> Bytes {
+    let mut b = BytesMut::with_capacity(18);
+    let _ = std::fmt::Write::write_fmt(&mut b, format_args!("{len:X}\r\n"));
+    b.freeze()
+}
+
+/// The end of a chunked body with `trailers`, keeping only the announced
+/// fields that may be trailers (hyper's `encode_trailers`); None when none
+/// is left (the plain `0\r\n\r\n` follows).
+pub(crate) fn trailers(allowed: &[HeaderName], trailers: &HeaderMap) -> Option<Bytes> {
+    let mut out = BytesMut::new();
+    for (name, value) in trailers {
+        if !allowed.contains(name) || !valid_trailer(name) {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if out.is_empty() {
+        return None;
+    }
+    let mut all = BytesMut::with_capacity(out.len() + 5);
+    all.extend_from_slice(b"0\r\n");
+    all.extend_from_slice(&out);
+    all.extend_from_slice(b"\r\n");
+    Some(all.freeze())
+}
+
+fn valid_trailer(name: &HeaderName) -> bool {
+    !matches!(
+        *name,
+        header::AUTHORIZATION
+            | header::CACHE_CONTROL
+            | header::CONTENT_ENCODING
+            | header::CONTENT_LENGTH
+            | header::CONTENT_RANGE
+            | header::CONTENT_TYPE
+            | header::HOST
+            | header::MAX_FORWARDS
+            | header::SET_COOKIE
+            | header::TRAILER
+            | header::TRANSFER_ENCODING
+            | header::TE
+    )
+}
+
+/// hyper's automatic answer to a head it cannot parse.
+pub(crate) fn parse_error(status: StatusCode, dst: &mut BytesMut) {
+    dst.extend_from_slice(b"HTTP/1.1 ");
+    dst.extend_from_slice(status.as_str().as_bytes());
+    dst.put_u8(b' ');
+    dst.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
+    dst.extend_from_slice(b"\r\ncontent-length: 0\r\ndate: ");
+    extend_date(dst);
+    dst.extend_from_slice(b"\r\n\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(
+        status: StatusCode,
+        headers: &[(&str, &str)],
+        body: BodyLength,
+        method: &Method,
+        version: Version,
+        keep_alive: bool,
+    ) -> (String, Encoded) {
+        let mut map = HeaderMap::new();
+        for (n, v) in headers {
+            map.append(
+                HeaderName::from_bytes(n.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        map.insert(header::DATE, HeaderValue::from_static("D"));
+        let asked = Asked {
+            method,
+            version,
+            keep_alive,
+        };
+        let mut dst = BytesMut::new();
+        let e = encode(status, Version::HTTP_11, None, map, body, &asked, &mut dst).unwrap();
+        (String::from_utf8(dst.to_vec()).unwrap(), e)
+    }
+
+    #[test]
+    fn a_known_length_is_written_and_a_head_request_keeps_its_content_length() {
+        let (h, e) = head(
+            StatusCode::OK,
+            &[("content-type", "text/plain")],
+            BodyLength::Known(5),
+            &Method::GET,
+            Version::HTTP_11,
+            true,
+        );
+        assert_eq!(
+            h,
+            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ndate: D\r\ncontent-length: 5\r\n\r\n"
+        );
+        assert_eq!(e.framing, Framing::Length(5));
+        assert!(!e.last);
+        let (h, e) = head(
+            StatusCode::OK,
+            &[("content-length", "42")],
+            BodyLength::None,
+            &Method::HEAD,
+            Version::HTTP_11,
+            true,
+        );
+        assert_eq!(
+            h,
+            "HTTP/1.1 200 OK\r\ncontent-length: 42\r\ndate: D\r\n\r\n"
+        );
+        assert_eq!(e.framing, Framing::Length(0));
+    }
+
+    #[test]
+    fn no_body_and_no_length_for_204_and_304() {
+        for status in [StatusCode::NO_CONTENT, StatusCode::NOT_MODIFIED] {
+            let (h, e) = head(
+                status,
+                &[("content-length", "7")],
+                BodyLength::Known(7),
+                &Method::GET,
+                Version::HTTP_11,
+                true,
+            );
+            assert_eq!(e.framing, Framing::Length(0), "{h}");
+            assert!(!h.contains("transfer-encoding"), "{h}");
+        }
+        let (h, _) = head(
+            StatusCode::NO_CONTENT,
+            &[],
+            BodyLength::None,
+            &Method::GET,
+            Version::HTTP_11,
+            true,
+        );
+        assert_eq!(h, "HTTP/1.1 204 No Content\r\ndate: D\r\n\r\n");
+    }
+
+    #[test]
+    fn an_unknown_length_is_chunked_for_http11_and_close_delimited_for_http10() {
+        let (h, e) = head(
+            StatusCode::OK,
+            &[],
+            BodyLength::Unknown,
+            &Method::GET,
+            Version::HTTP_11,
+            true,
+        );
+        assert_eq!(
+            h,
+            "HTTP/1.1 200 OK\r\ndate: D\r\ntransfer-encoding: chunked\r\n\r\n"
+        );
+        assert_eq!(e.framing, Framing::Chunked(None));
+        let (h, e) = head(
+            StatusCode::OK,
+            &[],
+            BodyLength::Unknown,
+            &Method::GET,
+            Version::HTTP_10,
+            false,
+        );
+        assert_eq!(h, "HTTP/1.0 200 OK\r\ndate: D\r\n\r\n");
+        assert_eq!(e.framing, Framing::CloseDelimited);
+        assert!(e.last);
+    }
+
+    #[test]
+    fn http10_keep_alive_is_said_and_http11_close_is_said() {
+        let (h, e) = head(
+            StatusCode::OK,
+            &[],
+            BodyLength::Known(1),
+            &Method::GET,
+            Version::HTTP_10,
+            true,
+        );
+        assert_eq!(
+            h,
+            "HTTP/1.0 200 OK\r\ndate: D\r\nconnection: keep-alive\r\ncontent-length: 1\r\n\r\n"
+        );
+        assert!(!e.last);
+        let (h, e) = head(
+            StatusCode::OK,
+            &[],
+            BodyLength::Known(1),
+            &Method::GET,
+            Version::HTTP_11,
+            false,
+        );
+        assert_eq!(
+            h,
+            "HTTP/1.1 200 OK\r\ndate: D\r\nconnection: close\r\ncontent-length: 1\r\n\r\n"
+        );
+        assert!(e.last);
+    }
+}
