@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, StreamBody};
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::{Body, Frame, SizeHint};
 
 use crate::upstream::RespBody;
 use tokio::io::AsyncWriteExt;
@@ -72,45 +72,7 @@ struct Idle {
     sleep: Option<crate::timer::Sleep>,
 }
 
-/// The client's request body: hyper's for HTTP/2, vigil's own HTTP/1
-/// reader's ([`crate::h1`]) for HTTP/1.x.
-pub(crate) enum RequestBody {
-    /// An HTTP/2 stream's body (hyper's connection).
-    Hyper(Incoming),
-    /// An HTTP/1.x request's body (vigil's connection loop).
-    H1(crate::h1::read::H1Body),
-}
-
-impl Body for RequestBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match self.get_mut() {
-            RequestBody::Hyper(b) => Pin::new(b)
-                .poll_frame(cx)
-                .map(|f| f.map(|r| r.map_err(BoxError::from))),
-            RequestBody::H1(b) => Pin::new(b).poll_frame(cx),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            RequestBody::Hyper(b) => b.is_end_stream(),
-            RequestBody::H1(b) => b.is_end_stream(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            RequestBody::Hyper(b) => b.size_hint(),
-            RequestBody::H1(b) => b.size_hint(),
-        }
-    }
-}
+pub(crate) use crate::request_body::RequestBody;
 
 impl std::fmt::Debug for RequestBody {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

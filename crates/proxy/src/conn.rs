@@ -4,7 +4,7 @@
 //! - from accept, `client_header_timeout` (of the address's default server)
 //!   until the request header is complete;
 //! - while a request is served, no deadline (the body has its own
-//!   `client_body_timeout`, see [`crate::body`]);
+//!   `client_body_timeout`, see body.rs);
 //! - after the response, `keepalive_timeout` (of the request's location)
 //!   until the first byte of the next request, which starts
 //!   `client_header_timeout` again; over HTTP/2, `keepalive_timeout` while no

@@ -312,7 +312,7 @@ async fn proxy_request(
         && passes_upgrade(route);
     let on_upgrade = if upgrade {
         let mut req = Request::from_parts(parts, ());
-        let on = crate::h1::on_upgrade(&mut req);
+        let on = crate::client_io::on_upgrade(&mut req);
         parts = req.into_parts().0;
         Some(on)
     } else {

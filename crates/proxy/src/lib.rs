@@ -8,6 +8,7 @@
 mod access;
 mod attempt;
 pub mod body;
+mod client_io;
 mod conn;
 pub mod connect;
 mod errlog;
@@ -27,6 +28,7 @@ mod realip;
 mod record;
 mod redirect;
 mod reply;
+mod request_body;
 mod request_check;
 mod rewrite;
 pub mod route;

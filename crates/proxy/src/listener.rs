@@ -191,7 +191,7 @@ where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let state = ConnState::since(site.timeouts, origin);
-    let io: Box<dyn crate::h1::Io> = Box::new(TimedIo::new(io, state.clone()));
+    let io: Box<dyn crate::client_io::Io> = Box::new(TimedIo::new(io, state.clone()));
     let cx = crate::h1::Ctx {
         proxy,
         local: addr,

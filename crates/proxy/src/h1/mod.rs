@@ -26,15 +26,16 @@ use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::oneshot;
 
-use crate::body::{BoxError, RequestBody, UpBody};
 use crate::conn::{self, ConnState, Graceful};
+use crate::payload::{BoxError, UpBody};
+use crate::request_body::RequestBody;
 use crate::request_check::gate::{self, Refused};
 use crate::request_check::{Framing, HeadLimits, HeadScan, Step, Verdict};
 use crate::server::Proxy;
 use read::{BoxIo, H1Body, Reading, Wire};
 use write::{Asked, BodyLength};
 
-pub(crate) use read::Io;
+use crate::client_io::PendingUpgrade;
 
 /// The HTTP/2 connection preface (RFC 9113 §3.4).
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -79,26 +80,6 @@ pub(crate) struct Connection {
     shutdown: Arc<AtomicBool>,
 }
 
-/// The client's stream after a 101, with the bytes read past the head.
-pub(crate) type ClientStream = Box<dyn Io>;
-
-/// The handler's side of a pending upgrade (a request extension on HTTP/1).
-/// (Extensions are cloned with the request: the first taker has it.)
-#[derive(Clone)]
-struct PendingUpgrade(Arc<Mutex<Option<oneshot::Receiver<ClientStream>>>>);
-
-/// The client's stream once the 101 is sent: vigil's loop's, or hyper's
-/// (HTTP/2 connections served by hyper).
-pub(crate) enum OnClientUpgrade {
-    Own(oneshot::Receiver<ClientStream>),
-    Hyper(hyper::upgrade::OnUpgrade),
-}
-
-/// The upgrade did not happen.
-#[derive(Debug, thiserror::Error)]
-#[error("client connection upgrade failed: {0}")]
-pub(crate) struct UpgradeFailed(String);
-
 /// A stream with bytes already read in front of it.
 pub(crate) struct Rewind<T> {
     pre: Bytes,
@@ -122,37 +103,6 @@ enum H1Error {
     Short(u64),
     #[error("response head refused: {0}")]
     Head(&'static str),
-}
-
-/// The upgrade future of `req`'s client connection (replaces
-/// `hyper::upgrade::on`).
-pub(crate) fn on_upgrade<B>(req: &mut Request<B>) -> OnClientUpgrade {
-    let own = req
-        .extensions_mut()
-        .remove::<PendingUpgrade>()
-        .and_then(|p| p.0.lock().ok()?.take());
-    match own {
-        Some(rx) => OnClientUpgrade::Own(rx),
-        None => OnClientUpgrade::Hyper(hyper::upgrade::on(req)),
-    }
-}
-
-// === impl OnClientUpgrade ===
-
-impl Future for OnClientUpgrade {
-    type Output = Result<ClientStream, UpgradeFailed>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.get_mut() {
-            OnClientUpgrade::Own(rx) => Pin::new(rx)
-                .poll(cx)
-                .map(|r| r.map_err(|_| UpgradeFailed("the connection closed".into()))),
-            OnClientUpgrade::Hyper(on) => Pin::new(on).poll(cx).map(|r| match r {
-                Ok(up) => Ok(Box::new(TokioIo::new(up)) as ClientStream),
-                Err(e) => Err(UpgradeFailed(e.to_string())),
-            }),
-        }
-    }
 }
 
 // === impl Rewind ===

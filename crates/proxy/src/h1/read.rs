@@ -17,12 +17,8 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::write::has_token;
-use crate::body::BoxError;
-
-/// A client connection's byte stream.
-pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+use crate::client_io::Io;
+use crate::payload::BoxError;
 
 /// The connection's stream, boxed once per connection.
 pub(crate) type BoxIo = Box<dyn Io>;
