@@ -102,6 +102,29 @@ async fn accepted(
         );
         return log_closed(client, served.await);
     };
+    // Boxed: the handshake's and HTTP/2's futures are kilobytes, and a
+    // future inline here would make every plain connection's task as large
+    // for its whole life (benches/load/idle.py).
+    Box::pin(secure(
+        site, tls, proxy, stream, addr, client, drain, origin,
+    ))
+    .await;
+}
+
+/// A connection on a TLS address: the first byte's sniff, the handshake
+/// (both under `client_header_timeout` from accept), then HTTP/1.x or,
+/// when ALPN chose it, HTTP/2.
+#[allow(clippy::too_many_arguments)]
+async fn secure(
+    site: Arc<Site>,
+    tls: Arc<TlsSite>,
+    proxy: Arc<Proxy>,
+    stream: TcpStream,
+    addr: SocketAddr,
+    client: SocketAddr,
+    drain: Arc<Drain>,
+    origin: Instant,
+) {
     let deadline = origin + site.timeouts.header;
     let is_tls = match tokio::time::timeout_at(deadline, server::sniff(&stream)).await {
         Ok(Ok(Some(is_tls))) => is_tls,

@@ -291,7 +291,9 @@ async fn run(cx: Ctx, io: BoxIo, shutdown: Arc<AtomicBool>) -> Result<(), ConnEr
                 return Ok(());
             }
             Head::H2 if was_first && cx.h2.is_some() => {
-                return serve_h2(&cx, &wire, &shutdown).await;
+                // Boxed: hyper's HTTP/2 connection is kilobytes, held inline it
+                // would make every HTTP/1 connection's loop as large.
+                return Box::pin(serve_h2(&cx, &wire, &shutdown)).await;
             }
             Head::H2 => {
                 // HTTP/1 only here: hyper's answer to a head it cannot parse.
