@@ -13,22 +13,86 @@ use http::header::{self, HeaderMap, HeaderName};
 /// fields its tokens name, `Keep-Alive`, `Proxy-Connection`, `TE`,
 /// `Trailer`, `Transfer-Encoding`, and `Upgrade` unless `keep_upgrade`.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
-    let doomed: Vec<HeaderName> = {
-        let named = Named::of(headers);
-        headers
-            .keys()
-            .filter(|name| {
-                if *name == header::UPGRADE {
-                    !keep_upgrade
-                } else {
-                    is_hop_by_hop(name) || named.names(headers, name)
-                }
-            })
-            .cloned()
-            .collect()
-    };
-    for name in doomed {
-        headers.remove(name);
+    let mut doomed = Doomed::default();
+    {
+        let hop = HopByHop::of(headers, keep_upgrade);
+        for name in headers.keys().filter(|name| hop.drops(name)) {
+            doomed.push(name);
+        }
+    }
+    doomed.remove_from(headers);
+}
+
+/// Names to remove from a map, in the order they were found (a removal
+/// moves the map's last field into the removed one's place, so the order
+/// decides the fields' order after): on the stack while they are few.
+#[derive(Default)]
+pub(crate) struct Doomed {
+    few: [Option<HeaderName>; 8],
+    more: Vec<HeaderName>,
+    count: usize,
+}
+
+impl Doomed {
+    /// Remove `name` too.
+    pub(crate) fn push(&mut self, name: &HeaderName) {
+        match self.few.get_mut(self.count) {
+            Some(slot) => *slot = Some(name.clone()),
+            None => self.more.push(name.clone()),
+        }
+        self.count += 1;
+    }
+
+    /// Remove them, in order.
+    pub(crate) fn remove_from(self, headers: &mut HeaderMap) {
+        for name in self.few.into_iter().take(self.count).flatten() {
+            headers.remove(name);
+        }
+        for name in self.more {
+            headers.remove(name);
+        }
+    }
+}
+
+/// Which fields of one message [`strip_hop_by_hop`] takes out, asked name
+/// by name (for building a message without them).
+pub(crate) struct HopByHop<'h> {
+    headers: &'h HeaderMap,
+    named: Named<'h>,
+    keep_upgrade: bool,
+}
+
+impl<'h> HopByHop<'h> {
+    /// The judge of `headers`' fields.
+    pub(crate) fn of(headers: &'h HeaderMap, keep_upgrade: bool) -> Self {
+        Self {
+            headers,
+            named: Named::of(headers),
+            keep_upgrade,
+        }
+    }
+
+    /// [`HopByHop::of`] for a caller that looked at the names already:
+    /// without `Connection` no field is named, and there is none to look up.
+    pub(crate) fn knowing(headers: &'h HeaderMap, keep_upgrade: bool, connection: bool) -> Self {
+        Self {
+            headers,
+            named: if connection {
+                Named::of(headers)
+            } else {
+                Named::NONE
+            },
+            keep_upgrade,
+        }
+    }
+
+    /// Whether the field `name` goes.
+    pub(crate) fn drops(&self, name: &HeaderName) -> bool {
+        if *name == header::UPGRADE {
+            !self.keep_upgrade
+        } else {
+            is_hop_by_hop(name) || self.named.names(self.headers, name)
+        }
     }
 }
 
@@ -42,6 +106,11 @@ struct Named<'h> {
 }
 
 impl<'h> Named<'h> {
+    const NONE: Self = Named {
+        few: [""; 4],
+        count: 0,
+    };
+
     fn of(headers: &'h HeaderMap) -> Self {
         let mut named = Named {
             few: [""; 4],
@@ -88,25 +157,46 @@ const HOP_BY_HOP: [&str; 6] = [
     "transfer-encoding",
 ];
 
-/// Remove every field named in `names`.
-pub(crate) fn remove_present(headers: &mut HeaderMap, names: &[HeaderName]) {
-    let doomed: Vec<HeaderName> = headers
-        .keys()
-        .filter(|k| names.contains(k))
-        .cloned()
-        .collect();
-    for name in doomed {
-        headers.remove(name);
+/// Remove every field named in `names`, saying whether the fields
+/// `proxy_redirect` rewrites are among the others (one look at the names
+/// for both).
+pub(crate) fn remove_present(headers: &mut HeaderMap, names: &[HeaderName]) -> Redirectable {
+    let mut doomed = Doomed::default();
+    let mut kept = Redirectable::default();
+    for k in headers.keys() {
+        if names.contains(k) {
+            doomed.push(k);
+        } else if k == header::LOCATION {
+            kept.location = true;
+        } else if *k == REFRESH {
+            kept.refresh = true;
+        }
     }
+    doomed.remove_from(headers);
+    kept
 }
 
+/// Whether a message has `Location` and `Refresh` fields.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Redirectable {
+    pub(crate) location: bool,
+    pub(crate) refresh: bool,
+}
+
+/// The hop-by-hop names http has no constant for.
+static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+static REFRESH: HeaderName = HeaderName::from_static("refresh");
+
 fn is_hop_by_hop(name: &HeaderName) -> bool {
+    // Names compared as names: a standard one with a custom one is one
+    // comparison of their kinds.
     name == header::CONNECTION
         || name == header::TE
         || name == header::TRAILER
         || name == header::TRANSFER_ENCODING
-        || name == "keep-alive"
-        || name == "proxy-connection"
+        || *name == KEEP_ALIVE
+        || *name == PROXY_CONNECTION
 }
 
 /// Whether a `Connection` line of `headers` names `name`.
