@@ -7,7 +7,7 @@
 //! making: a response from nginx carries five or six fields, against the
 //! eight names of the hidden list and seven hop-by-hop ones.
 
-use http::header::{self, HeaderMap, HeaderName};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 /// Remove the hop-by-hop fields (RFC 9110 §7.6.1): `Connection`, the
 /// fields its tokens name, `Keep-Alive`, `Proxy-Connection`, `TE`,
@@ -101,27 +101,26 @@ impl<'h> HopByHop<'h> {
 /// rule): none at all for the usual `keep-alive`, `close` or `upgrade`
 /// but `close`, a field nobody sends, still counts.
 struct Named<'h> {
-    few: [&'h str; 4],
+    few: [&'h [u8]; 4],
     count: usize,
 }
 
 impl<'h> Named<'h> {
     const NONE: Self = Named {
-        few: [""; 4],
+        few: [b""; 4],
         count: 0,
     };
 
     fn of(headers: &'h HeaderMap) -> Self {
-        let mut named = Named {
-            few: [""; 4],
-            count: 0,
-        };
+        let mut named = Self::NONE;
         for v in headers.get_all(header::CONNECTION) {
-            let Ok(v) = v.to_str() else { continue };
-            for t in v.split(',').map(str::trim) {
+            let Some(tokens) = tokens(v) else { continue };
+            for t in tokens {
                 if t.is_empty()
-                    || t.eq_ignore_ascii_case("upgrade")
-                    || HOP_BY_HOP.iter().any(|h| t.eq_ignore_ascii_case(h))
+                    || t.eq_ignore_ascii_case(b"upgrade")
+                    || HOP_BY_HOP
+                        .iter()
+                        .any(|h| t.eq_ignore_ascii_case(h.as_bytes()))
                 {
                     continue;
                 }
@@ -141,7 +140,7 @@ impl<'h> Named<'h> {
             0 => false,
             n if n <= self.few.len() => self.few[..n]
                 .iter()
-                .any(|t| t.eq_ignore_ascii_case(name.as_str())),
+                .any(|t| t.eq_ignore_ascii_case(name.as_str().as_bytes())),
             _ => listed(headers, name),
         }
     }
@@ -202,17 +201,24 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 /// Whether a `Connection` line of `headers` names `name`.
 fn listed(headers: &HeaderMap, name: &HeaderName) -> bool {
     headers.get_all(header::CONNECTION).iter().any(|v| {
-        v.to_str().is_ok_and(|v| {
-            v.split(',')
-                .any(|t| t.trim().eq_ignore_ascii_case(name.as_str()))
-        })
+        tokens(v).is_some_and(|mut t| t.any(|t| t.eq_ignore_ascii_case(name.as_str().as_bytes())))
     })
+}
+
+/// The comma-separated tokens of a value, trimmed, as
+/// `value.to_str()?.split(',').map(str::trim)` gives them: None for a
+/// value that is not visible ASCII, where spaces and tabs are all the
+/// whitespace `str::trim` could take off a token.
+pub(crate) fn tokens(value: &HeaderValue) -> Option<impl Iterator<Item = &[u8]>> {
+    let b = value.as_bytes();
+    b.iter()
+        .all(|&c| c == b'\t' || (0x20..0x7f).contains(&c))
+        .then(|| b.split(|&c| c == b',').map(<[u8]>::trim_ascii))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::HeaderValue;
 
     fn map(fields: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
@@ -227,6 +233,24 @@ mod tests {
 
     fn names(h: &HeaderMap) -> Vec<&str> {
         h.keys().map(|k| k.as_str()).collect()
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn tokens_are_the_trimmed_pieces_of_the_text(
+            value in proptest::collection::vec(
+                proptest::sample::select(&b" \t,aZ-\x7f\x80\xff\x0b\x0c"[..]),
+                0..24,
+            ),
+        ) {
+            let Ok(v) = HeaderValue::from_bytes(&value) else { return Ok(()) };
+            let by_str: Option<Vec<&[u8]>> = v
+                .to_str()
+                .ok()
+                .map(|s| s.split(',').map(str::trim).map(str::as_bytes).collect());
+            let by_bytes: Option<Vec<&[u8]>> = tokens(&v).map(Iterator::collect);
+            proptest::prop_assert_eq!(by_bytes, by_str);
+        }
     }
 
     #[test]

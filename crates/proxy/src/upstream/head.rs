@@ -78,15 +78,10 @@ pub(super) fn asks_close(headers: &HeaderMap) -> bool {
         .any(|v| has_token(v, "close"))
 }
 
-/// Whether a comma-separated token of `value` is `needle` (any case);
-/// never in a value that is not visible ASCII (`HeaderValue::to_str`'s
-/// rule), where spaces and tabs are all the whitespace `str::trim` could
-/// take off a token.
+/// Whether a comma-separated token of `value` is `needle` (any case).
 fn has_token(value: &HeaderValue, needle: &str) -> bool {
-    let b = value.as_bytes();
-    b.iter().all(|&c| c == b'\t' || (0x20..0x7f).contains(&c))
-        && b.split(|&c| c == b',')
-            .any(|t| t.trim_ascii().eq_ignore_ascii_case(needle.as_bytes()))
+    crate::hop::tokens(value)
+        .is_some_and(|mut t| t.any(|t| t.eq_ignore_ascii_case(needle.as_bytes())))
 }
 
 /// Header fields parsed on the stack; a head with more is parsed again
@@ -199,8 +194,7 @@ fn build(buf: &mut BytesMut, line: Line, spans: &[Span]) -> Result<Head, Error> 
     for s in &spans[..count] {
         let (n0, n1) = (s.name.0 as usize, s.name.1 as usize);
         let (v0, v1) = (s.value.0 as usize, s.value.1 as usize);
-        let name = HeaderName::from_bytes(&head[n0..n1])
-            .map_err(|e| Error::Parse(format!("header name: {e}")))?;
+        let name = name_of(&head[n0..n1]).map_err(|e| Error::Parse(format!("header name: {e}")))?;
         let value = HeaderValue::from_maybe_shared(head.slice(v0..v1))
             .map_err(|e| Error::Parse(format!("header value: {e}")))?;
         if name == CONNECTION {
@@ -243,6 +237,30 @@ pub(super) fn decoder(
     headers: &HeaderMap,
 ) -> Result<(Kind, bool), Error> {
     decode(status, method, version, headers, Framed::of(headers))
+}
+
+/// `HeaderName::from_bytes`, with the names servers send most, spelt as
+/// they send them, picked without lower-casing and matching the name.
+fn name_of(b: &[u8]) -> Result<HeaderName, http::header::InvalidHeaderName> {
+    use http::header;
+    Ok(match b {
+        b"Server" => header::SERVER,
+        b"Date" => header::DATE,
+        b"Content-Type" => header::CONTENT_TYPE,
+        b"Content-Length" => header::CONTENT_LENGTH,
+        b"Connection" => header::CONNECTION,
+        b"Last-Modified" => header::LAST_MODIFIED,
+        b"ETag" => header::ETAG,
+        b"Accept-Ranges" => header::ACCEPT_RANGES,
+        b"Transfer-Encoding" => header::TRANSFER_ENCODING,
+        b"Location" => header::LOCATION,
+        b"Cache-Control" => header::CACHE_CONTROL,
+        b"Expires" => header::EXPIRES,
+        b"Vary" => header::VARY,
+        b"Content-Encoding" => header::CONTENT_ENCODING,
+        b"Set-Cookie" => header::SET_COOKIE,
+        _ => return HeaderName::from_bytes(b),
+    })
 }
 
 /// hyper's `Client::decoder` (how the body is framed, and whether the
@@ -309,9 +327,8 @@ pub(super) fn last_token_is_chunked(v: &[u8]) -> bool {
 pub(super) fn content_length_parse_all(headers: &HeaderMap) -> Option<u64> {
     let mut found: Option<u64> = None;
     for h in headers.get_all(CONTENT_LENGTH) {
-        let line = h.to_str().ok()?;
-        for v in line.split(',') {
-            let n = from_digits(v.trim().as_bytes())?;
+        for v in crate::hop::tokens(h)? {
+            let n = from_digits(v)?;
             match found {
                 None => found = Some(n),
                 Some(m) if m != n => return None,
@@ -383,6 +400,35 @@ mod tests {
         assert!(parse(&mut b).unwrap().unwrap().keep_alive);
         let mut b = BytesMut::from(&b"HTTP/1.0 200 OK\r\n\r\n"[..]);
         assert!(!parse(&mut b).unwrap().unwrap().keep_alive);
+    }
+
+    #[test]
+    fn common_names_are_the_names_from_bytes_makes() {
+        for n in [
+            "Server",
+            "Date",
+            "Content-Type",
+            "Content-Length",
+            "Connection",
+            "Last-Modified",
+            "ETag",
+            "Accept-Ranges",
+            "Transfer-Encoding",
+            "Location",
+            "Cache-Control",
+            "Expires",
+            "Vary",
+            "Content-Encoding",
+            "Set-Cookie",
+            "content-length",
+            "X-Other",
+            "Bad Name",
+            "",
+        ] {
+            let fast = name_of(n.as_bytes()).map_err(|e| e.to_string());
+            let slow = HeaderName::from_bytes(n.as_bytes()).map_err(|e| e.to_string());
+            assert_eq!(fast, slow, "{n}");
+        }
     }
 
     proptest::proptest! {
