@@ -28,7 +28,7 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
 /// decides the fields' order after): on the stack while they are few.
 #[derive(Default)]
 pub(crate) struct Doomed {
-    few: [Option<HeaderName>; 8],
+    few: [Option<HeaderName>; 4],
     more: Vec<HeaderName>,
     count: usize,
 }
@@ -44,13 +44,16 @@ impl Doomed {
     }
 
     /// Remove them, in order.
-    pub(crate) fn remove_from(self, headers: &mut HeaderMap) {
-        for name in self.few.into_iter().take(self.count).flatten() {
+    pub(crate) fn remove_from(&mut self, headers: &mut HeaderMap) {
+        for slot in self.few.iter_mut().take(self.count) {
+            if let Some(name) = slot.take() {
+                headers.remove(name);
+            }
+        }
+        for name in self.more.drain(..) {
             headers.remove(name);
         }
-        for name in self.more {
-            headers.remove(name);
-        }
+        self.count = 0;
     }
 }
 
@@ -162,8 +165,12 @@ const HOP_BY_HOP: [&str; 6] = [
 pub(crate) fn remove_present(headers: &mut HeaderMap, names: &[HeaderName]) -> Redirectable {
     let mut doomed = Doomed::default();
     let mut kept = Redirectable::default();
+    // The lengths of the names (a bit each, past 63 one for all): most
+    // fields are no hidden name's length, and need no comparison.
+    let bit = |n: &HeaderName| 1u64 << n.as_str().len().min(63);
+    let lengths = names.iter().fold(0, |m, n| m | bit(n));
     for k in headers.keys() {
-        if names.contains(k) {
+        if lengths & bit(k) != 0 && names.contains(k) {
             doomed.push(k);
         } else if k == header::LOCATION {
             kept.location = true;
