@@ -30,8 +30,10 @@ use crate::telemetry::request::RequestObserver;
 use crate::vars::VarContext;
 
 mod pages;
+mod upstream_head;
 
 use pages::{error_paged, not_routed, paged_status, Page};
+use upstream_head::Fields;
 
 enum ReqBody {
     Buffered(Buffered),
@@ -874,43 +876,58 @@ fn build_request(
     len: &Option<u64>,
     upgrade: bool,
 ) -> Result<Request<UpBody>, String> {
-    let mut req = Request::builder()
-        .method(parts.method.clone())
-        .uri(uri)
-        .version(http::Version::HTTP_11)
-        .body(body)
-        .map_err(|e| format!("cannot build upstream request: {e}"))?;
-    let headers = req.headers_mut();
-    *headers = parts.headers.clone();
-    strip_hop_by_hop(headers, false);
+    // The client's own target goes as it came (no parse, no copy).
+    let uri = match parts.uri.path_and_query() {
+        Some(pq)
+            if pq.as_str() == uri
+                && parts.uri.scheme().is_none()
+                && parts.uri.authority().is_none() =>
+        {
+            parts.uri.clone()
+        }
+        _ => http::Uri::try_from(uri).map_err(|e| format!("cannot build upstream request: {e}"))?,
+    };
+    let mut req = Request::new(body);
+    *req.method_mut() = parts.method.clone();
+    *req.uri_mut() = uri;
+    *req.version_mut() = http::Version::HTTP_11;
+    *req.headers_mut() = request_headers(route, parts, client, local, len, upgrade);
+    Ok(req)
+}
+
+/// The upstream request's header fields: the client's without the
+/// hop-by-hop ones, then (in this order) `Host`, `Content-Length`, the
+/// `proxy_set_header`s and `Upgrade`/`Connection`.
+fn request_headers(
+    route: &Route,
+    parts: &Parts,
+    client: SocketAddr,
+    local: SocketAddr,
+    len: &Option<u64>,
+    upgrade: bool,
+) -> HeaderMap {
+    use std::borrow::Cow;
+    let mut fields = Fields::without_hop_by_hop(&parts.headers, 3 + route.set_headers.len());
     // insert replaces the client's Host; a proxy_host no header can carry
     // sends none.
-    match HeaderValue::from_str(&route.proxy_host) {
-        Ok(v) => {
-            headers.insert(header::HOST, v);
-        }
-        Err(_) => {
-            headers.remove(header::HOST);
-        }
+    match &route.host_value {
+        Some(v) => fields.insert(Cow::Owned(header::HOST), v.clone()),
+        None => fields.remove(&header::HOST),
     }
     match len {
-        Some(0) => {
-            headers.remove(header::CONTENT_LENGTH);
-        }
-        Some(n) => {
-            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(*n));
-        }
+        Some(0) => fields.remove(&header::CONTENT_LENGTH),
+        Some(n) => fields.insert(Cow::Owned(header::CONTENT_LENGTH), HeaderValue::from(*n)),
         None => {}
     }
     if !route.set_headers.is_empty() {
         let cx = route.vars(parts, client, local, 0);
         for (name, tpl) in &route.set_headers {
-            headers.remove(name);
+            fields.remove(name);
             if let Some(t) = tpl {
                 let v = t.expand(&cx);
                 if !v.is_empty() {
                     if let Ok(v) = HeaderValue::from_str(&v) {
-                        headers.insert(name.clone(), v);
+                        fields.insert(Cow::Borrowed(name), v);
                     }
                 }
             }
@@ -918,19 +935,25 @@ fn build_request(
     }
     match upgrade {
         // The location's proxy_set_header put Upgrade and Connection.
-        true if headers.contains_key(header::UPGRADE) => {}
+        true if fields.contains(&header::UPGRADE) => {}
         // Otherwise no Upgrade goes upstream: what nginx sends with
         // proxy_http_version 1.0 a server must ignore (RFC 9110 §7.8).
         _ if route.pool.enabled() => {
-            headers.remove(header::UPGRADE);
-            headers.insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
+            fields.remove(&header::UPGRADE);
+            fields.insert(
+                Cow::Owned(header::CONNECTION),
+                HeaderValue::from_static("keep-alive"),
+            );
         }
         _ => {
-            headers.remove(header::UPGRADE);
-            headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            fields.remove(&header::UPGRADE);
+            fields.insert(
+                Cow::Owned(header::CONNECTION),
+                HeaderValue::from_static("close"),
+            );
         }
     }
-    Ok(req)
+    fields.into_map()
 }
 
 /// `proxy_hide_header` / `proxy_pass_header` / `proxy_redirect` on the

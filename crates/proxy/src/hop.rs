@@ -7,28 +7,95 @@
 //! making: a response from nginx carries five or six fields, against the
 //! eight names of the hidden list and seven hop-by-hop ones.
 
-use http::header::{self, HeaderMap, HeaderName};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 /// Remove the hop-by-hop fields (RFC 9110 §7.6.1): `Connection`, the
 /// fields its tokens name, `Keep-Alive`, `Proxy-Connection`, `TE`,
 /// `Trailer`, `Transfer-Encoding`, and `Upgrade` unless `keep_upgrade`.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
-    let doomed: Vec<HeaderName> = {
-        let named = Named::of(headers);
-        headers
-            .keys()
-            .filter(|name| {
-                if *name == header::UPGRADE {
-                    !keep_upgrade
-                } else {
-                    is_hop_by_hop(name) || named.names(headers, name)
-                }
-            })
-            .cloned()
-            .collect()
-    };
-    for name in doomed {
-        headers.remove(name);
+    let mut doomed = Doomed::default();
+    {
+        let hop = HopByHop::of(headers, keep_upgrade);
+        for name in headers.keys().filter(|name| hop.drops(name)) {
+            doomed.push(name);
+        }
+    }
+    doomed.remove_from(headers);
+}
+
+/// Names to remove from a map, in the order they were found (a removal
+/// moves the map's last field into the removed one's place, so the order
+/// decides the fields' order after): on the stack while they are few.
+#[derive(Default)]
+pub(crate) struct Doomed {
+    few: [Option<HeaderName>; 4],
+    more: Vec<HeaderName>,
+    count: usize,
+}
+
+impl Doomed {
+    /// Remove `name` too.
+    pub(crate) fn push(&mut self, name: &HeaderName) {
+        match self.few.get_mut(self.count) {
+            Some(slot) => *slot = Some(name.clone()),
+            None => self.more.push(name.clone()),
+        }
+        self.count += 1;
+    }
+
+    /// Remove them, in order.
+    pub(crate) fn remove_from(&mut self, headers: &mut HeaderMap) {
+        for slot in self.few.iter_mut().take(self.count) {
+            if let Some(name) = slot.take() {
+                headers.remove(name);
+            }
+        }
+        for name in self.more.drain(..) {
+            headers.remove(name);
+        }
+        self.count = 0;
+    }
+}
+
+/// Which fields of one message [`strip_hop_by_hop`] takes out, asked name
+/// by name (for building a message without them).
+pub(crate) struct HopByHop<'h> {
+    headers: &'h HeaderMap,
+    named: Named<'h>,
+    keep_upgrade: bool,
+}
+
+impl<'h> HopByHop<'h> {
+    /// The judge of `headers`' fields.
+    pub(crate) fn of(headers: &'h HeaderMap, keep_upgrade: bool) -> Self {
+        Self {
+            headers,
+            named: Named::of(headers),
+            keep_upgrade,
+        }
+    }
+
+    /// [`HopByHop::of`] for a caller that looked at the names already:
+    /// without `Connection` no field is named, and there is none to look up.
+    pub(crate) fn knowing(headers: &'h HeaderMap, keep_upgrade: bool, connection: bool) -> Self {
+        Self {
+            headers,
+            named: if connection {
+                Named::of(headers)
+            } else {
+                Named::NONE
+            },
+            keep_upgrade,
+        }
+    }
+
+    /// Whether the field `name` goes.
+    pub(crate) fn drops(&self, name: &HeaderName) -> bool {
+        if *name == header::UPGRADE {
+            !self.keep_upgrade
+        } else {
+            is_hop_by_hop(name) || self.named.names(self.headers, name)
+        }
     }
 }
 
@@ -37,22 +104,26 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
 /// rule): none at all for the usual `keep-alive`, `close` or `upgrade`
 /// but `close`, a field nobody sends, still counts.
 struct Named<'h> {
-    few: [&'h str; 4],
+    few: [&'h [u8]; 4],
     count: usize,
 }
 
 impl<'h> Named<'h> {
+    const NONE: Self = Named {
+        few: [b""; 4],
+        count: 0,
+    };
+
     fn of(headers: &'h HeaderMap) -> Self {
-        let mut named = Named {
-            few: [""; 4],
-            count: 0,
-        };
+        let mut named = Self::NONE;
         for v in headers.get_all(header::CONNECTION) {
-            let Ok(v) = v.to_str() else { continue };
-            for t in v.split(',').map(str::trim) {
+            let Some(tokens) = tokens(v) else { continue };
+            for t in tokens {
                 if t.is_empty()
-                    || t.eq_ignore_ascii_case("upgrade")
-                    || HOP_BY_HOP.iter().any(|h| t.eq_ignore_ascii_case(h))
+                    || t.eq_ignore_ascii_case(b"upgrade")
+                    || HOP_BY_HOP
+                        .iter()
+                        .any(|h| t.eq_ignore_ascii_case(h.as_bytes()))
                 {
                     continue;
                 }
@@ -72,7 +143,7 @@ impl<'h> Named<'h> {
             0 => false,
             n if n <= self.few.len() => self.few[..n]
                 .iter()
-                .any(|t| t.eq_ignore_ascii_case(name.as_str())),
+                .any(|t| t.eq_ignore_ascii_case(name.as_str().as_bytes())),
             _ => listed(headers, name),
         }
     }
@@ -88,41 +159,73 @@ const HOP_BY_HOP: [&str; 6] = [
     "transfer-encoding",
 ];
 
-/// Remove every field named in `names`.
-pub(crate) fn remove_present(headers: &mut HeaderMap, names: &[HeaderName]) {
-    let doomed: Vec<HeaderName> = headers
-        .keys()
-        .filter(|k| names.contains(k))
-        .cloned()
-        .collect();
-    for name in doomed {
-        headers.remove(name);
+/// Remove every field named in `names`, saying whether the fields
+/// `proxy_redirect` rewrites are among the others (one look at the names
+/// for both).
+pub(crate) fn remove_present(headers: &mut HeaderMap, names: &[HeaderName]) -> Redirectable {
+    let mut doomed = Doomed::default();
+    let mut kept = Redirectable::default();
+    // The lengths of the names (a bit each, past 63 one for all): most
+    // fields are no hidden name's length, and need no comparison.
+    let bit = |n: &HeaderName| 1u64 << n.as_str().len().min(63);
+    let lengths = names.iter().fold(0, |m, n| m | bit(n));
+    for k in headers.keys() {
+        if lengths & bit(k) != 0 && names.contains(k) {
+            doomed.push(k);
+        } else if k == header::LOCATION {
+            kept.location = true;
+        } else if *k == REFRESH {
+            kept.refresh = true;
+        }
     }
+    doomed.remove_from(headers);
+    kept
 }
 
+/// Whether a message has `Location` and `Refresh` fields.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Redirectable {
+    pub(crate) location: bool,
+    pub(crate) refresh: bool,
+}
+
+/// The hop-by-hop names http has no constant for.
+static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+static REFRESH: HeaderName = HeaderName::from_static("refresh");
+
 fn is_hop_by_hop(name: &HeaderName) -> bool {
+    // Names compared as names: a standard one with a custom one is one
+    // comparison of their kinds.
     name == header::CONNECTION
         || name == header::TE
         || name == header::TRAILER
         || name == header::TRANSFER_ENCODING
-        || name == "keep-alive"
-        || name == "proxy-connection"
+        || *name == KEEP_ALIVE
+        || *name == PROXY_CONNECTION
 }
 
 /// Whether a `Connection` line of `headers` names `name`.
 fn listed(headers: &HeaderMap, name: &HeaderName) -> bool {
     headers.get_all(header::CONNECTION).iter().any(|v| {
-        v.to_str().is_ok_and(|v| {
-            v.split(',')
-                .any(|t| t.trim().eq_ignore_ascii_case(name.as_str()))
-        })
+        tokens(v).is_some_and(|mut t| t.any(|t| t.eq_ignore_ascii_case(name.as_str().as_bytes())))
     })
+}
+
+/// The comma-separated tokens of a value, trimmed, as
+/// `value.to_str()?.split(',').map(str::trim)` gives them: None for a
+/// value that is not visible ASCII, where spaces and tabs are all the
+/// whitespace `str::trim` could take off a token.
+pub(crate) fn tokens(value: &HeaderValue) -> Option<impl Iterator<Item = &[u8]>> {
+    let b = value.as_bytes();
+    b.iter()
+        .all(|&c| c == b'\t' || (0x20..0x7f).contains(&c))
+        .then(|| b.split(|&c| c == b',').map(<[u8]>::trim_ascii))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::HeaderValue;
 
     fn map(fields: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
@@ -137,6 +240,24 @@ mod tests {
 
     fn names(h: &HeaderMap) -> Vec<&str> {
         h.keys().map(|k| k.as_str()).collect()
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn tokens_are_the_trimmed_pieces_of_the_text(
+            value in proptest::collection::vec(
+                proptest::sample::select(&b" \t,aZ-\x7f\x80\xff\x0b\x0c"[..]),
+                0..24,
+            ),
+        ) {
+            let Ok(v) = HeaderValue::from_bytes(&value) else { return Ok(()) };
+            let by_str: Option<Vec<&[u8]>> = v
+                .to_str()
+                .ok()
+                .map(|s| s.split(',').map(str::trim).map(str::as_bytes).collect());
+            let by_bytes: Option<Vec<&[u8]>> = tokens(&v).map(Iterator::collect);
+            proptest::prop_assert_eq!(by_bytes, by_str);
+        }
     }
 
     #[test]

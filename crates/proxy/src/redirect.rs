@@ -104,11 +104,16 @@ impl Rules {
 
     /// Apply to the upstream's headers `h`.
     pub(crate) fn apply(&self, h: &mut HeaderMap, cx: &VarContext<'_>, local: SocketAddr) {
-        crate::hop::remove_present(h, &self.hide);
+        let kept = crate::hop::remove_present(h, &self.hide);
         if self.redirects.is_empty() {
             return;
         }
-        if let Some(v) = h.get(header::LOCATION).map(|v| v.as_bytes().to_vec()) {
+        if let Some(v) = kept
+            .location
+            .then(|| h.get(header::LOCATION))
+            .flatten()
+            .map(|v| v.as_bytes().to_vec())
+        {
             if let Some(mut new) = self.rewrite(&v, 0, cx) {
                 if new.starts_with(b"/") {
                     if let Some(t) = cx.parts.extensions.get::<crate::router::Target>() {
@@ -119,6 +124,9 @@ impl Rules {
                 }
                 set(h, header::LOCATION, &new);
             }
+        }
+        if !kept.refresh {
+            return;
         }
         let refresh = HeaderName::from_static("refresh");
         if let Some(v) = h.get(&refresh).map(|v| v.as_bytes().to_vec()) {

@@ -4,6 +4,7 @@
 //! phases a request is routed through (the server's rewrite script, the
 //! location search, the location's script, again after `last`).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -83,6 +84,9 @@ pub struct Route {
     pub pool: Arc<Pool>,
     /// `$proxy_host`: the Host sent upstream by default.
     pub proxy_host: String,
+    /// `proxy_host` as the upstream request's `Host` value (None: no value
+    /// can carry it, and the request has no `Host`).
+    pub(crate) host_value: Option<http::HeaderValue>,
     /// TLS settings when `proxy_pass` is `https://`.
     pub tls: Option<crate::connect::TlsSettings>,
     /// Retry limits.
@@ -375,18 +379,10 @@ pub(crate) fn target_uri(
     internal: bool,
     valid_location: bool,
 ) -> String {
-    let pass = location
-        .proxy
-        .pass
-        .as_ref()
-        .and_then(|p| p.uri.as_deref())
-        .filter(|u| !u.contains('$'));
-    if pass.is_none() && !internal {
-        if let Some(raw) = uri.unparsed() {
-            return raw.to_string();
-        }
+    if let Some(raw) = as_sent(location, uri, internal) {
+        return raw.to_string();
     }
-    let pass = pass.filter(|_| valid_location);
+    let pass = pass_part(location).filter(|_| valid_location);
     let prefix = match location.matcher {
         vigil_core::config::LocationMatch::Exact
         | vigil_core::config::LocationMatch::Prefix
@@ -408,6 +404,25 @@ pub(crate) fn target_uri(
         out.push_str(uri.args());
     }
     out
+}
+
+/// A `proxy_pass` URI part without variables.
+fn pass_part(location: &Location) -> Option<&str> {
+    location
+        .proxy
+        .pass
+        .as_ref()
+        .and_then(|p| p.uri.as_deref())
+        .filter(|u| !u.contains('$'))
+}
+
+/// The target as the client sent it, where [`target_uri`] sends it so.
+fn as_sent<'u>(location: &Location, uri: &'u RequestUri, internal: bool) -> Option<&'u str> {
+    if pass_part(location).is_none() && !internal {
+        uri.unparsed()
+    } else {
+        None
+    }
 }
 
 // === impl Answer ===
@@ -603,6 +618,7 @@ impl Route {
             access_log,
             policy: RetryPolicy::of(&loc.proxy),
             proxy_host: pass.upstream.clone(),
+            host_value: http::HeaderValue::from_str(&pass.upstream).ok(),
             tls: if pass.tls {
                 Some(
                     crate::connect::TlsSettings::new(
@@ -646,22 +662,26 @@ impl Route {
 
     /// The URI sent upstream for this request (routed by `Routes`, which
     /// left its `Target` in the extensions): see `upstream_target`.
-    pub(crate) fn upstream_uri(&self, parts: &Parts) -> String {
+    pub(crate) fn upstream_uri<'p>(&self, parts: &'p Parts) -> Cow<'p, str> {
         if let Some(p) = parts
             .extensions
             .get::<PassUri>()
             .filter(|p| !p.0.is_empty())
         {
-            return p.0.clone();
+            return Cow::Borrowed(&p.0);
         }
         match parts.extensions.get::<Target>() {
-            Some(t) => target_uri(&self.location, &t.uri, t.internal, t.valid_location),
+            Some(t) => match as_sent(&self.location, &t.uri, t.internal) {
+                Some(raw) => Cow::Borrowed(raw),
+                None => Cow::Owned(target_uri(
+                    &self.location,
+                    &t.uri,
+                    t.internal,
+                    t.valid_location,
+                )),
+            },
             // Not routed by Routes: nothing normalised to build from.
-            None => parts
-                .uri
-                .path_and_query()
-                .map_or("/", |p| p.as_str())
-                .to_string(),
+            None => Cow::Borrowed(parts.uri.path_and_query().map_or("/", |p| p.as_str())),
         }
     }
 }

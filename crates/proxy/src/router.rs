@@ -21,7 +21,8 @@ use crate::vhost::{request_line_host, validate_host, ServerNames};
 /// Which block and location a request gets, from the configuration alone.
 #[derive(Debug)]
 pub struct Router {
-    addresses: HashMap<SocketAddr, Address>,
+    /// Sorted by address (a few: searched without hashing).
+    addresses: Vec<(SocketAddr, Address)>,
     servers: Vec<Server>,
 }
 
@@ -202,6 +203,8 @@ impl Router {
                 returns: s.ret.is_some(),
             });
         }
+        let mut addresses: Vec<(SocketAddr, Address)> = addresses.into_iter().collect();
+        addresses.sort_unstable_by_key(|(a, _)| *a);
         Ok(Self { addresses, servers })
     }
 
@@ -242,14 +245,14 @@ impl Router {
     ) -> Result<(usize, Target), Refusal> {
         let address = self.address(listener).ok_or(Refusal::UnknownListener)?;
         let host = request_host(version, uri, headers)?;
-        let target = uri.path_and_query().map_or("", |p| p.as_str());
+        let target = uri.path_and_query();
         let h2 = version == Version::HTTP_2;
         // Only an absolute-form target may lack a path (`CONNECT host:443`'s
         // authority-form has no scheme, and nginx refuses it).
         let absolute_form = !h2 && uri.scheme().is_some();
         let normalise = |server: usize| {
             let merge = self.servers.get(server).is_none_or(|s| s.merge_slashes);
-            RequestUri::parse(target, merge, absolute_form).map_err(|e| {
+            RequestUri::parse_target(target, merge, absolute_form).map_err(|e| {
                 Refusal::BadRequest(match e {
                     UriError::NotAbsolutePath => "invalid request target",
                     UriError::BadEscape | UriError::Nul | UriError::AboveRoot => {
@@ -323,7 +326,14 @@ impl Router {
     }
 
     fn address(&self, listener: SocketAddr) -> Option<&Address> {
-        self.addresses.get(&listener).or_else(|| {
+        let get = |addr: &SocketAddr| {
+            self.addresses
+                .binary_search_by(|(a, _)| a.cmp(addr))
+                .ok()
+                .and_then(|i| self.addresses.get(i))
+                .map(|(_, a)| a)
+        };
+        get(&listener).or_else(|| {
             let any = SocketAddr::new(
                 match listener {
                     SocketAddr::V4(_) => std::net::Ipv4Addr::UNSPECIFIED.into(),
@@ -331,7 +341,7 @@ impl Router {
                 },
                 listener.port(),
             );
-            self.addresses.get(&any)
+            get(&any)
         })
     }
 }

@@ -28,7 +28,37 @@ pub struct RequestUri {
     /// `r->unparsed_uri` when valid (`r->valid_unparsed_uri`): the target as
     /// the client sent it. None for an absolute-form target without a path
     /// (`GET http://host?x`), where nginx builds one.
-    unparsed: Option<String>,
+    unparsed: Option<Unparsed>,
+}
+
+/// The target as sent: the request's own (shared, not copied) or a copy.
+#[derive(Clone)]
+enum Unparsed {
+    Shared(http::uri::PathAndQuery),
+    Copied(String),
+}
+
+impl Unparsed {
+    fn as_str(&self) -> &str {
+        match self {
+            Unparsed::Shared(p) => p.as_str(),
+            Unparsed::Copied(s) => s,
+        }
+    }
+}
+
+impl PartialEq for Unparsed {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Unparsed {}
+
+impl fmt::Debug for Unparsed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
 }
 
 /// Why nginx answers 400 to a request target.
@@ -94,6 +124,26 @@ impl RequestUri {
     /// line (`GET http://host?x`), where an empty path is allowed and means
     /// `/`; elsewhere a target must start with `/`.
     pub fn parse(target: &str, merge_slashes: bool, absolute_form: bool) -> Result<Self, UriError> {
+        Self::parse_from(target, None, merge_slashes, absolute_form)
+    }
+
+    /// [`RequestUri::parse`] of a request's own path and query (kept as
+    /// the unparsed target without a copy).
+    pub(crate) fn parse_target(
+        target: Option<&http::uri::PathAndQuery>,
+        merge_slashes: bool,
+        absolute_form: bool,
+    ) -> Result<Self, UriError> {
+        let text = target.map_or("", |p| p.as_str());
+        Self::parse_from(text, target, merge_slashes, absolute_form)
+    }
+
+    fn parse_from(
+        target: &str,
+        shared: Option<&http::uri::PathAndQuery>,
+        merge_slashes: bool,
+        absolute_form: bool,
+    ) -> Result<Self, UriError> {
         let src = target.as_bytes();
         let empty_path = absolute_form && matches!(src.first(), None | Some(b'?'));
         if !empty_path && src.first() != Some(&b'/') {
@@ -103,12 +153,15 @@ impl RequestUri {
             path: Vec::with_capacity(src.len() + 1),
             args: String::new(),
             quoted: false,
-            unparsed: (!empty_path).then(|| target.to_string()),
+            unparsed: (!empty_path).then(|| match shared {
+                Some(p) => Unparsed::Shared(p.clone()),
+                None => Unparsed::Copied(target.to_string()),
+            }),
         };
         if src.is_empty() {
             // `GET http://host HTTP/1.1`: nginx uses the single "/" it has.
             uri.path.push(b'/');
-            uri.unparsed = Some("/".to_string());
+            uri.unparsed = Some(Unparsed::Copied("/".to_string()));
             return Ok(uri);
         }
         if let Some(args_at) = uri.complex(src, merge_slashes, empty_path)? {
@@ -135,7 +188,7 @@ impl RequestUri {
 
     /// The target as the client sent it, when nginx would forward it as is.
     pub fn unparsed(&self) -> Option<&str> {
-        self.unparsed.as_deref()
+        self.unparsed.as_ref().map(Unparsed::as_str)
     }
 
     /// The URI after a `rewrite` (or `set $args`): the new path (taken as

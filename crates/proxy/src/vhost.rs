@@ -181,7 +181,10 @@ pub(crate) fn validate_host(raw: &[u8]) -> Option<String> {
         return None;
     }
     let host = raw.get(..host_len)?.to_ascii_lowercase();
-    Some(String::from_utf8_lossy(&host).into_owned())
+    Some(
+        String::from_utf8(host)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+    )
 }
 
 /// The host part of an absolute-form request target's authority, where it

@@ -21,6 +21,25 @@ pub(super) struct Head {
     /// The response lets the connection be kept (its version and
     /// `Connection` say so).
     pub(super) keep_alive: bool,
+    /// The framing fields it has (seen while the map was built).
+    pub(super) framed: Framed,
+}
+
+/// Whether a head has `Transfer-Encoding` and `Content-Length` fields.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Framed {
+    te: bool,
+    cl: bool,
+}
+
+impl Framed {
+    #[cfg(test)]
+    fn of(headers: &HeaderMap) -> Self {
+        Self {
+            te: headers.contains_key(TRANSFER_ENCODING),
+            cl: headers.contains_key(CONTENT_LENGTH),
+        }
+    }
 }
 
 /// The request line and header fields, as hyper's `Client::encode` writes
@@ -59,10 +78,10 @@ pub(super) fn asks_close(headers: &HeaderMap) -> bool {
         .any(|v| has_token(v, "close"))
 }
 
+/// Whether a comma-separated token of `value` is `needle` (any case).
 fn has_token(value: &HeaderValue, needle: &str) -> bool {
-    value
-        .to_str()
-        .is_ok_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(needle)))
+    crate::hop::tokens(value)
+        .is_some_and(|mut t| t.any(|t| t.eq_ignore_ascii_case(needle.as_bytes())))
 }
 
 /// Header fields parsed on the stack; a head with more is parsed again
@@ -171,11 +190,11 @@ fn build(buf: &mut BytesMut, line: Line, spans: &[Span]) -> Result<Head, Error> 
     let mut headers = HeaderMap::with_capacity(count);
     let mut keep_alive = version == Version::HTTP_11;
     let mut saw_close = false;
+    let mut framed = Framed::default();
     for s in &spans[..count] {
         let (n0, n1) = (s.name.0 as usize, s.name.1 as usize);
         let (v0, v1) = (s.value.0 as usize, s.value.1 as usize);
-        let name = HeaderName::from_bytes(&head[n0..n1])
-            .map_err(|e| Error::Parse(format!("header name: {e}")))?;
+        let name = name_of(&head[n0..n1]).map_err(|e| Error::Parse(format!("header name: {e}")))?;
         let value = HeaderValue::from_maybe_shared(head.slice(v0..v1))
             .map_err(|e| Error::Parse(format!("header value: {e}")))?;
         if name == CONNECTION {
@@ -187,6 +206,8 @@ fn build(buf: &mut BytesMut, line: Line, spans: &[Span]) -> Result<Head, Error> 
                 keep_alive = has_token(&value, "keep-alive");
             }
         }
+        framed.te |= name == TRANSFER_ENCODING;
+        framed.cl |= name == CONTENT_LENGTH;
         headers.append(name, value);
     }
     let reason = match reason {
@@ -202,16 +223,54 @@ fn build(buf: &mut BytesMut, line: Line, spans: &[Span]) -> Result<Head, Error> 
         headers,
         reason,
         keep_alive,
+        framed,
     })
 }
 
 /// hyper's `Client::decoder`: how the body is framed, and whether the
 /// connection is being upgraded.
+#[cfg(test)]
 pub(super) fn decoder(
     status: StatusCode,
     method: &Method,
     version: Version,
     headers: &HeaderMap,
+) -> Result<(Kind, bool), Error> {
+    decode(status, method, version, headers, Framed::of(headers))
+}
+
+/// `HeaderName::from_bytes`, with the names servers send most, spelt as
+/// they send them, picked without lower-casing and matching the name.
+fn name_of(b: &[u8]) -> Result<HeaderName, http::header::InvalidHeaderName> {
+    use http::header;
+    Ok(match b {
+        b"Server" => header::SERVER,
+        b"Date" => header::DATE,
+        b"Content-Type" => header::CONTENT_TYPE,
+        b"Content-Length" => header::CONTENT_LENGTH,
+        b"Connection" => header::CONNECTION,
+        b"Last-Modified" => header::LAST_MODIFIED,
+        b"ETag" => header::ETAG,
+        b"Accept-Ranges" => header::ACCEPT_RANGES,
+        b"Transfer-Encoding" => header::TRANSFER_ENCODING,
+        b"Location" => header::LOCATION,
+        b"Cache-Control" => header::CACHE_CONTROL,
+        b"Expires" => header::EXPIRES,
+        b"Vary" => header::VARY,
+        b"Content-Encoding" => header::CONTENT_ENCODING,
+        b"Set-Cookie" => header::SET_COOKIE,
+        _ => return HeaderName::from_bytes(b),
+    })
+}
+
+/// hyper's `Client::decoder` (how the body is framed, and whether the
+/// connection is being upgraded), knowing which framing fields `headers` has.
+pub(super) fn decode(
+    status: StatusCode,
+    method: &Method,
+    version: Version,
+    headers: &HeaderMap,
+    framed: Framed,
 ) -> Result<(Kind, bool), Error> {
     match status.as_u16() {
         101 => return Ok((Kind::Done, true)),
@@ -224,7 +283,7 @@ pub(super) fn decoder(
     if *method == Method::CONNECT && status.is_success() {
         return Ok((Kind::Done, true));
     }
-    if headers.contains_key(TRANSFER_ENCODING) {
+    if framed.te {
         if version == Version::HTTP_10 {
             return Err(Error::Parse(
                 "HTTP/1.0 response with Transfer-Encoding".to_owned(),
@@ -244,13 +303,13 @@ pub(super) fn decoder(
             false,
         ));
     }
+    if !framed.cl {
+        return Ok((Kind::Close, false));
+    }
     match content_length_parse_all(headers) {
         Some(0) => Ok((Kind::Done, false)),
         Some(n) => Ok((Kind::Length(n), false)),
-        None if headers.contains_key(CONTENT_LENGTH) => {
-            Err(Error::Parse("invalid Content-Length".to_owned()))
-        }
-        None => Ok((Kind::Close, false)),
+        None => Err(Error::Parse("invalid Content-Length".to_owned())),
     }
 }
 
@@ -268,9 +327,8 @@ pub(super) fn last_token_is_chunked(v: &[u8]) -> bool {
 pub(super) fn content_length_parse_all(headers: &HeaderMap) -> Option<u64> {
     let mut found: Option<u64> = None;
     for h in headers.get_all(CONTENT_LENGTH) {
-        let line = h.to_str().ok()?;
-        for v in line.split(',') {
-            let n = from_digits(v.trim().as_bytes())?;
+        for v in crate::hop::tokens(h)? {
+            let n = from_digits(v)?;
             match found {
                 None => found = Some(n),
                 Some(m) if m != n => return None,
@@ -342,6 +400,64 @@ mod tests {
         assert!(parse(&mut b).unwrap().unwrap().keep_alive);
         let mut b = BytesMut::from(&b"HTTP/1.0 200 OK\r\n\r\n"[..]);
         assert!(!parse(&mut b).unwrap().unwrap().keep_alive);
+    }
+
+    #[test]
+    fn common_names_are_the_names_from_bytes_makes() {
+        for n in [
+            "Server",
+            "Date",
+            "Content-Type",
+            "Content-Length",
+            "Connection",
+            "Last-Modified",
+            "ETag",
+            "Accept-Ranges",
+            "Transfer-Encoding",
+            "Location",
+            "Cache-Control",
+            "Expires",
+            "Vary",
+            "Content-Encoding",
+            "Set-Cookie",
+            "content-length",
+            "X-Other",
+            "Bad Name",
+            "",
+        ] {
+            let fast = name_of(n.as_bytes()).map_err(|e| e.to_string());
+            let slow = HeaderName::from_bytes(n.as_bytes()).map_err(|e| e.to_string());
+            assert_eq!(fast, slow, "{n}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn tokens_are_found_as_to_str_and_trim_found_them(
+            value in proptest::collection::vec(
+                proptest::sample::select(&b" \t,aAcClosekp-\x7f\x80\xff\x0b\x0c"[..]),
+                0..24,
+            ),
+        ) {
+            let Ok(v) = HeaderValue::from_bytes(&value) else { return Ok(()) };
+            for needle in ["close", "keep-alive"] {
+                let by_str = v
+                    .to_str()
+                    .is_ok_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(needle)));
+                proptest::prop_assert_eq!(has_token(&v, needle), by_str, "{:?}", v);
+            }
+        }
+    }
+
+    #[test]
+    fn a_token_is_found_in_any_case_among_others() {
+        let v = |s: &'static str| HeaderValue::from_static(s);
+        assert!(has_token(&v("Keep-Alive, CLOSE"), "close"));
+        assert!(has_token(&v(" \tclose\t "), "close"));
+        assert!(!has_token(&v("closed, x"), "close"));
+        assert!(!has_token(&v(""), "close"));
+        let obs = HeaderValue::from_bytes(b"close, \xff").unwrap();
+        assert!(!has_token(&obs, "close"), "not visible ASCII: no token");
     }
 
     #[test]

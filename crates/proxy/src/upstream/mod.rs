@@ -257,8 +257,9 @@ impl H1 {
             headers,
             reason,
             keep_alive,
+            framed,
         } = head;
-        let (kind, upgrade) = head::decoder(status, &parts.method, version, &headers)?;
+        let (kind, upgrade) = head::decode(status, &parts.method, version, &headers, framed)?;
         let mut resp = Response::new(());
         *resp.status_mut() = status;
         *resp.version_mut() = version;

@@ -88,6 +88,63 @@ async fn headers_go_up_as_nginx_sends_them() {
     );
 }
 
+/// The order of the fields a backend sees is the one vigil has always
+/// sent (the client's, as the edits of hop-by-hop fields, Host and
+/// `proxy_set_header` left them: a removed field's place taken by the
+/// last one); nginx sends its own order (its set fields first).
+#[tokio::test]
+async fn fields_go_up_in_the_order_vigil_always_sent_them() {
+    let b = Backend::named("b").await;
+    let p = start_proxy(&format!(
+        "http {{ upstream u {{ server {}; keepalive 4; }}
+           server {{ listen {{LISTEN}};
+             location / {{ proxy_pass http://u; proxy_http_version 1.1;
+               proxy_set_header X-Real-IP $remote_addr;
+               proxy_set_header Accept \"\";
+               proxy_set_header Connection \"\";
+               proxy_set_header X-Uri $request_uri;
+               proxy_set_header Accept-Encoding \"\";
+               proxy_set_header X-Empty $http_x_none; }} }} }}",
+        b.addr
+    ))
+    .await;
+    let req = hyper::Request::builder()
+        .uri("/p?a=1")
+        .header("user-agent", "ua")
+        .header("accept", "*/*")
+        .header("connection", "keep-alive, x-drop")
+        .header("x-drop", "1")
+        .header("host", "client.example")
+        .header("te", "trailers")
+        .header("x-keep", "k1")
+        .header("x-keep", "k2")
+        .header("accept-encoding", "gzip")
+        .header("upgrade", "websocket")
+        .header("x-last", "l")
+        .body(Full::new(Bytes::new()))
+        .expect("req");
+    assert_eq!(send(p.addr, req).await.status, 200);
+    let seen = &b.requests()[0];
+    let fields: Vec<(&str, &str)> = seen
+        .headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.to_str().unwrap_or("?")))
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            ("user-agent", "ua"),
+            ("x-real-ip", "127.0.0.1"),
+            ("x-last", "l"),
+            ("x-keep", "k1"),
+            ("x-keep", "k2"),
+            ("host", "u"),
+            ("x-uri", "/p?a=1"),
+            ("connection", "keep-alive"),
+        ]
+    );
+}
+
 #[tokio::test]
 async fn keepalive_reuses_connections_and_is_not_a_cap() {
     let b = Backend::named("b").await;

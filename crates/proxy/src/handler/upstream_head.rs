@@ -1,0 +1,129 @@
+//! The header fields of an upstream request, built from the client's in
+//! one pass rather than as a clone of its map edited field by field.
+//!
+//! The order is the one those map edits left, which is what backends have
+//! always seen: `HeaderMap::remove` moves the map's last field into the
+//! removed one's place, `insert` of a name already there keeps its place
+//! and drops the name's other values, a new name goes last. The edits run
+//! on a list of the fields (the map's operations, without hashing), and
+//! the map is filled from the list once.
+
+use std::borrow::Cow;
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+use crate::hop::HopByHop;
+
+/// The fields of the request on their way upstream.
+pub(super) struct Fields<'a> {
+    client: &'a HeaderMap,
+    list: Vec<Field<'a>>,
+}
+
+struct Field<'a> {
+    name: Cow<'a, HeaderName>,
+    value: Value<'a>,
+}
+
+/// A field's values: the client's (its first; `more`: it has others, read
+/// from the client's map when the map is filled), or one an edit put.
+enum Value<'a> {
+    Client { first: &'a HeaderValue, more: bool },
+    Put(HeaderValue),
+}
+
+// === impl Fields ===
+
+impl<'a> Fields<'a> {
+    /// The client's fields without the hop-by-hop ones (removed in the
+    /// map's order, as `strip_hop_by_hop` removes them), with room for
+    /// `extra` more.
+    pub(super) fn without_hop_by_hop(client: &'a HeaderMap, extra: usize) -> Self {
+        let mut list: Vec<Field<'a>> = Vec::with_capacity(client.keys_len() + extra);
+        let mut last: Option<&HeaderName> = None;
+        let mut connection = false;
+        // The map yields a name's values one after another, with the
+        // same name each time.
+        for (name, value) in client {
+            if last.is_some_and(|l| std::ptr::eq(l, name)) {
+                if let Some(Field {
+                    value: Value::Client { more, .. },
+                    ..
+                }) = list.last_mut()
+                {
+                    *more = true;
+                }
+                continue;
+            }
+            last = Some(name);
+            connection |= name == header::CONNECTION;
+            list.push(Field {
+                name: Cow::Borrowed(name),
+                value: Value::Client {
+                    first: value,
+                    more: false,
+                },
+            });
+        }
+        let mut fields = Self { client, list };
+        let hop = HopByHop::knowing(client, false, connection);
+        for name in client.keys() {
+            if hop.drops(name) {
+                fields.remove(name);
+            }
+        }
+        fields
+    }
+
+    fn position(&self, name: &HeaderName) -> Option<usize> {
+        self.list.iter().position(|f| *f.name == *name)
+    }
+
+    /// `HeaderMap::remove`: the last field takes the removed one's place.
+    pub(super) fn remove(&mut self, name: &HeaderName) {
+        if let Some(i) = self.position(name) {
+            self.list.swap_remove(i);
+        }
+    }
+
+    /// `HeaderMap::insert`: in the name's place (its other values gone),
+    /// else last.
+    pub(super) fn insert(&mut self, name: Cow<'a, HeaderName>, value: HeaderValue) {
+        match self.position(&name) {
+            Some(i) => self.list[i].value = Value::Put(value),
+            None => self.list.push(Field {
+                name,
+                value: Value::Put(value),
+            }),
+        }
+    }
+
+    /// Whether a field `name` is there.
+    pub(super) fn contains(&self, name: &HeaderName) -> bool {
+        self.position(name).is_some()
+    }
+
+    /// The header map, in the list's order.
+    pub(super) fn into_map(self) -> HeaderMap {
+        let mut map = HeaderMap::with_capacity(self.list.len());
+        for f in self.list {
+            match f.value {
+                Value::Put(v) => {
+                    map.append(f.name.into_owned(), v);
+                }
+                Value::Client { first, more: false } => {
+                    map.append(f.name.into_owned(), first.clone());
+                }
+                Value::Client { more: true, .. } => {
+                    for v in self.client.get_all(&*f.name) {
+                        map.append(&*f.name, v.clone());
+                    }
+                }
+            }
+        }
+        map
+    }
+}
+
+#[cfg(test)]
+mod tests;

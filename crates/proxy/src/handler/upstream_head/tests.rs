@@ -1,0 +1,318 @@
+//! The fields built from the client's against the map edits they replace
+//! (the code that built them before: a clone of the client's map, edited).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Request, Uri, Version};
+use proptest::prelude::*;
+use vigil_core::config::{literal_resolver, nginx};
+use vigil_core::event::EventBus;
+use vigil_core::registry::Registry;
+
+use crate::hop::strip_hop_by_hop;
+use crate::pool::Pool;
+use crate::route::{Route, Routes};
+
+fn route(conf: &str) -> Arc<Route> {
+    let config = nginx::load_str(conf, "t.conf".as_ref(), ".".as_ref(), &literal_resolver)
+        .expect("conf")
+        .config;
+    let clock: Arc<dyn vigil_core::Clock> = Arc::new(vigil_core::SystemClock::new());
+    let reg = Registry::build(&config, None, Arc::new(EventBus::default()), clock);
+    let pools = reg
+        .upstreams()
+        .iter()
+        .map(|u| (u.name().to_string(), Arc::new(Pool::new(u.config()))))
+        .collect();
+    let routes = Routes::build(&config, &reg, &pools).expect("routes");
+    let uri: Uri = "/".parse().expect("uri");
+    let mut h = HeaderMap::new();
+    h.insert(header::HOST, HeaderValue::from_static("x.test"));
+    let (answer, _) = routes
+        .route(addr(), Version::HTTP_11, &uri, &h)
+        .expect("routed");
+    answer.proxy().expect("proxied").clone()
+}
+
+fn addr() -> SocketAddr {
+    "127.0.0.1:8080".parse().expect("addr")
+}
+
+/// The header edits of the former `build_request`, on a clone of the
+/// client's map.
+fn edited(
+    route: &Route,
+    parts: &http::request::Parts,
+    len: &Option<u64>,
+    upgrade: bool,
+) -> HeaderMap {
+    let mut headers = parts.headers.clone();
+    strip_hop_by_hop(&mut headers, false);
+    match HeaderValue::from_str(&route.proxy_host) {
+        Ok(v) => {
+            headers.insert(header::HOST, v);
+        }
+        Err(_) => {
+            headers.remove(header::HOST);
+        }
+    }
+    match len {
+        Some(0) => {
+            headers.remove(header::CONTENT_LENGTH);
+        }
+        Some(n) => {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(*n));
+        }
+        None => {}
+    }
+    if !route.set_headers.is_empty() {
+        let cx = route.vars(parts, addr(), addr(), 0);
+        for (name, tpl) in &route.set_headers {
+            headers.remove(name);
+            if let Some(t) = tpl {
+                let v = t.expand(&cx);
+                if !v.is_empty() {
+                    if let Ok(v) = HeaderValue::from_str(&v) {
+                        headers.insert(name.clone(), v);
+                    }
+                }
+            }
+        }
+    }
+    match upgrade {
+        true if headers.contains_key(header::UPGRADE) => {}
+        _ if route.pool.enabled() => {
+            headers.remove(header::UPGRADE);
+            headers.insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
+        }
+        _ => {
+            headers.remove(header::UPGRADE);
+            headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+    }
+    headers
+}
+
+fn parts(fields: &[(&str, &str)]) -> http::request::Parts {
+    let mut req = Request::builder().uri("/p?a=1");
+    for (n, v) in fields {
+        req = req.header(*n, *v);
+    }
+    req.body(()).expect("request").into_parts().0
+}
+
+/// The fields as they go on the wire: (name, value) in order.
+fn wire(h: &HeaderMap) -> Vec<(String, String)> {
+    h.iter()
+        .map(|(n, v)| {
+            (
+                n.as_str().to_owned(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Both ways, which must agree; the new one's fields.
+fn both(
+    route: &Route,
+    parts: &http::request::Parts,
+    len: Option<u64>,
+    upgrade: bool,
+) -> Vec<(String, String)> {
+    let new = super::super::request_headers(route, parts, addr(), addr(), &len, upgrade);
+    let old = edited(route, parts, &len, upgrade);
+    assert_eq!(wire(&new), wire(&old));
+    wire(&new)
+}
+
+const SETS: &str = "upstream u { server 127.0.0.1:1; keepalive 4; }
+    server { listen 127.0.0.1:8080; server_name x.test;
+      location / { proxy_pass http://u; proxy_http_version 1.1;
+        proxy_set_header X-Real-IP $remote_addr;
+        proxy_set_header Accept \"\";
+        proxy_set_header Connection \"\";
+        proxy_set_header X-Uri $request_uri;
+        proxy_set_header Accept-Encoding \"\";
+        proxy_set_header X-Empty $http_x_none; } }";
+
+fn kv(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn fields_keep_the_order_the_map_edits_gave_them() {
+    let r = route(SETS);
+    let p = parts(&[
+        ("user-agent", "ua"),
+        ("accept", "*/*"),
+        ("connection", "keep-alive, x-drop"),
+        ("x-drop", "1"),
+        ("host", "x.test"),
+        ("te", "trailers"),
+        ("x-keep", "k1"),
+        ("x-keep", "k2"),
+        ("accept-encoding", "gzip"),
+        ("upgrade", "websocket"),
+        ("x-last", "l"),
+    ]);
+    let got = both(&r, &p, Some(0), false);
+    // Each removal moved the last field into its place: X-Real-IP, put
+    // last, moved to Accept's when `proxy_set_header Accept ""` removed it.
+    assert_eq!(
+        got,
+        kv(&[
+            ("user-agent", "ua"),
+            ("x-real-ip", "127.0.0.1"),
+            ("x-last", "l"),
+            ("x-keep", "k1"),
+            ("x-keep", "k2"),
+            ("host", "u"),
+            ("x-uri", "/p?a=1"),
+            ("connection", "keep-alive"),
+        ])
+    );
+}
+
+#[test]
+fn an_empty_value_removes_and_a_length_is_put_in_place() {
+    let r = route(SETS);
+    let p = parts(&[
+        ("content-length", "5"),
+        ("accept", "a"),
+        ("x-real-ip", "6.6.6.6"),
+        ("x-real-ip", "7.7.7.7"),
+        ("x-b", "b"),
+    ]);
+    let got = both(&r, &p, Some(5), false);
+    assert_eq!(
+        got,
+        kv(&[
+            ("content-length", "5"),
+            ("x-real-ip", "127.0.0.1"),
+            ("host", "u"),
+            ("x-b", "b"),
+            ("x-uri", "/p?a=1"),
+            ("connection", "keep-alive"),
+        ])
+    );
+    // No pool: close; a streamed body: the client's length stays.
+    let r = route(
+        "upstream u { server 127.0.0.1:1; }
+         server { listen 127.0.0.1:8080; server_name x.test; location / { proxy_pass http://u; } }",
+    );
+    assert_eq!(
+        both(&r, &p, None, false),
+        kv(&[
+            ("content-length", "5"),
+            ("accept", "a"),
+            ("x-real-ip", "6.6.6.6"),
+            ("x-real-ip", "7.7.7.7"),
+            ("x-b", "b"),
+            ("host", "u"),
+            ("connection", "close"),
+        ])
+    );
+}
+
+#[test]
+fn an_upgrade_the_location_sets_goes_and_one_it_does_not_is_dropped() {
+    let r = route(
+        "upstream u { server 127.0.0.1:1; }
+         server { listen 127.0.0.1:8080; server_name x.test;
+           location / { proxy_pass http://u; proxy_http_version 1.1;
+             proxy_set_header Upgrade $http_upgrade; proxy_set_header Connection \"upgrade\"; } }",
+    );
+    let p = parts(&[
+        ("connection", "Upgrade"),
+        ("upgrade", "websocket"),
+        ("host", "x.test"),
+    ]);
+    assert_eq!(
+        both(&r, &p, Some(0), true),
+        kv(&[
+            ("host", "u"),
+            ("upgrade", "websocket"),
+            ("connection", "upgrade"),
+        ])
+    );
+    let r = route(SETS);
+    assert_eq!(
+        both(&r, &p, Some(0), true),
+        kv(&[
+            ("host", "u"),
+            ("x-real-ip", "127.0.0.1"),
+            ("x-uri", "/p?a=1"),
+            ("connection", "keep-alive")
+        ])
+    );
+}
+
+#[test]
+fn a_request_with_a_hundred_fields_keeps_them_all() {
+    let r = route(SETS);
+    let names: Vec<String> = (0..100).map(|i| format!("x-f{i}")).collect();
+    let mut fields: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "v")).collect();
+    fields[3] = ("connection", "x-f7, x-f50");
+    fields[60] = ("accept", "a");
+    let p = parts(&fields);
+    let got = both(&r, &p, Some(0), false);
+    // 100 less connection, the two it names and accept; host, x-real-ip,
+    // x-uri, connection added.
+    assert_eq!(got.len(), 100 - 4 + 4);
+}
+
+/// Names a client may send, hop-by-hop and set ones among them.
+const NAMES: &[&str] = &[
+    "host",
+    "connection",
+    "keep-alive",
+    "te",
+    "upgrade",
+    "accept",
+    "accept-encoding",
+    "x-real-ip",
+    "content-length",
+    "x-a",
+    "x-b",
+    "x-c",
+    "user-agent",
+    "proxy-connection",
+];
+const CONNECTION: &[&str] = &["keep-alive", "close", "x-a", "X-B, upgrade", "te, x-c", ""];
+
+fn arb_fields() -> impl Strategy<Value = Vec<(usize, usize)>> {
+    proptest::collection::vec((0..NAMES.len(), 0..CONNECTION.len()), 0..40)
+}
+
+proptest! {
+    #[test]
+    fn any_request_gets_the_fields_the_map_edits_gave(
+        fields in arb_fields(),
+        len in proptest::option::of(0u64..3),
+        upgrade: bool,
+    ) {
+        let pairs: Vec<(&str, String)> = fields
+            .iter()
+            .enumerate()
+            .map(|(i, &(n, c))| {
+                let v = if NAMES[n] == "connection" { CONNECTION[c].to_owned() } else { format!("v{i}") };
+                (NAMES[n], v)
+            })
+            .collect();
+        let borrowed: Vec<(&str, &str)> = pairs.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        let p = parts(&borrowed);
+        let r = route(SETS);
+        both(&r, &p, len, upgrade);
+        let plain = route(
+            "upstream u { server 127.0.0.1:1; }
+             server { listen 127.0.0.1:8080; server_name x.test; location / { proxy_pass http://u; } }",
+        );
+        both(&plain, &p, len, upgrade);
+    }
+}
