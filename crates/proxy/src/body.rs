@@ -21,11 +21,11 @@ use vigil_core::upstream::PeerGuard;
 use crate::metrics::UpstreamStats;
 use crate::pool::{Conn, Link, Pool};
 
-pub use crate::payload::{empty, full, BoxError, UpBody};
+pub(crate) use crate::payload::{empty, full, BoxError, UpBody};
 
 /// A request body read completely so it can be sent again on a retry.
 #[derive(Debug)]
-pub enum Buffered {
+pub(crate) enum Buffered {
     /// No body.
     Empty,
     /// Small bodies stay in memory.
@@ -41,7 +41,7 @@ pub enum Buffered {
 
 /// Why a request body could not be read.
 #[derive(Debug, thiserror::Error)]
-pub enum BodyError {
+pub(crate) enum BodyError {
     /// More than `client_max_body_size`: 413.
     #[error("request body larger than client_max_body_size ({0} bytes)")]
     TooLarge(u64),
@@ -85,7 +85,7 @@ impl std::fmt::Debug for RequestBody {
 
 /// Bodies up to this size stay in memory (nginx's `client_body_buffer_size`
 /// is 8–16 KiB; vigil keeps more in memory and spools the rest).
-pub const MEMORY_LIMIT: usize = 64 * 1024;
+pub(crate) const MEMORY_LIMIT: usize = 64 * 1024;
 
 /// Read the whole body, spooling to `spool_dir` past [`MEMORY_LIMIT`], with
 /// at most `timeout` (`client_body_timeout`) between two reads.
@@ -152,7 +152,7 @@ pub(crate) async fn buffer(
 
 impl Buffered {
     /// Its length.
-    pub fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         match self {
             Buffered::Empty => 0,
             Buffered::Memory(b) => b.len() as u64,
@@ -160,13 +160,8 @@ impl Buffered {
         }
     }
 
-    /// Whether it is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// A fresh body for one attempt.
-    pub async fn replay(&self) -> std::io::Result<UpBody> {
+    pub(crate) async fn replay(&self) -> std::io::Result<UpBody> {
         Ok(match self {
             Buffered::Empty => empty(),
             Buffered::Memory(b) => full(b.clone()),
@@ -360,7 +355,7 @@ impl Streamed {
 /// The upstream stopped sending within `proxy_read_timeout`.
 #[derive(Debug, thiserror::Error)]
 #[error("upstream timed out reading the response body")]
-pub struct BodyTimeout;
+pub(crate) struct BodyTimeout;
 
 impl Body for Streamed {
     type Data = Bytes;

@@ -23,7 +23,7 @@ use crate::upstream::Stream;
 
 /// Why a connection could not be opened.
 #[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
+pub(crate) enum ConnectError {
     /// Refused, reset, unreachable.
     #[error("connect to {addr} failed: {source}")]
     Io {
@@ -62,7 +62,7 @@ pub enum ConnectError {
 
 impl ConnectError {
     /// Whether this is a timeout (nginx class `timeout`, else `error`).
-    pub fn is_timeout(&self) -> bool {
+    pub(crate) fn is_timeout(&self) -> bool {
         matches!(self, ConnectError::Timeout { .. })
     }
 }
@@ -99,7 +99,7 @@ impl std::fmt::Debug for TlsSettings {
 }
 
 /// Open a connection to `addr` (TLS with `server_name` as SNI when `tls` is given).
-pub async fn connect(
+pub(crate) async fn connect(
     sockaddr: SocketAddr,
     timeout: Duration,
     tls: Option<(&TlsSettings, &str)>,

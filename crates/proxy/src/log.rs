@@ -26,7 +26,7 @@ use format::{End, Format, Rendered};
 
 /// One `access_log`: its file (shared by every log of that path), its
 /// format and its `if=`.
-pub struct AccessLogWriter {
+pub(crate) struct AccessLogWriter {
     file: Arc<Mutex<LineWriter<File>>>,
     format: Compiled,
     condition: Option<Format>,
@@ -58,7 +58,7 @@ struct Logged {
 impl AccessLogWriter {
     /// Open (append, create) `log.path`, or share `open`'s file (the same
     /// path); compile its format. The error says what failed.
-    pub fn open(
+    pub(crate) fn open(
         log: &AccessLog,
         open: Option<&AccessLogWriter>,
         scope: &crate::vars::Scope,

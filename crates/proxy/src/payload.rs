@@ -6,19 +6,19 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 
 /// Any error a body can carry.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The body type sent upstream and to clients.
-pub type UpBody = BoxBody<Bytes, BoxError>;
+pub(crate) type UpBody = BoxBody<Bytes, BoxError>;
 
 /// An empty body.
-pub fn empty() -> UpBody {
+pub(crate) fn empty() -> UpBody {
     Full::new(Bytes::new())
         .map_err(|never| match never {})
         .boxed()
 }
 
 /// A body of these bytes.
-pub fn full(b: impl Into<Bytes>) -> UpBody {
+pub(crate) fn full(b: impl Into<Bytes>) -> UpBody {
     Full::new(b.into()).map_err(|never| match never {}).boxed()
 }

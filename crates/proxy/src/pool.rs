@@ -23,7 +23,7 @@ const SHARDS: usize = 64;
 /// Idle connections of one upstream, one shard per worker (as nginx keeps
 /// `keepalive N` per worker process): a connection is only reused by the
 /// worker whose event loop drives it.
-pub struct Pool {
+pub(crate) struct Pool {
     shards: Box<[Mutex<VecDeque<Conn>>]>,
     cap: usize,
     timeout: Duration,
@@ -31,7 +31,7 @@ pub struct Pool {
 }
 
 /// A connection to one peer.
-pub struct Conn {
+pub(crate) struct Conn {
     pub(crate) peer: PeerId,
     pub(crate) link: Link,
     pub(crate) idle_since: Instant,
@@ -71,7 +71,7 @@ impl Link {
 
 impl Pool {
     /// A pool per the upstream's `keepalive` settings (none: no pooling).
-    pub fn new(config: &UpstreamConfig) -> Self {
+    pub(crate) fn new(config: &UpstreamConfig) -> Self {
         let (cap, timeout, max_requests) = config
             .keepalive
             .as_ref()
@@ -88,12 +88,12 @@ impl Pool {
     }
 
     /// Whether connections are kept at all.
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.cap > 0
     }
 
     /// Idle connections held now, over all workers.
-    pub fn idle_count(&self) -> usize {
+    pub(crate) fn idle_count(&self) -> usize {
         self.shards
             .iter()
             .map(|s| s.lock().map_or(0, |q| q.len()))

@@ -7,7 +7,7 @@ use std::sync::Arc;
 /// One attempt as `$upstream_addr`, `$upstream_status`,
 /// `$upstream_response_time` show it.
 #[derive(Clone, Debug)]
-pub struct AttemptRecord {
+pub(crate) struct AttemptRecord {
     /// The peer's address, or the upstream's name for "no live upstreams".
     pub addr: Arc<str>,
     /// The status the attempt produced (upstream's, or 502/504).

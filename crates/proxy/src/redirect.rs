@@ -27,7 +27,7 @@ const HIDDEN: &[&str] = &[
 
 /// A location's response-header rules, compiled.
 #[derive(Debug, Clone, Default)]
-pub struct Rules {
+pub(crate) struct Rules {
     hide: Vec<HeaderName>,
     redirects: Vec<(Text, Text)>,
 }
@@ -53,7 +53,7 @@ impl Text {
 
 impl Rules {
     /// The rules of `loc` (its `proxy_pass` gives the default redirect).
-    pub fn of(loc: &Location) -> Result<Self, UnknownVariable> {
+    pub(crate) fn of(loc: &Location) -> Result<Self, UnknownVariable> {
         let p = &loc.proxy;
         let mut hide: Vec<HeaderName> = Vec::new();
         for name in HIDDEN

@@ -9,7 +9,7 @@ use http::HeaderName;
 use crate::vars::Template;
 
 /// A compiled `return`.
-pub struct Reply {
+pub(crate) struct Reply {
     /// The status; 444 closes the connection without a response.
     pub code: u16,
     /// The body, or the `Location` of a redirecting code.

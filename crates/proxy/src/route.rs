@@ -9,22 +9,22 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use http::header::HeaderMap;
 use http::request::Parts;
-use http::{HeaderName, Uri, Version};
+use http::HeaderName;
 use vigil_core::config::{Config, Location};
 use vigil_core::registry::Registry;
 use vigil_core::{RetryPolicy, Upstream};
 
 use crate::pool::Pool;
-pub use crate::reply::Reply;
+pub(crate) use crate::reply::Reply;
 use crate::rewrite::{self, Net, Ran, Script};
-pub use crate::router::{Refusal, RouteError, Routed, Router, Target};
+pub(crate) use crate::router::Target;
+pub use crate::router::{Refusal, RouteError, Router};
 use crate::uri::{escape_uri, RequestUri};
 use crate::vars::{Scope, Template};
 
 /// The compiled routes of one configuration generation.
-pub struct Routes {
+pub(crate) struct Routes {
     pub(crate) router: Router,
     /// By server block, then location (None: the location proxies nowhere).
     routes: Vec<Vec<Option<Answer>>>,
@@ -67,7 +67,7 @@ pub(crate) struct PassUri(pub(crate) String);
 
 /// What a routed request gets.
 #[derive(Clone)]
-pub enum Answer {
+pub(crate) enum Answer {
     /// Proxied by this route.
     Proxy(Arc<Route>),
     /// Answered by a `return`.
@@ -75,45 +75,45 @@ pub enum Answer {
 }
 
 /// One location, ready to serve.
-pub struct Route {
+pub(crate) struct Route {
     /// The configured location.
-    pub location: Location,
+    pub(crate) location: Location,
     /// Its upstream.
-    pub upstream: Arc<Upstream>,
+    pub(crate) upstream: Arc<Upstream>,
     /// Idle connections to the upstream's peers.
-    pub pool: Arc<Pool>,
+    pub(crate) pool: Arc<Pool>,
     /// `$proxy_host`: the Host sent upstream by default.
-    pub proxy_host: String,
+    pub(crate) proxy_host: String,
     /// `proxy_host` as the upstream request's `Host` value (None: no value
     /// can carry it, and the request has no `Host`).
     pub(crate) host_value: Option<http::HeaderValue>,
     /// TLS settings when `proxy_pass` is `https://`.
-    pub tls: Option<crate::connect::TlsSettings>,
+    pub(crate) tls: Option<crate::connect::TlsSettings>,
     /// Retry limits.
-    pub policy: RetryPolicy,
+    pub(crate) policy: RetryPolicy,
     /// `proxy_set_header` (None = remove the header).
-    pub set_headers: Vec<(HeaderName, Option<Template>)>,
+    pub(crate) set_headers: Vec<(HeaderName, Option<Template>)>,
     /// `add_header`.
-    pub add_headers: Vec<(HeaderName, Template, bool)>,
+    pub(crate) add_headers: Vec<(HeaderName, Template, bool)>,
     /// The `hash` key of the upstream, if it hashes.
-    pub hash_key: Option<Template>,
+    pub(crate) hash_key: Option<Template>,
     /// The access log, if on.
-    pub access_log: Option<Arc<crate::log::AccessLogWriter>>,
+    pub(crate) access_log: Option<Arc<crate::log::AccessLogWriter>>,
     /// The client-side settings of the location's server block.
-    pub client: vigil_core::config::ClientSettings,
+    pub(crate) client: vigil_core::config::ClientSettings,
     /// A `proxy_pass` URI part with variables (`http://u/$1`), sent as it expands.
     pub(crate) pass_template: Option<Template>,
     /// `error_page` and `proxy_intercept_errors`.
     pub(crate) error_pages: crate::error_page::ErrorPages,
     /// `proxy_hide_header`, `proxy_pass_header`, `proxy_redirect`.
-    pub headers: crate::redirect::Rules,
+    pub(crate) headers: crate::redirect::Rules,
 }
 
 // === impl Routes ===
 
 impl Routes {
     /// Compile the routes of `config` against `registry`'s upstreams.
-    pub fn build(
+    pub(crate) fn build(
         config: &Config,
         registry: &Registry,
         pools: &HashMap<String, Arc<Pool>>,
@@ -228,13 +228,15 @@ impl Routes {
         self.router.default_server(listener)
     }
 
-    /// Route a request that arrived on `listener`.
-    pub fn route(
+    /// Route a request that arrived on `listener` (the tests' shortcut:
+    /// requests go through `route_parts`).
+    #[cfg(test)]
+    pub(crate) fn route(
         &self,
         listener: SocketAddr,
-        version: Version,
-        uri: &Uri,
-        headers: &HeaderMap,
+        version: http::Version,
+        uri: &http::Uri,
+        headers: &http::HeaderMap,
     ) -> Result<(Answer, Target), Refusal> {
         let r = self.router.route(listener, version, uri, headers)?;
         let answer = match r.location {
@@ -258,19 +260,6 @@ impl Routes {
     /// The reply a location's script bases its redirects on.
     pub(crate) fn redirect_base(&self, server: usize, location: usize) -> Option<&Reply> {
         self.bases.get(server).and_then(|s| s.get(location))
-    }
-
-    /// Every listen address.
-    pub fn listeners(config: &Config) -> Vec<vigil_core::config::Listen> {
-        let mut out: Vec<vigil_core::config::Listen> = Vec::new();
-        for s in &config.servers {
-            for l in &s.listen {
-                if !out.iter().any(|o| o.addr == l.addr) {
-                    out.push(l.clone());
-                }
-            }
-        }
-        out
     }
 }
 
@@ -429,7 +418,8 @@ fn as_sent<'u>(location: &Location, uri: &'u RequestUri, internal: bool) -> Opti
 
 impl Answer {
     /// The route, when the request is proxied.
-    pub fn proxy(&self) -> Option<&Arc<Route>> {
+    #[cfg(test)]
+    pub(crate) fn proxy(&self) -> Option<&Arc<Route>> {
         match self {
             Answer::Proxy(r) => Some(r),
             Answer::Return(_) => None,

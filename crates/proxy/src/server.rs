@@ -28,7 +28,7 @@ pub struct Generation {
     /// Its upstreams.
     pub registry: Arc<Registry>,
     /// Its routes.
-    pub routes: Routes,
+    pub(crate) routes: Routes,
     pools: HashMap<String, Arc<Pool>>,
     /// Its TLS addresses, certificates loaded.
     tls: TlsSites,
