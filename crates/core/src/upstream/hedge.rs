@@ -55,11 +55,18 @@ impl Upstream {
     }
 
     /// The `hedge after=` delay now: T, or the upstream's recent NN-th
-    /// percentile time-to-header (None while it has too few headers).
+    /// percentile time-to-header (None while it has too few headers),
+    /// refreshed from the window at most every 100 ms.
     pub fn hedge_delay_now(&self, now: Timestamp) -> Option<Duration> {
         match self.config.rules.hedge?.after {
             HedgeAfter::Fixed(d) => Some(d),
-            HedgeAfter::Percentile(p) => self.header_time_quantile(f64::from(p) / 100.0, now),
+            HedgeAfter::Percentile(p) => {
+                let l = self.latency.as_ref()?;
+                match &l.hedge {
+                    Some(d) => d.at(&l.header, now),
+                    None => self.header_time_quantile(f64::from(p) / 100.0, now),
+                }
+            }
         }
     }
 

@@ -30,7 +30,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::clock::{duration_ms, duration_us, Timestamp};
-use crate::config::{EjectSlow, EjectStuck, UpstreamConfig};
+use crate::config::{EjectSlow, EjectStuck, HedgeAfter, UpstreamConfig};
 
 use super::{PeerGuard, Upstream};
 
@@ -79,6 +79,20 @@ pub(crate) struct Latency {
     pub(crate) stuck: Option<StuckRule>,
     /// `eject_slow`: when the figures are next compared (ms).
     pub(crate) slow: Option<SlowRule>,
+    /// `hedge after=pNN`: the delay, refreshed from the window.
+    pub(crate) hedge: Option<HedgeDelay>,
+}
+
+/// The `hedge after=pNN` delay, refreshed from the window at most every
+/// [`HedgeDelay::REFRESH_MS`], as `eject_stuck`'s threshold is: a request
+/// reads one atomic instead of ranking the window's buckets.
+pub(crate) struct HedgeDelay {
+    /// The quantile (0.99 for p99).
+    q: f64,
+    /// The delay in µs; [`HedgeDelay::NONE`] while the window has too
+    /// few samples.
+    us: AtomicU64,
+    next_refresh_ms: AtomicU64,
 }
 
 /// One peer's measurement state.
@@ -233,6 +247,14 @@ impl Latency {
                 rule,
                 next_ms: AtomicU64::new(0),
             }),
+            hedge: r.hedge.and_then(|h| match h.after {
+                HedgeAfter::Percentile(p) => Some(HedgeDelay {
+                    q: f64::from(p) / 100.0,
+                    us: AtomicU64::new(HedgeDelay::NONE),
+                    next_refresh_ms: AtomicU64::new(0),
+                }),
+                HedgeAfter::Fixed(_) => None,
+            }),
         }))
     }
 
@@ -350,6 +372,38 @@ fn threshold_us(rule: &EjectStuck, header: &Windowed, now: Timestamp) -> u64 {
     let p99 = header.quantile(0.99, now).map_or(0, duration_us);
     let scaled = (p99 as f64 * rule.factor).min(u64::MAX as f64) as u64;
     min.max(scaled)
+}
+
+// === impl HedgeDelay ===
+
+impl HedgeDelay {
+    /// How often the delay follows the window's quantile.
+    pub(crate) const REFRESH_MS: u64 = 100;
+    const NONE: u64 = u64::MAX;
+
+    /// The delay at `now` (None while the window has too few samples).
+    pub(crate) fn at(&self, header: &Windowed, now: Timestamp) -> Option<Duration> {
+        let next = self.next_refresh_ms.load(Ordering::Relaxed);
+        if now.0 >= next
+            && self
+                .next_refresh_ms
+                .compare_exchange(
+                    next,
+                    now.0 + Self::REFRESH_MS,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+        {
+            let us = header.quantile(self.q, now).map_or(Self::NONE, duration_us);
+            self.us.store(us, Ordering::Relaxed);
+            return (us != Self::NONE).then(|| Duration::from_micros(us));
+        }
+        match self.us.load(Ordering::Relaxed) {
+            Self::NONE => None,
+            us => Some(Duration::from_micros(us)),
+        }
+    }
 }
 
 // === impl Waiting ===

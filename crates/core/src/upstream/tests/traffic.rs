@@ -425,6 +425,54 @@ fn after_a_percentile_hedges_once_the_upstream_has_enough_headers() {
     );
 }
 
+#[test]
+fn a_percentile_delay_follows_the_window_at_most_every_100_ms() {
+    let mut f = traffic(2, None, None, 1);
+    let mut cfg = f.up.config().clone();
+    cfg.rules.hedge = Some(Hedge {
+        after: HedgeAfter::Percentile(90),
+        max: NonZeroU32::MIN,
+    });
+    f.up = Arc::new(Upstream::new(cfg, f.events.clone(), f.clock.clone()));
+    let n = super::super::MIN_SAMPLES;
+    // Headers after 10 ms (8 of them) and at once (enough for a p90).
+    for i in 0..n + 8 {
+        let mut sel = f.begin(RetryPolicy::default(), RequestFacts::default());
+        let g = f.up.select(&mut sel, f.now()).expect("a peer");
+        f.advance(if i < 8 { 10 } else { 0 });
+        match sel.on_status(g, 200, f.now()) {
+            StatusVerdict::PassThrough(g, None) => drop(g),
+            _ => panic!("200 passes"),
+        }
+    }
+    let sel = f.begin(RetryPolicy::default(), RequestFacts::default());
+    let fast = f.up.hedge_after(&sel, f.now(), false).expect("a p90");
+    assert!(fast < Duration::from_millis(20), "{fast:?}");
+    // Many attempts started now and answered 90 ms later: the window's
+    // p90 is about 90 ms now, and the delay read stays for 100 ms.
+    let mut waiting = Vec::new();
+    for _ in 0..4 * n {
+        let mut s = f.begin(RetryPolicy::default(), RequestFacts::default());
+        let g = f.up.select(&mut s, f.now()).expect("a peer");
+        waiting.push((s, g));
+    }
+    f.advance(90);
+    for (mut s, g) in waiting {
+        match s.on_status(g, 200, f.now()) {
+            StatusVerdict::PassThrough(g, None) => drop(g),
+            _ => panic!("200 passes"),
+        }
+    }
+    assert_eq!(
+        f.up.hedge_after(&sel, f.now(), false),
+        Some(fast),
+        "within 100 ms of the last reading"
+    );
+    f.advance(20);
+    let later = f.up.hedge_after(&sel, f.now(), false).expect("a p90");
+    assert!(later >= Duration::from_millis(80), "read again: {later:?}");
+}
+
 /// A POST in a connect race is sent once, by the attempt that connected
 /// first: when that attempt fails after sending (or answers a listed
 /// status), the other may not take over (nginx's non-idempotent rule),
