@@ -1,8 +1,8 @@
 //! The accept loop of one listen address ([`vigil_net::accept_loop`]): each
-//! connection's request heads are judged as nginx judges them
-//! ([`crate::request_check`]), then served by hyper under its deadline
-//! ([`crate::conn`]); on stop the open connections finish their requests
-//! and close.
+//! connection is served under its deadline ([`crate::conn`]), HTTP/1.x by
+//! vigil's own loop ([`crate::h1`], which judges every head as nginx does)
+//! and HTTP/2 (ALPN `h2`) by hyper; on stop the open connections finish
+//! their requests and close.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,7 +22,7 @@ use vigil_net::tls::server;
 use crate::payload::UpBody;
 
 use crate::conn::{self, Closed, ConnState, Drain, TimedIo, Watched};
-use crate::request_check::{gate, HeadLimits, Verdict};
+use crate::request_check::HeadLimits;
 use crate::server::{Generation, Proxy};
 use crate::tls::{Secure, TlsSite};
 
@@ -247,28 +247,16 @@ where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let state = ConnState::since(site.timeouts, origin);
-    let verdicts = gate::Verdicts::default();
-    let io = gate::Gate::new(
-        TimedIo::new(io, state.clone()),
-        site.limits,
-        verdicts.clone(),
-    );
-    let svc = conn::tracking(state.clone(), move |req| {
-        let proxy = proxy.clone();
-        let admitted = verdicts.admit(req);
-        async move {
-            let mut req = match admitted {
-                Ok(req) => req,
-                Err(r) => return crate::handler::refused_head(&proxy, addr, client, r),
-            };
+    let io = TimedIo::new(io, state.clone());
+    let svc = conn::tracking(
+        state.clone(),
+        move |mut req: http::Request<hyper::body::Incoming>| {
+            let proxy = proxy.clone();
             req.extensions_mut().insert(Secure);
-            let verdict = req.extensions().get::<Verdict>().copied();
             let req = req.map(crate::body::RequestBody::Hyper);
-            let mut resp = crate::handler::handle(proxy, addr, client, req).await;
-            gate::close_if_blind(verdict.as_ref(), &mut resp);
-            resp
-        }
-    });
+            crate::handler::handle(proxy, addr, client, req)
+        },
+    );
     let conn = site
         .h2
         .serve_connection_with_upgrades(TokioIo::new(io), svc)

@@ -423,7 +423,7 @@ async fn exchange(
             conn::scoped(cx.state.clone(), handled).await
         }
     };
-    gate::close_if_blind(Some(&verdict), &mut resp);
+    gate::close_if_blind(&verdict, &mut resp);
     if let Err(abort) = conn::prepare(&mut resp, &guard, version) {
         return Err(Box::new(abort));
     }
