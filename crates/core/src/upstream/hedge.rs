@@ -60,12 +60,10 @@ impl Upstream {
     pub fn hedge_delay_now(&self, now: Timestamp) -> Option<Duration> {
         match self.config.rules.hedge?.after {
             HedgeAfter::Fixed(d) => Some(d),
-            HedgeAfter::Percentile(p) => {
+            // Core measures an upstream with a percentile hedge (latency::wanted).
+            HedgeAfter::Percentile(_) => {
                 let l = self.latency.as_ref()?;
-                match &l.hedge {
-                    Some(d) => d.at(&l.header, now),
-                    None => self.header_time_quantile(f64::from(p) / 100.0, now),
-                }
+                l.hedge.as_ref()?.at(&l.header, now)
             }
         }
     }

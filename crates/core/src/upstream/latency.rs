@@ -92,7 +92,7 @@ pub(crate) struct HedgeDelay {
     /// The delay in µs; [`HedgeDelay::NONE`] while the window has too
     /// few samples.
     us: AtomicU64,
-    next_refresh_ms: AtomicU64,
+    next_refresh: Every,
 }
 
 /// One peer's measurement state.
@@ -108,13 +108,18 @@ pub(crate) struct PeerLatency {
 pub(crate) struct StuckRule {
     pub(crate) rule: EjectStuck,
     threshold_us: AtomicU64,
-    next_refresh_ms: AtomicU64,
+    next_refresh: Every,
 }
+
+/// When a periodic refresh is next due (ms): of all the callers that find
+/// it due, one claims it (the others go on with the value in force).
+#[derive(Default)]
+pub(crate) struct Every(AtomicU64);
 
 /// `eject_slow` and the time of its next comparison.
 pub(crate) struct SlowRule {
     pub(crate) rule: EjectSlow,
-    next_ms: AtomicU64,
+    next: Every,
 }
 
 /// The attempts of one peer still waiting for a header: their start times
@@ -241,17 +246,17 @@ impl Latency {
             stuck: r.eject_stuck.map(|rule| StuckRule {
                 rule,
                 threshold_us: AtomicU64::new(duration_us(rule.min)),
-                next_refresh_ms: AtomicU64::new(0),
+                next_refresh: Every::default(),
             }),
             slow: r.eject_slow.map(|rule| SlowRule {
                 rule,
-                next_ms: AtomicU64::new(0),
+                next: Every::default(),
             }),
             hedge: r.hedge.and_then(|h| match h.after {
                 HedgeAfter::Percentile(p) => Some(HedgeDelay {
                     q: f64::from(p) / 100.0,
                     us: AtomicU64::new(HedgeDelay::NONE),
-                    next_refresh_ms: AtomicU64::new(0),
+                    next_refresh: Every::default(),
                 }),
                 HedgeAfter::Fixed(_) => None,
             }),
@@ -302,14 +307,8 @@ impl Latency {
         let Some(s) = &self.slow else {
             return false;
         };
-        let next = s.next_ms.load(Ordering::Relaxed);
-        if now.0 < next {
-            return false;
-        }
         let period = (duration_ms(s.rule.window) / 50).clamp(20, 1000);
-        s.next_ms
-            .compare_exchange(next, now.0 + period, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
+        s.next.claim(now, period)
     }
 
     /// Forget peer `index`'s `eject_slow` figure (it was ejected or readmitted:
@@ -340,6 +339,26 @@ impl Latency {
     }
 }
 
+// === impl Every ===
+
+impl Every {
+    /// Whether the refresh is due at `now` and this caller takes it (the
+    /// next one is then due `period_ms` later).
+    pub(crate) fn claim(&self, now: Timestamp, period_ms: u64) -> bool {
+        let next = self.0.load(Ordering::Relaxed);
+        now.0 >= next
+            && self
+                .0
+                .compare_exchange(
+                    next,
+                    now.0 + period_ms,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+    }
+}
+
 // === impl StuckRule ===
 
 impl StuckRule {
@@ -347,18 +366,7 @@ impl StuckRule {
     pub(crate) const REFRESH_MS: u64 = 100;
 
     fn maybe_refresh(&self, header: &Windowed, now: Timestamp) {
-        let next = self.next_refresh_ms.load(Ordering::Relaxed);
-        if now.0 < next
-            || self
-                .next_refresh_ms
-                .compare_exchange(
-                    next,
-                    now.0 + Self::REFRESH_MS,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                )
-                .is_err()
-        {
+        if !self.next_refresh.claim(now, Self::REFRESH_MS) {
             return;
         }
         self.threshold_us
@@ -383,18 +391,7 @@ impl HedgeDelay {
 
     /// The delay at `now` (None while the window has too few samples).
     pub(crate) fn at(&self, header: &Windowed, now: Timestamp) -> Option<Duration> {
-        let next = self.next_refresh_ms.load(Ordering::Relaxed);
-        if now.0 >= next
-            && self
-                .next_refresh_ms
-                .compare_exchange(
-                    next,
-                    now.0 + Self::REFRESH_MS,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
-        {
+        if self.next_refresh.claim(now, Self::REFRESH_MS) {
             let us = header.quantile(self.q, now).map_or(Self::NONE, duration_us);
             self.us.store(us, Ordering::Relaxed);
             return (us != Self::NONE).then(|| Duration::from_micros(us));
