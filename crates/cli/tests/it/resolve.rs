@@ -75,28 +75,9 @@ fn dns(zone: Zone) -> SocketAddr {
     addr
 }
 
-/// A backend on `addr` answering every request with `body`.
+/// A backend on `l` answering every request with `body`.
 fn backend(l: TcpListener, body: &'static str) {
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(mut s) = s else { continue };
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                let mut got = Vec::new();
-                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut buf) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => got.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let _ = write!(
-                    s,
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-            });
-        }
-    });
+    crate::serve::answer_on(l, body);
 }
 
 fn get(addr: SocketAddr, path: &str) -> Option<String> {

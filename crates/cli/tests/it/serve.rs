@@ -12,6 +12,13 @@ use vigil_testkit::free_addr as free_port;
 fn backend(body: &'static str) -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = l.local_addr().expect("addr");
+    answer_on(l, body);
+    addr
+}
+
+/// Answer every request on `l` with `body` (`Connection: close`), on
+/// threads of its own.
+pub(crate) fn answer_on(l: TcpListener, body: &'static str) {
     std::thread::spawn(move || {
         for s in l.incoming() {
             let Ok(mut s) = s else { continue };
@@ -32,7 +39,6 @@ fn backend(body: &'static str) -> SocketAddr {
             });
         }
     });
-    addr
 }
 
 fn get(addr: SocketAddr) -> Option<String> {
