@@ -136,27 +136,7 @@ impl CheckMember {
         .stderr(std::fs::File::create(&log).expect("test step"))
         .spawn()
         .expect("vigil check");
-        b.pids
-            .lock()
-            .expect("test step")
-            .insert(child.id(), name.to_string());
-        let mut member = Member {
-            name: name.to_string(),
-            listen,
-            admin,
-            log,
-            child: Some(child),
-        };
-        wait_for(
-            &format!("{name}'s admin API"),
-            Duration::from_secs(20),
-            || {
-                if let Some(Ok(Some(exit))) = member.child.as_mut().map(Child::try_wait) {
-                    panic!("{name} exited ({exit})");
-                }
-                member.fleet().is_some()
-            },
-        );
+        let member = Member::started(b, name, listen, admin, log, child, |m| m.fleet().is_some());
         CheckMember {
             member,
             render,

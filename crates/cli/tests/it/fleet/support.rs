@@ -419,6 +419,27 @@ impl Member {
             .stderr(std::fs::File::create(&log).expect("test step"))
             .spawn()
             .expect("test step");
+        let without_fleet = etcd.is_empty();
+        Member::started(b, name, listen, admin, log, child, |m| {
+            if without_fleet {
+                http_get(m.admin, "/api/status").is_some()
+            } else {
+                m.fleet().is_some()
+            }
+        })
+    }
+
+    /// A member's process just spawned: its pid registered with `b` (killed
+    /// at the end), then waited for until `ready` (a panic if it exits).
+    pub(super) fn started(
+        b: &Backends,
+        name: &str,
+        listen: SocketAddr,
+        admin: SocketAddr,
+        log: PathBuf,
+        child: Child,
+        ready: impl Fn(&Member) -> bool,
+    ) -> Member {
         b.pids
             .lock()
             .expect("test step")
@@ -437,11 +458,7 @@ impl Member {
                 if let Some(Ok(Some(exit))) = m.child.as_mut().map(Child::try_wait) {
                     panic!("{name} exited ({exit})");
                 }
-                if etcd.is_empty() {
-                    http_get(m.admin, "/api/status").is_some()
-                } else {
-                    m.fleet().is_some()
-                }
+                ready(&m)
             },
         );
         m
