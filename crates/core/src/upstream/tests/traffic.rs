@@ -392,8 +392,8 @@ fn requests_are_counted_at_begin_and_a_reload_keeps_an_unchanged_budget() {
     assert_eq!(next.retry_budget_now(f.now()).map(|b| b.requests), Some(0));
 }
 
-#[test]
-fn after_a_percentile_hedges_once_the_upstream_has_enough_headers() {
+/// Two peers, hedged after the upstream's recent p90 time-to-header.
+fn hedging_at_p90() -> Fixture {
     let mut f = traffic(2, None, None, 1);
     let mut cfg = f.up.config().clone();
     cfg.rules.hedge = Some(Hedge {
@@ -401,6 +401,23 @@ fn after_a_percentile_hedges_once_the_upstream_has_enough_headers() {
         max: NonZeroU32::MIN,
     });
     f.up = Arc::new(Upstream::new(cfg, f.events.clone(), f.clock.clone()));
+    f
+}
+
+/// One request whose header comes `ms` after it was sent.
+fn answered_after(f: &mut Fixture, ms: u64) {
+    let mut sel = f.begin(RetryPolicy::default(), RequestFacts::default());
+    let g = f.up.select(&mut sel, f.now()).expect("a peer");
+    f.advance(ms);
+    match sel.on_status(g, 200, f.now()) {
+        StatusVerdict::PassThrough(g, None) => drop(g),
+        _ => panic!("200 passes"),
+    }
+}
+
+#[test]
+fn after_a_percentile_hedges_once_the_upstream_has_enough_headers() {
+    let mut f = hedging_at_p90();
     let first = f.begin(RetryPolicy::default(), RequestFacts::default());
     assert_eq!(
         f.up.hedge_after(&first, f.now(), false),
@@ -409,13 +426,7 @@ fn after_a_percentile_hedges_once_the_upstream_has_enough_headers() {
     );
     // Headers after 10 ms, and one in ten after 200 ms.
     for i in 0..super::super::MIN_SAMPLES * 2 {
-        let mut sel = f.begin(RetryPolicy::default(), RequestFacts::default());
-        let g = f.up.select(&mut sel, f.now()).expect("a peer");
-        f.advance(if i % 10 == 9 { 200 } else { 10 });
-        match sel.on_status(g, 200, f.now()) {
-            StatusVerdict::PassThrough(g, None) => drop(g),
-            _ => panic!("200 passes"),
-        }
+        answered_after(&mut f, if i % 10 == 9 { 200 } else { 10 });
     }
     let sel = f.begin(RetryPolicy::default(), RequestFacts::default());
     let after = f.up.hedge_after(&sel, f.now(), false).expect("a p90 now");
@@ -427,23 +438,11 @@ fn after_a_percentile_hedges_once_the_upstream_has_enough_headers() {
 
 #[test]
 fn a_percentile_delay_follows_the_window_at_most_every_100_ms() {
-    let mut f = traffic(2, None, None, 1);
-    let mut cfg = f.up.config().clone();
-    cfg.rules.hedge = Some(Hedge {
-        after: HedgeAfter::Percentile(90),
-        max: NonZeroU32::MIN,
-    });
-    f.up = Arc::new(Upstream::new(cfg, f.events.clone(), f.clock.clone()));
+    let mut f = hedging_at_p90();
     let n = super::super::MIN_SAMPLES;
     // Headers after 10 ms (8 of them) and at once (enough for a p90).
     for i in 0..n + 8 {
-        let mut sel = f.begin(RetryPolicy::default(), RequestFacts::default());
-        let g = f.up.select(&mut sel, f.now()).expect("a peer");
-        f.advance(if i < 8 { 10 } else { 0 });
-        match sel.on_status(g, 200, f.now()) {
-            StatusVerdict::PassThrough(g, None) => drop(g),
-            _ => panic!("200 passes"),
-        }
+        answered_after(&mut f, if i < 8 { 10 } else { 0 });
     }
     let sel = f.begin(RetryPolicy::default(), RequestFacts::default());
     let fast = f.up.hedge_after(&sel, f.now(), false).expect("a p90");
