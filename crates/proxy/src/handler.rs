@@ -83,7 +83,10 @@ pub(crate) async fn handle(
     mut req: Request<RequestBody>,
 ) -> Response<UpBody> {
     let start = vigil_core::clock::coarse_now();
-    req.extensions_mut().insert(crate::vars::RequestId::new());
+    // Only where a template or log line may read it ($request_id).
+    if let Some(id) = crate::vars::RequestId::draw() {
+        req.extensions_mut().insert(id);
+    }
     let generation = proxy.current();
     // The rewrite phases leave $uri, $host, $server_name, the captures and
     // the upstream URI in the request's extensions.

@@ -75,7 +75,10 @@ impl AccessLogWriter {
             }
         };
         let format = match &log.format {
-            LogFormat::Json => Compiled::Json,
+            LogFormat::Json => {
+                crate::vars::RequestId::wanted();
+                Compiled::Json
+            }
             LogFormat::Combined => Compiled::Format(
                 Format::compile(format::COMBINED, LogEscape::Default, scope)
                     .map_err(|e| format!("log format \"combined\": {e}"))?,

@@ -272,7 +272,10 @@ impl Var {
             n if n.starts_with("http_") => Var::Http(n[5..].replace('_', "-")),
             n if n.starts_with("arg_") => Var::Arg(n[4..].to_string()),
             n if n.starts_with("cookie_") => Var::Cookie(n[7..].to_string()),
-            "request_id" => Var::RequestId,
+            "request_id" => {
+                RequestId::wanted();
+                Var::RequestId
+            }
             "request" => Var::Request,
             "is_args" => Var::IsArgs,
             "server_addr" => Var::ServerAddr,
@@ -473,9 +476,28 @@ impl Var {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct RequestId(u128);
 
+/// Whether any template or log format of this process reads
+/// `$request_id` (set when one compiles, never cleared): until then the
+/// handler draws no id and leaves the request's extensions empty (an
+/// insert there costs a map and a box per request).
+static REQUEST_ID_WANTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 impl RequestId {
     pub(crate) fn new() -> Self {
         Self(rand::random::<u128>())
+    }
+
+    /// A template or log format reads the id: from now on every request
+    /// draws one.
+    pub(crate) fn wanted() {
+        REQUEST_ID_WANTED.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The id a request draws, when anything may read it.
+    pub(crate) fn draw() -> Option<Self> {
+        REQUEST_ID_WANTED
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .then(Self::new)
     }
 }
 
@@ -665,5 +687,16 @@ mod tests {
         assert!(id.bytes().all(|b| b.is_ascii_hexdigit()));
         assert_eq!(RequestId(0xab).to_string(), format!("{:0>32}", "ab"));
         assert_ne!(id, RequestId::new().to_string());
+    }
+
+    #[test]
+    fn a_template_reading_request_id_makes_requests_draw_one() {
+        // The flag is the process's (other tests may have set it first);
+        // what must hold is that after a template reads the id, every
+        // request draws a fresh one.
+        Template::parse("id=$request_id").unwrap();
+        let (a, b) = (RequestId::draw(), RequestId::draw());
+        assert!(a.is_some() && b.is_some());
+        assert_ne!(a, b);
     }
 }
