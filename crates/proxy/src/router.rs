@@ -16,7 +16,7 @@ use vigil_core::config::Config;
 
 use crate::location::{Found, Locations};
 use crate::uri::{escape_uri, RequestUri, UriError};
-use crate::vhost::{request_line_host, validate_host, ServerNames};
+use crate::vhost::{request_line_host, validate_host, Host, ServerNames};
 
 /// Which block and location a request gets, from the configuration alone.
 #[derive(Debug)]
@@ -70,7 +70,7 @@ pub struct Target {
     pub uri: RequestUri,
     /// nginx's `r->headers_in.server`: the validated host from the request
     /// line, `Host` or `:authority`; "" when the request had none.
-    pub host: String,
+    pub host: Host,
     /// `$server_name` of the chosen block.
     pub server_name: Arc<str>,
     /// nginx's `r->internal`: a rewrite or internal redirect changed the
@@ -365,7 +365,7 @@ fn server_name(names: &[String]) -> String {
 /// HTTP/1.1 or HTTP/2. On HTTP/1.x an absolute-form target's host wins
 /// over `Host` (which must still be valid); nginx 1.22 takes HTTP/2's
 /// `:authority` as a `Host` header, so both at once are two.
-fn request_host(version: Version, uri: &Uri, headers: &HeaderMap) -> Result<String, Refusal> {
+fn request_host(version: Version, uri: &Uri, headers: &HeaderMap) -> Result<Host, Refusal> {
     let bad = Refusal::BadRequest;
     let mut hosts = headers.get_all(header::HOST).iter();
     let first = hosts.next();
@@ -439,6 +439,6 @@ pub(crate) fn absolute_prefix(target: &Target, listener: SocketAddr) -> String {
 
 /// `$host` of a request the handler did not route (unit tests of
 /// variables): the same rules, "" where they would refuse it.
-pub(crate) fn host_of(parts: &Parts) -> String {
+pub(crate) fn host_of(parts: &Parts) -> Host {
     request_host(parts.version, &parts.uri, &parts.headers).unwrap_or_default()
 }

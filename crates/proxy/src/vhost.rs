@@ -142,7 +142,7 @@ impl ServerNames {
 /// `ngx_http_validate_host`: the host lower-cased, without its port and
 /// one trailing dot; None where nginx answers 400 (`/`, a control byte or
 /// space, `..`, nothing left). `\` is allowed, as on every Unix nginx.
-pub(crate) fn validate_host(raw: &[u8]) -> Option<String> {
+pub(crate) fn validate_host(raw: &[u8]) -> Option<Host> {
     #[derive(PartialEq)]
     enum S {
         Usual,
@@ -180,11 +180,104 @@ pub(crate) fn validate_host(raw: &[u8]) -> Option<String> {
     if host_len == 0 {
         return None;
     }
-    let host = raw.get(..host_len)?.to_ascii_lowercase();
-    Some(
-        String::from_utf8(host)
-            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
-    )
+    Some(Host::lowercase(raw.get(..host_len)?))
+}
+
+/// Bytes of a host kept inline, without allocating (`127.0.0.1`,
+/// `www.example.com`; longer ones go to the heap).
+const INLINE_HOST: usize = 30;
+
+/// A validated request host (`r->headers_in.server`): lower-case text,
+/// inline when short, as nearly every host is.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Host(HostRepr);
+
+#[derive(Clone, PartialEq, Eq)]
+enum HostRepr {
+    /// UTF-8 bytes `bytes[..len]`.
+    Inline {
+        len: u8,
+        bytes: [u8; INLINE_HOST],
+    },
+    Heap(Box<str>),
+}
+
+// === impl Host ===
+
+impl Host {
+    /// `raw` lower-cased (ASCII only), invalid UTF-8 replaced.
+    fn lowercase(raw: &[u8]) -> Self {
+        match std::str::from_utf8(raw) {
+            Ok(text) if text.len() <= INLINE_HOST => {
+                let mut bytes = [0u8; INLINE_HOST];
+                if let Some(dst) = bytes.get_mut(..text.len()) {
+                    dst.copy_from_slice(text.as_bytes());
+                    dst.make_ascii_lowercase();
+                }
+                Self(HostRepr::Inline {
+                    len: u8::try_from(text.len()).unwrap_or(0),
+                    bytes,
+                })
+            }
+            _ => {
+                let mut text = String::from_utf8_lossy(raw).into_owned();
+                text.make_ascii_lowercase();
+                Self(HostRepr::Heap(text.into_boxed_str()))
+            }
+        }
+    }
+
+    /// The host's text.
+    pub fn as_str(&self) -> &str {
+        match &self.0 {
+            HostRepr::Inline { len, bytes } => bytes
+                .get(..usize::from(*len))
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .unwrap_or_default(),
+            HostRepr::Heap(text) => text,
+        }
+    }
+}
+
+impl Default for Host {
+    fn default() -> Self {
+        Self(HostRepr::Inline {
+            len: 0,
+            bytes: [0; INLINE_HOST],
+        })
+    }
+}
+
+impl std::ops::Deref for Host {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl std::fmt::Display for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for Host {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Host {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
 }
 
 /// The host part of an absolute-form request target's authority, where it
@@ -238,6 +331,97 @@ mod tests {
         assert_eq!(v("é.test").as_deref(), Some("é.test"));
         for bad in ["a/b", "a..b", "", ".", ":80", "a b", "a\x01b", "a\x7f"] {
             assert_eq!(v(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn hosts_short_and_long_read_the_same() {
+        let inline = "A".repeat(INLINE_HOST);
+        let heap = "B".repeat(INLINE_HOST + 1);
+        assert!(matches!(
+            validate_host(inline.as_bytes()).map(|h| h.0),
+            Some(HostRepr::Inline { .. })
+        ));
+        assert!(matches!(
+            validate_host(heap.as_bytes()).map(|h| h.0),
+            Some(HostRepr::Heap(_))
+        ));
+        assert_eq!(
+            validate_host(inline.as_bytes()).as_deref(),
+            Some("a".repeat(INLINE_HOST).as_str())
+        );
+        assert_eq!(
+            validate_host(heap.as_bytes()).as_deref(),
+            Some("b".repeat(INLINE_HOST + 1).as_str())
+        );
+        assert_eq!(
+            validate_host(b"\xffA.Test:80").as_deref(),
+            Some("\u{fffd}a.test")
+        );
+        assert_eq!(Host::default().as_str(), "");
+        assert_eq!(
+            format!("{:?}", validate_host(b"A").unwrap_or_default()),
+            "\"a\""
+        );
+    }
+
+    /// validate_host as it was before short hosts were kept inline: the
+    /// same rules, the text a lower-cased copy, invalid UTF-8 replaced.
+    fn old_validate(raw: &[u8]) -> Option<String> {
+        #[derive(PartialEq)]
+        enum S {
+            Usual,
+            Literal,
+            Rest,
+        }
+        let mut state = S::Usual;
+        let mut dot_pos: Option<usize> = None;
+        let mut host_len = raw.len();
+        for (i, &ch) in raw.iter().enumerate() {
+            match ch {
+                b'.' => {
+                    if i > 0 && dot_pos == Some(i - 1) {
+                        return None;
+                    }
+                    dot_pos = Some(i);
+                }
+                b':' if state == S::Usual => {
+                    host_len = i;
+                    state = S::Rest;
+                }
+                b'[' if i == 0 => state = S::Literal,
+                b']' if state == S::Literal => {
+                    host_len = i + 1;
+                    state = S::Rest;
+                }
+                b'/' => return None,
+                c if c <= 0x20 || c == 0x7f => return None,
+                _ => {}
+            }
+        }
+        if host_len > 0 && dot_pos == Some(host_len - 1) {
+            host_len -= 1;
+        }
+        if host_len == 0 {
+            return None;
+        }
+        let host = raw.get(..host_len)?.to_ascii_lowercase();
+        Some(
+            String::from_utf8(host)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+        )
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn hosts_read_as_before_they_were_inline(
+            raw in proptest::collection::vec(
+                proptest::sample::select(&b"aZ09.-:[]/ \\\xc3\xa9\xff\x80"[..]),
+                0..48,
+            ),
+        ) {
+            let new = validate_host(&raw).map(|h| h.as_str().to_owned());
+            proptest::prop_assert_eq!(new, old_validate(&raw));
         }
     }
 
