@@ -168,7 +168,7 @@ impl HeadScan {
     pub(crate) fn feed(&mut self, buf: &[u8]) -> Step {
         loop {
             let rest = &buf[self.next..];
-            let Some(lf) = find_lf(rest) else {
+            let Some(lf) = memchr::memchr(b'\n', rest) else {
                 // The line so far must still fit in nginx's buffers.
                 return match self.fits(rest.len()) {
                     Ok(()) => Step::More,
@@ -367,31 +367,6 @@ impl HeadScan {
         out.extend_from_slice(&head[from..]);
         out
     }
-}
-
-/// The offset of the first LF in `bytes`, eight bytes at a time (a head's
-/// lines are tens of bytes; a byte loop was a third of the scan).
-fn find_lf(bytes: &[u8]) -> Option<usize> {
-    const LF: u64 = u64::from_ne_bytes([b'\n'; 8]);
-    const LOW: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
-    let mut chunks = bytes.chunks_exact(8);
-    let mut at = 0;
-    for chunk in &mut chunks {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(chunk);
-        let x = u64::from_ne_bytes(word) ^ LF;
-        // Some byte of x is zero (an LF in the chunk): find which.
-        if x.wrapping_sub(LOW) & !x & HIGH != 0 {
-            return chunk.iter().position(|&b| b == b'\n').map(|i| at + i);
-        }
-        at += 8;
-    }
-    chunks
-        .remainder()
-        .iter()
-        .position(|&b| b == b'\n')
-        .map(|i| at + i)
 }
 
 #[cfg(test)]

@@ -188,15 +188,3 @@ fn a_head_fed_byte_by_byte_is_judged_as_a_whole() {
         assert_eq!(last, whole, "{}", String::from_utf8_lossy(head));
     }
 }
-
-proptest::proptest! {
-    #[test]
-    fn find_lf_finds_the_first_lf(
-        bytes in proptest::collection::vec(
-            proptest::sample::select(&b"\n\r\x0b\x8a\x0a\xffa "[..]),
-            0..40,
-        ),
-    ) {
-        proptest::prop_assert_eq!(find_lf(&bytes), bytes.iter().position(|&b| b == b'\n'));
-    }
-}
