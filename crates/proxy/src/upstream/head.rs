@@ -25,11 +25,18 @@ pub(super) struct Head {
     pub(super) framed: Framed,
 }
 
-/// Whether a head has `Transfer-Encoding` and `Content-Length` fields.
-#[derive(Clone, Copy, Debug, Default)]
+/// Whether a head has `Transfer-Encoding` and `Content-Length` fields,
+/// and what their values say (read while the map was built, so framing
+/// looks nothing up again).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct Framed {
     te: bool,
     cl: bool,
+    /// The last `Transfer-Encoding` line's last coding is `chunked`.
+    chunked: bool,
+    /// [`content_length_parse_all`] of the head: None for a value that is
+    /// not digits or values that disagree.
+    length: Option<u64>,
 }
 
 impl Framed {
@@ -38,6 +45,36 @@ impl Framed {
         Self {
             te: headers.contains_key(TRANSFER_ENCODING),
             cl: headers.contains_key(CONTENT_LENGTH),
+            chunked: headers
+                .get_all(TRANSFER_ENCODING)
+                .iter()
+                .next_back()
+                .is_some_and(|v| last_token_is_chunked(v.as_bytes())),
+            length: content_length_parse_all(headers),
+        }
+    }
+
+    /// Take in a `Content-Length` line, as [`content_length_parse_all`]
+    /// reads them in order (`agree` is false once one was bad).
+    fn content_length(&mut self, value: &HeaderValue, agree: &mut bool) {
+        if !*agree {
+            return;
+        }
+        let Some(tokens) = crate::hop::tokens(value) else {
+            *agree = false;
+            self.length = None;
+            return;
+        };
+        for v in tokens {
+            match (from_digits(v), self.length) {
+                (Some(n), None) => self.length = Some(n),
+                (Some(n), Some(m)) if m == n => {}
+                _ => {
+                    *agree = false;
+                    self.length = None;
+                    return;
+                }
+            }
         }
     }
 }
@@ -191,6 +228,7 @@ fn build(buf: &mut BytesMut, line: Line, spans: &[Span]) -> Result<Head, Error> 
     let mut keep_alive = version == Version::HTTP_11;
     let mut saw_close = false;
     let mut framed = Framed::default();
+    let mut cl_agree = true;
     for s in &spans[..count] {
         let (n0, n1) = (s.name.0 as usize, s.name.1 as usize);
         let (v0, v1) = (s.value.0 as usize, s.value.1 as usize);
@@ -206,8 +244,13 @@ fn build(buf: &mut BytesMut, line: Line, spans: &[Span]) -> Result<Head, Error> 
                 keep_alive = has_token(&value, "keep-alive");
             }
         }
-        framed.te |= name == TRANSFER_ENCODING;
-        framed.cl |= name == CONTENT_LENGTH;
+        if name == TRANSFER_ENCODING {
+            framed.te = true;
+            framed.chunked = last_token_is_chunked(value.as_bytes());
+        } else if name == CONTENT_LENGTH {
+            framed.cl = true;
+            framed.content_length(&value, &mut cl_agree);
+        }
         headers.append(name, value);
     }
     let reason = match reason {
@@ -236,7 +279,7 @@ pub(super) fn decoder(
     version: Version,
     headers: &HeaderMap,
 ) -> Result<(Kind, bool), Error> {
-    decode(status, method, version, headers, Framed::of(headers))
+    decode(status, method, version, Framed::of(headers))
 }
 
 /// `HeaderName::from_bytes`, with the names servers send most, spelt as
@@ -269,7 +312,6 @@ pub(super) fn decode(
     status: StatusCode,
     method: &Method,
     version: Version,
-    headers: &HeaderMap,
     framed: Framed,
 ) -> Result<(Kind, bool), Error> {
     match status.as_u16() {
@@ -289,13 +331,8 @@ pub(super) fn decode(
                 "HTTP/1.0 response with Transfer-Encoding".to_owned(),
             ));
         }
-        let chunked = headers
-            .get_all(TRANSFER_ENCODING)
-            .iter()
-            .next_back()
-            .is_some_and(|v| last_token_is_chunked(v.as_bytes()));
         return Ok((
-            if chunked {
+            if framed.chunked {
                 Kind::chunked()
             } else {
                 Kind::Close
@@ -306,7 +343,7 @@ pub(super) fn decode(
     if !framed.cl {
         return Ok((Kind::Close, false));
     }
-    match content_length_parse_all(headers) {
+    match framed.length {
         Some(0) => Ok((Kind::Done, false)),
         Some(n) => Ok((Kind::Length(n), false)),
         None => Err(Error::Parse("invalid Content-Length".to_owned())),
@@ -458,6 +495,28 @@ mod tests {
         assert!(!has_token(&v(""), "close"));
         let obs = HeaderValue::from_bytes(b"close, \xff").unwrap();
         assert!(!has_token(&obs, "close"), "not visible ASCII: no token");
+    }
+
+    #[test]
+    fn framing_seen_while_building_is_framing_read_from_the_map() {
+        for fields in [
+            "",
+            "Content-Length: 12\r\n",
+            "content-length: 12\r\nContent-Length: 12, 12\r\n",
+            "Content-Length: 12\r\nContent-Length: 13\r\n",
+            "Content-Length: 1x\r\nContent-Length: 12\r\n",
+            "Content-Length: \r\n",
+            "Content-Length: 0\r\n",
+            "Content-Length: 12,\r\n",
+            "Transfer-Encoding: chunked\r\n",
+            "transfer-encoding: chunked\r\nTransfer-Encoding: gzip\r\n",
+            "Transfer-Encoding: gzip\r\nTRANSFER-ENCODING: gzip, Chunked\r\n",
+            "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n",
+        ] {
+            let mut buf = BytesMut::from(format!("HTTP/1.1 200 OK\r\n{fields}\r\n").as_str());
+            let head = parse(&mut buf).unwrap().unwrap();
+            assert_eq!(head.framed, Framed::of(&head.headers), "{fields:?}");
+        }
     }
 
     #[test]

@@ -259,7 +259,7 @@ impl H1 {
             keep_alive,
             framed,
         } = head;
-        let (kind, upgrade) = head::decode(status, &parts.method, version, &headers, framed)?;
+        let (kind, upgrade) = head::decode(status, &parts.method, version, framed)?;
         let mut resp = Response::new(());
         *resp.status_mut() = status;
         *resp.version_mut() = version;
