@@ -234,6 +234,24 @@ async fn nginx_follows_the_probes_and_is_never_emptied() {
         s.vigil.status().reloads > reloads
     })
     .await;
+    // The old workers drain after the reload (nginx's graceful reload: one
+    // still accepting for a moment can try b2): wait, bounded, until a whole
+    // spray avoids it; then another must too.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let answers = spray(addr, 30).await;
+        assert!(answers.iter().all(|(status, _, _)| *status == 200));
+        if answers
+            .iter()
+            .all(|(_, upstream, _)| !upstream.contains(&b2))
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "nginx still tried b2 after its old workers had 5 s to drain: {answers:?}"
+        );
+    }
     for (status, upstream, body) in spray(addr, 30).await {
         assert_eq!(status, 200);
         assert!(!upstream.contains(&b2), "nginx tried b2: {upstream}");
