@@ -183,68 +183,25 @@ pub(crate) fn validate_host(raw: &[u8]) -> Option<Host> {
     Some(Host::lowercase(raw.get(..host_len)?))
 }
 
-/// Bytes of a host kept inline, without allocating (`127.0.0.1`,
-/// `www.example.com`; longer ones go to the heap).
-const INLINE_HOST: usize = 30;
-
 /// A validated request host (`r->headers_in.server`): lower-case text,
-/// inline when short, as nearly every host is.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Host(HostRepr);
-
-#[derive(Clone, PartialEq, Eq)]
-enum HostRepr {
-    /// UTF-8 bytes `bytes[..len]`.
-    Inline {
-        len: u8,
-        bytes: [u8; INLINE_HOST],
-    },
-    Heap(Box<str>),
-}
+/// inline when short (up to 24 bytes: `127.0.0.1`, `www.example.com`), as
+/// nearly every host is.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Host(compact_str::CompactString);
 
 // === impl Host ===
 
 impl Host {
     /// `raw` lower-cased (ASCII only), invalid UTF-8 replaced.
     fn lowercase(raw: &[u8]) -> Self {
-        match std::str::from_utf8(raw) {
-            Ok(text) if text.len() <= INLINE_HOST => {
-                let mut bytes = [0u8; INLINE_HOST];
-                if let Some(dst) = bytes.get_mut(..text.len()) {
-                    dst.copy_from_slice(text.as_bytes());
-                    dst.make_ascii_lowercase();
-                }
-                Self(HostRepr::Inline {
-                    len: u8::try_from(text.len()).unwrap_or(0),
-                    bytes,
-                })
-            }
-            _ => {
-                let mut text = String::from_utf8_lossy(raw).into_owned();
-                text.make_ascii_lowercase();
-                Self(HostRepr::Heap(text.into_boxed_str()))
-            }
-        }
+        let mut text = compact_str::CompactString::from_utf8_lossy(raw);
+        text.make_ascii_lowercase();
+        Self(text)
     }
 
     /// The host's text.
     pub fn as_str(&self) -> &str {
-        match &self.0 {
-            HostRepr::Inline { len, bytes } => bytes
-                .get(..usize::from(*len))
-                .and_then(|b| std::str::from_utf8(b).ok())
-                .unwrap_or_default(),
-            HostRepr::Heap(text) => text,
-        }
-    }
-}
-
-impl Default for Host {
-    fn default() -> Self {
-        Self(HostRepr::Inline {
-            len: 0,
-            bytes: [0; INLINE_HOST],
-        })
+        self.0.as_str()
     }
 }
 
@@ -336,23 +293,17 @@ mod tests {
 
     #[test]
     fn hosts_short_and_long_read_the_same() {
-        let inline = "A".repeat(INLINE_HOST);
-        let heap = "B".repeat(INLINE_HOST + 1);
-        assert!(matches!(
-            validate_host(inline.as_bytes()).map(|h| h.0),
-            Some(HostRepr::Inline { .. })
-        ));
-        assert!(matches!(
-            validate_host(heap.as_bytes()).map(|h| h.0),
-            Some(HostRepr::Heap(_))
-        ));
+        let short = "A".repeat(24);
+        let long = "B".repeat(25);
+        assert!(!validate_host(short.as_bytes()).is_some_and(|h| h.0.is_heap_allocated()));
+        assert!(validate_host(long.as_bytes()).is_some_and(|h| h.0.is_heap_allocated()));
         assert_eq!(
-            validate_host(inline.as_bytes()).as_deref(),
-            Some("a".repeat(INLINE_HOST).as_str())
+            validate_host(short.as_bytes()).as_deref(),
+            Some("a".repeat(24).as_str())
         );
         assert_eq!(
-            validate_host(heap.as_bytes()).as_deref(),
-            Some("b".repeat(INLINE_HOST + 1).as_str())
+            validate_host(long.as_bytes()).as_deref(),
+            Some("b".repeat(25).as_str())
         );
         assert_eq!(
             validate_host(b"\xffA.Test:80").as_deref(),
@@ -365,63 +316,17 @@ mod tests {
         );
     }
 
-    /// validate_host as it was before short hosts were kept inline: the
-    /// same rules, the text a lower-cased copy, invalid UTF-8 replaced.
-    fn old_validate(raw: &[u8]) -> Option<String> {
-        #[derive(PartialEq)]
-        enum S {
-            Usual,
-            Literal,
-            Rest,
-        }
-        let mut state = S::Usual;
-        let mut dot_pos: Option<usize> = None;
-        let mut host_len = raw.len();
-        for (i, &ch) in raw.iter().enumerate() {
-            match ch {
-                b'.' => {
-                    if i > 0 && dot_pos == Some(i - 1) {
-                        return None;
-                    }
-                    dot_pos = Some(i);
-                }
-                b':' if state == S::Usual => {
-                    host_len = i;
-                    state = S::Rest;
-                }
-                b'[' if i == 0 => state = S::Literal,
-                b']' if state == S::Literal => {
-                    host_len = i + 1;
-                    state = S::Rest;
-                }
-                b'/' => return None,
-                c if c <= 0x20 || c == 0x7f => return None,
-                _ => {}
-            }
-        }
-        if host_len > 0 && dot_pos == Some(host_len - 1) {
-            host_len -= 1;
-        }
-        if host_len == 0 {
-            return None;
-        }
-        let host = raw.get(..host_len)?.to_ascii_lowercase();
-        Some(
-            String::from_utf8(host)
-                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
-        )
-    }
-
     proptest::proptest! {
         #[test]
-        fn hosts_read_as_before_they_were_inline(
+        fn hosts_are_the_lowercase_lossy_text_of_their_bytes(
             raw in proptest::collection::vec(
-                proptest::sample::select(&b"aZ09.-:[]/ \\\xc3\xa9\xff\x80"[..]),
+                proptest::sample::select(&b"aZ09.-\xc3\xa9\xff\x80"[..]),
                 0..48,
             ),
         ) {
-            let new = validate_host(&raw).map(|h| h.as_str().to_owned());
-            proptest::prop_assert_eq!(new, old_validate(&raw));
+            let host = Host::lowercase(&raw);
+            let lower = raw.to_ascii_lowercase();
+            proptest::prop_assert_eq!(host.as_str(), String::from_utf8_lossy(&lower));
         }
     }
 
