@@ -194,7 +194,12 @@ pub struct Host(compact_str::CompactString);
 impl Host {
     /// `raw` lower-cased (ASCII only), invalid UTF-8 replaced.
     fn lowercase(raw: &[u8]) -> Self {
-        let mut text = compact_str::CompactString::from_utf8_lossy(raw);
+        // Valid UTF-8 (every host that routes) is copied as it is; the
+        // lossy path walks the bytes in chunks.
+        let mut text = match std::str::from_utf8(raw) {
+            Ok(text) => compact_str::CompactString::new(text),
+            Err(_) => compact_str::CompactString::from_utf8_lossy(raw),
+        };
         text.make_ascii_lowercase();
         Self(text)
     }
