@@ -180,66 +180,24 @@ pub(crate) fn validate_host(raw: &[u8]) -> Option<Host> {
     if host_len == 0 {
         return None;
     }
-    Some(Host::lowercase(raw.get(..host_len)?))
+    Some(lowercase(raw.get(..host_len)?))
 }
 
 /// A validated request host (`r->headers_in.server`): lower-case text,
 /// inline when short (up to 24 bytes: `127.0.0.1`, `www.example.com`), as
 /// nearly every host is.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct Host(compact_str::CompactString);
+pub(crate) type Host = compact_str::CompactString;
 
-// === impl Host ===
-
-impl Host {
-    /// `raw` lower-cased (ASCII only), invalid UTF-8 replaced.
-    fn lowercase(raw: &[u8]) -> Self {
-        // Valid UTF-8 (every host that routes) is copied as it is; the
-        // lossy path walks the bytes in chunks.
-        let mut text = match std::str::from_utf8(raw) {
-            Ok(text) => compact_str::CompactString::new(text),
-            Err(_) => compact_str::CompactString::from_utf8_lossy(raw),
-        };
-        text.make_ascii_lowercase();
-        Self(text)
-    }
-
-    /// The host's text.
-    pub fn as_str(&self) -> &str {
-        self.0.as_str()
-    }
-}
-
-impl std::ops::Deref for Host {
-    type Target = str;
-
-    fn deref(&self) -> &str {
-        self.as_str()
-    }
-}
-
-impl std::fmt::Debug for Host {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Debug::fmt(self.as_str(), f)
-    }
-}
-
-impl std::fmt::Display for Host {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl PartialEq<str> for Host {
-    fn eq(&self, other: &str) -> bool {
-        self.as_str() == other
-    }
-}
-
-impl PartialEq<&str> for Host {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
-    }
+/// `raw` lower-cased (ASCII only), invalid UTF-8 replaced.
+fn lowercase(raw: &[u8]) -> Host {
+    // Valid UTF-8 (every host that routes) is copied as it is; the lossy
+    // path walks the bytes in chunks.
+    let mut text = match std::str::from_utf8(raw) {
+        Ok(text) => Host::new(text),
+        Err(_) => Host::from_utf8_lossy(raw),
+    };
+    text.make_ascii_lowercase();
+    text
 }
 
 /// The host part of an absolute-form request target's authority, where it
@@ -300,8 +258,8 @@ mod tests {
     fn hosts_short_and_long_read_the_same() {
         let short = "A".repeat(24);
         let long = "B".repeat(25);
-        assert!(!validate_host(short.as_bytes()).is_some_and(|h| h.0.is_heap_allocated()));
-        assert!(validate_host(long.as_bytes()).is_some_and(|h| h.0.is_heap_allocated()));
+        assert!(!validate_host(short.as_bytes()).is_some_and(|h| h.is_heap_allocated()));
+        assert!(validate_host(long.as_bytes()).is_some_and(|h| h.is_heap_allocated()));
         assert_eq!(
             validate_host(short.as_bytes()).as_deref(),
             Some("a".repeat(24).as_str())
@@ -329,7 +287,7 @@ mod tests {
                 0..48,
             ),
         ) {
-            let host = Host::lowercase(&raw);
+            let host = lowercase(&raw);
             let lower = raw.to_ascii_lowercase();
             proptest::prop_assert_eq!(host.as_str(), String::from_utf8_lossy(&lower));
         }

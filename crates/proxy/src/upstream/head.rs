@@ -34,9 +34,49 @@ pub(super) struct Framed {
     cl: bool,
     /// The last `Transfer-Encoding` line's last coding is `chunked`.
     chunked: bool,
-    /// [`content_length_parse_all`] of the head: None for a value that is
-    /// not digits or values that disagree.
-    length: Option<u64>,
+    /// Its `Content-Length` lines, as [`content_length_parse_all`] reads them.
+    length: Length,
+}
+
+/// `Content-Length` lines taken in order, as hyper's
+/// `content_length_parse_all` reads them: every value (also comma-separated
+/// ones) digits, and all of them agreeing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Length {
+    /// No line yet.
+    #[default]
+    Absent,
+    Is(u64),
+    /// A value that is not digits, or two that disagree.
+    Bad,
+}
+
+impl Length {
+    /// The lines so far and `value`.
+    fn line(self, value: &HeaderValue) -> Self {
+        if self == Length::Bad {
+            return self;
+        }
+        let Some(tokens) = crate::hop::tokens(value) else {
+            return Length::Bad;
+        };
+        let mut now = self;
+        for v in tokens {
+            now = match (from_digits(v), now) {
+                (Some(n), Length::Absent) => Length::Is(n),
+                (Some(n), Length::Is(m)) if m == n => now,
+                _ => return Length::Bad,
+            };
+        }
+        now
+    }
+
+    fn value(self) -> Option<u64> {
+        match self {
+            Length::Is(n) => Some(n),
+            Length::Absent | Length::Bad => None,
+        }
+    }
 }
 
 impl Framed {
@@ -50,31 +90,7 @@ impl Framed {
                 .iter()
                 .next_back()
                 .is_some_and(|v| last_token_is_chunked(v.as_bytes())),
-            length: content_length_parse_all(headers),
-        }
-    }
-
-    /// Take in a `Content-Length` line, as [`content_length_parse_all`]
-    /// reads them in order (`agree` is false once one was bad).
-    fn content_length(&mut self, value: &HeaderValue, agree: &mut bool) {
-        if !*agree {
-            return;
-        }
-        let Some(tokens) = crate::hop::tokens(value) else {
-            *agree = false;
-            self.length = None;
-            return;
-        };
-        for v in tokens {
-            match (from_digits(v), self.length) {
-                (Some(n), None) => self.length = Some(n),
-                (Some(n), Some(m)) if m == n => {}
-                _ => {
-                    *agree = false;
-                    self.length = None;
-                    return;
-                }
-            }
+            length: lengths(headers),
         }
     }
 }
@@ -228,7 +244,6 @@ fn build(buf: &mut BytesMut, line: Line, spans: &[Span]) -> Result<Head, Error> 
     let mut keep_alive = version == Version::HTTP_11;
     let mut saw_close = false;
     let mut framed = Framed::default();
-    let mut cl_agree = true;
     for s in &spans[..count] {
         let (n0, n1) = (s.name.0 as usize, s.name.1 as usize);
         let (v0, v1) = (s.value.0 as usize, s.value.1 as usize);
@@ -249,7 +264,7 @@ fn build(buf: &mut BytesMut, line: Line, spans: &[Span]) -> Result<Head, Error> 
             framed.chunked = last_token_is_chunked(value.as_bytes());
         } else if name == CONTENT_LENGTH {
             framed.cl = true;
-            framed.content_length(&value, &mut cl_agree);
+            framed.length = framed.length.line(&value);
         }
         headers.append(name, value);
     }
@@ -343,7 +358,7 @@ pub(super) fn decode(
     if !framed.cl {
         return Ok((Kind::Close, false));
     }
-    match framed.length {
+    match framed.length.value() {
         Some(0) => Ok((Kind::Done, false)),
         Some(n) => Ok((Kind::Length(n), false)),
         None => Err(Error::Parse("invalid Content-Length".to_owned())),
@@ -362,18 +377,15 @@ pub(super) fn last_token_is_chunked(v: &[u8]) -> bool {
 /// hyper's `content_length_parse_all`: every Content-Length value (also
 /// comma-separated ones) is digits and they all agree.
 pub(super) fn content_length_parse_all(headers: &HeaderMap) -> Option<u64> {
-    let mut found: Option<u64> = None;
-    for h in headers.get_all(CONTENT_LENGTH) {
-        for v in crate::hop::tokens(h)? {
-            let n = from_digits(v)?;
-            match found {
-                None => found = Some(n),
-                Some(m) if m != n => return None,
-                Some(_) => {}
-            }
-        }
-    }
-    found
+    lengths(headers).value()
+}
+
+/// Every `Content-Length` line of `headers`, in order.
+fn lengths(headers: &HeaderMap) -> Length {
+    headers
+        .get_all(CONTENT_LENGTH)
+        .iter()
+        .fold(Length::Absent, Length::line)
 }
 
 fn from_digits(b: &[u8]) -> Option<u64> {
