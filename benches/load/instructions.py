@@ -9,7 +9,10 @@ up, zeroes the counters, sends `wrk -t1 -c8` for --duration seconds, dumps,
 and prints the instructions (Ir) per request. Kernel work (syscalls, TCP)
 is not counted: use `strace -c` for syscalls per request.
 
-    python3 benches/load/instructions.py --bins base=/path/vigil,new=/path/vigil [--paths /,/16k]
+    python3 benches/load/instructions.py --bins base=/path/vigil,new=/path/vigil [--paths /,/16k] [--keep DIR]
+
+With --keep, each run's dump stays as DIR/NAME-PATH-ROUND.cg, for
+`callgrind_annotate` (which functions moved).
 
 Needs valgrind, nginx and wrk.
 """
@@ -35,6 +38,7 @@ def main():
     ap.add_argument("--paths", default="/,/16k")
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--keep", help="a folder to keep each run's callgrind dump in")
     a = ap.parse_args()
     bins = [b.split("=", 1) for b in a.bins.split(",")]
     d, backend = c.start_shifted_backends("vigil-instr-", 1100)
@@ -43,7 +47,12 @@ def main():
         for rnd in range(a.rounds):
             for path in a.paths.split(","):
                 for name, binary in bins:
-                    ir, reqs, mem = measure(binary, path, d, a.duration)
+                    keep = None
+                    if a.keep:
+                        os.makedirs(a.keep, exist_ok=True)
+                        slug = path.strip("/").replace("/", "_") or "root"
+                        keep = os.path.join(a.keep, f"{name}-{slug}-{rnd}.cg")
+                    ir, reqs, mem = measure(binary, path, d, a.duration, keep)
                     rows.append((rnd, path, name, ir, reqs, mem))
                     print(f"round {rnd} {path} {name}: {ir} Ir / {reqs} requests = {ir / reqs:.0f} Ir/request"
                           f" ({(ir - mem) / reqs:.0f} without memset/memcpy)", file=sys.stderr, flush=True)
@@ -67,7 +76,7 @@ def main():
             print(f"| {path} | {name} | {per:,.0f} | {per / b_all:.3f} | {net:,.0f} | {net / b_net:.3f} | {sum(r[4] for r in got)} |")
 
 
-def measure(binary, path, d, duration):
+def measure(binary, path, d, duration, keep=None):
     out = os.path.join(d, "cg.out")
     for f in glob.glob(out + "*"):
         os.remove(f)
@@ -101,6 +110,9 @@ def measure(binary, path, d, duration):
             ann = subprocess.run(["callgrind_annotate", "--inclusive=yes", f], capture_output=True, text=True).stdout
             for m in re.finditer(r"^\s*([\d,]+) \([^)]*\)\s+\S*(?:memset|memmove|memcpy)-vec-unaligned-erms\.S:\S+", ann, re.M):
                 mem += int(m.group(1).replace(",", ""))
+        if keep:
+            dumps = sorted(glob.glob(out + ".*"))
+            shutil.copyfile(dumps[-1], keep)
         return ir, reqs, mem
     finally:
         os.killpg(p.pid, signal.SIGTERM)
