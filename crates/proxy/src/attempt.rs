@@ -2,6 +2,7 @@
 //! send the request, wait for the response header within
 //! `proxy_read_timeout`, and classify what went wrong in nginx's terms.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,177 +63,184 @@ pub(crate) struct Race {
 /// and ends with `race.lost` set.
 ///
 /// A plain `http://` peer is spoken to by [`crate::upstream::H1`] in this
-/// task; a TLS one through hyper's client.
-pub(crate) async fn run(
-    route: &Route,
-    peer: &Peer,
-    tls: Option<&TlsSettings>,
+/// task; a TLS one through hyper's client (its connect and send boxed:
+/// this future is boxed per attempt, and a plain one's needs neither).
+/// An `async` block, holding `make_request` once (rust-lang/rust#62958).
+pub(crate) fn run<'a, F>(
+    route: &'a Route,
+    peer: Arc<Peer>,
+    tls: Option<&'a TlsSettings>,
     replayable: bool,
-    race: Option<&Race>,
-    once: Option<&AtomicBool>,
-    make_request: impl FnOnce() -> Result<Request<UpBody>, String>,
-) -> Result<Answered, Failed> {
-    let start = vigil_core::clock::coarse_now();
-    let settings = &route.location.proxy;
-    let (mut conn, cached) = match route.pool.checkout(peer.id()) {
-        Some(c) => (c, true),
-        None => {
-            let addr = peer.config().peer_addr();
-            let link = match (tls, &addr) {
-                (None, _) => connect_plain(&addr, settings.connect_timeout)
+    race: Option<Arc<Race>>,
+    once: Option<Arc<AtomicBool>>,
+    make_request: F,
+) -> impl Future<Output = Result<Answered, Failed>> + use<'a, F>
+where
+    F: FnOnce() -> Result<Request<UpBody>, String>,
+{
+    async move {
+        let start = vigil_core::clock::coarse_now();
+        let settings = &route.location.proxy;
+        let (mut conn, cached) = match route.pool.checkout(peer.id()) {
+            Some(c) => (c, true),
+            None => {
+                let addr = peer.config().peer_addr();
+                let link = match (tls, &addr) {
+                    (None, _) => connect_plain(&addr, settings.connect_timeout)
+                        .await
+                        .map(|io| Link::H1(H1::new(io))),
+                    (Some(t), PeerAddr::Inet(a)) => Box::pin(connect(
+                        *a,
+                        settings.connect_timeout,
+                        Some((t, route.proxy_host.as_str())),
+                    ))
                     .await
-                    .map(|io| Link::H1(H1::new(io))),
-                (Some(t), PeerAddr::Inet(a)) => connect(
-                    *a,
-                    settings.connect_timeout,
-                    Some((t, route.proxy_host.as_str())),
-                )
-                .await
-                .map(Link::Hyper),
-                (Some(_), PeerAddr::Unix(_)) => Err(ConnectError::Io {
-                    addr: addr.clone(),
-                    source: std::io::Error::new(
-                        std::io::ErrorKind::Unsupported,
-                        "TLS to a unix-domain socket is not supported by vigil",
+                    .map(Link::Hyper),
+                    (Some(_), PeerAddr::Unix(_)) => Err(ConnectError::Io {
+                        addr: addr.clone(),
+                        source: std::io::Error::new(
+                            std::io::ErrorKind::Unsupported,
+                            "TLS to a unix-domain socket is not supported by vigil",
+                        ),
+                    }),
+                };
+                match link {
+                    Ok(link) => (
+                        Conn {
+                            peer: peer.id(),
+                            link,
+                            idle_since: start,
+                            requests: 0,
+                        },
+                        false,
                     ),
-                }),
-            };
-            match link {
-                Ok(link) => (
-                    Conn {
-                        peer: peer.id(),
-                        link,
-                        idle_since: start,
-                        requests: 0,
-                    },
-                    false,
-                ),
-                Err(e) => return Err(connect_failed(e)),
+                    Err(e) => return Err(connect_failed(e)),
+                }
             }
-        }
-    };
-    let connect_time = secs(vigil_core::clock::coarse_now().saturating_duration_since(start));
-    if let Link::Hyper(sender) = &mut conn.link {
-        if let Err(e) = sender.ready().await {
-            // A kept-alive connection the peer closed: nginx's cached `error`.
-            return Err(Failed {
-                failure: TransportFailure {
-                    class: FailureClass::Error,
-                    request_sent: false,
-                    cached_connection: cached,
-                },
-                detail: format!("connection to {} closed: {e}", peer.name()),
-                connect_time: Some(connect_time),
-            });
-        }
-    }
-    if let Some(race) = race {
-        race.connected.store(true, Ordering::Release);
-        if let Some(once) = once {
-            if once.swap(true, Ordering::AcqRel) {
-                race.lost.store(true, Ordering::Release);
-                route.pool.checkin(conn);
+        };
+        let connect_time = secs(vigil_core::clock::coarse_now().saturating_duration_since(start));
+        if let Link::Hyper(sender) = &mut conn.link {
+            if let Err(e) = sender.ready().await {
+                // A kept-alive connection the peer closed: nginx's cached `error`.
                 return Err(Failed {
                     failure: TransportFailure {
                         class: FailureClass::Error,
                         request_sent: false,
                         cached_connection: cached,
                     },
-                    detail: format!(
-                        "connected to {} after another attempt had the request",
-                        peer.name()
-                    ),
+                    detail: format!("connection to {} closed: {e}", peer.name()),
                     connect_time: Some(connect_time),
                 });
             }
-            race.claimed.store(true, Ordering::Release);
         }
-    }
-    let request = make_request().map_err(|detail| Failed {
-        failure: TransportFailure {
-            class: FailureClass::Error,
-            request_sent: false,
-            cached_connection: false,
-        },
-        detail,
-        connect_time: Some(connect_time),
-    })?;
-    conn.requests += 1;
-    let asked_upgrade = request.headers().contains_key(http::header::UPGRADE);
-    let timed_out = |phase: Phase| {
-        let (what, limit) = match phase {
-            Phase::Sending => ("sending the request", settings.send_timeout),
-            Phase::Waiting => ("reading response header", settings.read_timeout),
-        };
-        Failed {
+        if let Some(race) = race.as_deref() {
+            race.connected.store(true, Ordering::Release);
+            if let Some(once) = once.as_deref() {
+                if once.swap(true, Ordering::AcqRel) {
+                    race.lost.store(true, Ordering::Release);
+                    route.pool.checkin(conn);
+                    return Err(Failed {
+                        failure: TransportFailure {
+                            class: FailureClass::Error,
+                            request_sent: false,
+                            cached_connection: cached,
+                        },
+                        detail: format!(
+                            "connected to {} after another attempt had the request",
+                            peer.name()
+                        ),
+                        connect_time: Some(connect_time),
+                    });
+                }
+                race.claimed.store(true, Ordering::Release);
+            }
+        }
+        let request = make_request().map_err(|detail| Failed {
             failure: TransportFailure {
-                class: FailureClass::Timeout,
-                request_sent: true,
-                cached_connection: cached,
+                class: FailureClass::Error,
+                request_sent: false,
+                cached_connection: false,
             },
-            detail: format!(
-                "upstream {} timed out ({}) while {what}",
-                peer.name(),
-                fmt_duration(limit)
-            ),
+            detail,
             connect_time: Some(connect_time),
-        }
-    };
-    let response = match std::mem::replace(&mut conn.link, Link::Lent) {
-        Link::H1(h1) => {
-            let t = upstream::Timeouts {
-                send: settings.send_timeout,
-                read: settings.read_timeout,
+        })?;
+        conn.requests += 1;
+        let asked_upgrade = request.headers().contains_key(http::header::UPGRADE);
+        let timed_out = |phase: Phase| {
+            let (what, limit) = match phase {
+                Phase::Sending => ("sending the request", settings.send_timeout),
+                Phase::Waiting => ("reading response header", settings.read_timeout),
             };
-            match h1.send(request, t).await {
-                Ok(r) => r.map(RespBody::H1),
-                Err(upstream::Error::Timeout(phase)) => return Err(timed_out(phase)),
-                Err(e) => return Err(classify_h1(e, cached, replayable, peer, connect_time)),
-            }
-        }
-        Link::Hyper(mut sender) => {
-            let r = send_hyper(&mut sender, request, settings).await;
-            conn.link = Link::Hyper(sender);
-            match r {
-                Ok(Ok(r)) => r.map(RespBody::Hyper),
-                Ok(Err(e)) => return Err(classify(e, cached, replayable, peer, connect_time)),
-                Err(phase) => return Err(timed_out(phase)),
-            }
-        }
-        Link::Lent => {
-            return Err(Failed {
+            Failed {
                 failure: TransportFailure {
-                    class: FailureClass::Error,
-                    request_sent: false,
+                    class: FailureClass::Timeout,
+                    request_sent: true,
                     cached_connection: cached,
                 },
-                detail: format!("connection to {} is in use", peer.name()),
+                detail: format!(
+                    "upstream {} timed out ({}) while {what}",
+                    peer.name(),
+                    fmt_duration(limit)
+                ),
                 connect_time: Some(connect_time),
-            })
-        }
-    };
-    // A switch the request did not ask for: the response is not HTTP
-    // any more, and nothing can be relayed (nginx would relay bytes
-    // raw if its client had sent Upgrade, even unasked upstream).
-    if response.status() == http::StatusCode::SWITCHING_PROTOCOLS && !asked_upgrade {
-        return Err(Failed {
-            failure: TransportFailure {
-                class: FailureClass::InvalidHeader,
-                request_sent: true,
-                cached_connection: cached,
-            },
-            detail: format!(
+            }
+        };
+        let response = match std::mem::replace(&mut conn.link, Link::Lent) {
+            Link::H1(h1) => {
+                let t = upstream::Timeouts {
+                    send: settings.send_timeout,
+                    read: settings.read_timeout,
+                };
+                match h1.send(request, t).await {
+                    Ok(r) => r.map(RespBody::H1),
+                    Err(upstream::Error::Timeout(phase)) => return Err(timed_out(phase)),
+                    Err(e) => return Err(classify_h1(e, cached, replayable, &peer, connect_time)),
+                }
+            }
+            Link::Hyper(mut sender) => {
+                let r = Box::pin(send_hyper(&mut sender, request, settings)).await;
+                conn.link = Link::Hyper(sender);
+                match r {
+                    Ok(Ok(r)) => r.map(RespBody::Hyper),
+                    Ok(Err(e)) => return Err(classify(e, cached, replayable, &peer, connect_time)),
+                    Err(phase) => return Err(timed_out(phase)),
+                }
+            }
+            Link::Lent => {
+                return Err(Failed {
+                    failure: TransportFailure {
+                        class: FailureClass::Error,
+                        request_sent: false,
+                        cached_connection: cached,
+                    },
+                    detail: format!("connection to {} is in use", peer.name()),
+                    connect_time: Some(connect_time),
+                })
+            }
+        };
+        // A switch the request did not ask for: the response is not HTTP
+        // any more, and nothing can be relayed (nginx would relay bytes
+        // raw if its client had sent Upgrade, even unasked upstream).
+        if response.status() == http::StatusCode::SWITCHING_PROTOCOLS && !asked_upgrade {
+            return Err(Failed {
+                failure: TransportFailure {
+                    class: FailureClass::InvalidHeader,
+                    request_sent: true,
+                    cached_connection: cached,
+                },
+                detail: format!(
                 "upstream {} sent 101 Switching Protocols to a request that did not ask to upgrade",
                 peer.name()
             ),
-            connect_time: Some(connect_time),
-        });
+                connect_time: Some(connect_time),
+            });
+        }
+        Ok(Answered {
+            response,
+            conn,
+            connect_time,
+        })
     }
-    Ok(Answered {
-        response,
-        conn,
-        connect_time,
-    })
 }
 
 /// Send on hyper's client with nginx's two timers: proxy_send_timeout

@@ -14,6 +14,7 @@ use http::request::Parts;
 use http::StatusCode;
 use http_body_util::BodyExt;
 use hyper::{Request, Response};
+use smallvec::SmallVec;
 use vigil_core::peer::Peer;
 use vigil_core::upstream::PeerGuard;
 use vigil_core::{FailureVerdict, RequestFacts, SelectKey, StatusVerdict};
@@ -75,71 +76,76 @@ fn observer<'p>(
     )
 }
 
-/// Serve one request.
-pub(crate) async fn handle(
+/// Serve one request. An `async` block rather than an `async fn`, whose
+/// future would hold `req` twice (rust-lang/rust#62958); what only some
+/// requests need (an error page, a refusal's page) is boxed out of it.
+pub(crate) fn handle(
     proxy: Arc<Proxy>,
     local: SocketAddr,
     client: SocketAddr,
     mut req: Request<RequestBody>,
-) -> Response<UpBody> {
-    let start = vigil_core::clock::coarse_now();
-    // Only where a template or log line may read it ($request_id).
-    if let Some(id) = crate::vars::RequestId::draw() {
-        req.extensions_mut().insert(id);
-    }
-    let generation = proxy.current();
-    // The rewrite phases leave $uri, $host, $server_name, the captures and
-    // the upstream URI in the request's extensions.
-    let (mut parts, body) = req.into_parts();
-    let routed = generation.routes.route_parts(local, client, &mut parts);
-    // error_page: the request as routed (a page redirects it).
-    let saved = match &routed {
-        Ok(Answer::Proxy(r)) if !r.error_pages.is_empty() => Some(parts.clone()),
-        _ => None,
-    };
-    let mut body = ClientRequestBody::Unread(body);
-    let route = match routed {
-        Ok(answer) => match answer {
-            Answer::Proxy(route) => route,
-            Answer::Return(reply) => {
-                drop(generation);
-                return returned(&reply, &parts, local, client, start);
+) -> impl Future<Output = Response<UpBody>> + Send {
+    async move {
+        let start = vigil_core::clock::coarse_now();
+        // Only where a template or log line may read it ($request_id).
+        if let Some(id) = crate::vars::RequestId::draw() {
+            req.extensions_mut().insert(id);
+        }
+        let generation = proxy.current();
+        // The rewrite phases leave $uri, $host, $server_name, the captures and
+        // the upstream URI in the request's extensions.
+        let (mut parts, body) = req.into_parts();
+        let routed = generation.routes.route_parts(local, client, &mut parts);
+        // error_page: the request as routed (a page redirects it); boxed,
+        // to keep it out of the size of every request's future.
+        let saved = match &routed {
+            Ok(Answer::Proxy(r)) if !r.error_pages.is_empty() => Some(Box::new(parts.clone())),
+            _ => None,
+        };
+        let mut body = ClientRequestBody::Unread(body);
+        let route = match routed {
+            Ok(answer) => match answer {
+                Answer::Proxy(route) => route,
+                Answer::Return(reply) => {
+                    drop(generation);
+                    return returned(&reply, &parts, local, client, start);
+                }
+            },
+            Err(refusal) => {
+                return Box::pin(not_routed(
+                    &proxy,
+                    &generation,
+                    refusal,
+                    parts,
+                    body,
+                    local,
+                    client,
+                    start,
+                ))
+                .await
             }
-        },
-        Err(refusal) => {
-            return not_routed(
-                &proxy,
-                &generation,
-                refusal,
-                parts,
-                body,
-                local,
-                client,
-                start,
-            )
-            .await
-        }
-    };
-    crate::conn::on_route(&route.location.proxy);
-    let mut obs = observer(&proxy, &generation, &route, &parts, start);
-    // error_page redirects with the routes of this generation.
-    let pages = saved.map(|p| (generation.clone(), p));
-    drop(generation);
-    let net = (local, client);
-    let resp = proxy_request(&proxy, &route, net, parts, &mut body, start, &mut obs).await;
-    let resp = match pages {
-        Some((g, parts)) => {
-            let page = Page {
-                generation: &g,
-                pages: &route.error_pages,
-                parts,
-            };
-            error_paged(&proxy, page, &mut body, net, start, resp).await
-        }
-        None => resp,
-    };
-    obs.finish(resp.status().as_u16());
-    resp
+        };
+        crate::conn::on_route(&route.location.proxy);
+        let mut obs = observer(&proxy, &generation, &route, &parts, start);
+        // error_page redirects with the routes of this generation.
+        let pages = saved.map(|p| (generation.clone(), p));
+        drop(generation);
+        let net = (local, client);
+        let resp = proxy_request(&proxy, &route, net, parts, &mut body, start, &mut obs).await;
+        let resp = match pages {
+            Some((g, parts)) => {
+                let page = Page {
+                    generation: &g,
+                    pages: &route.error_pages,
+                    parts: *parts,
+                };
+                Box::pin(error_paged(&proxy, page, &mut body, net, start, resp)).await
+            }
+            None => resp,
+        };
+        obs.finish(resp.status().as_u16());
+        resp
+    }
 }
 
 /// A request routing answered itself, as nginx answers it (400s and 421
@@ -299,403 +305,170 @@ fn returned(
 }
 
 /// The request, routed: walk the upstream's peers until one answers or
-/// core's rules say stop.
-async fn proxy_request(
-    proxy: &Proxy,
-    route: &Route,
+/// core's rules say stop. An `async` block holding `parts` once (see
+/// [`handle`]); reading a body to buffer it is boxed out of it.
+fn proxy_request<'a, 'o>(
+    proxy: &'a Proxy,
+    route: &'a Route,
     (local, client): (SocketAddr, SocketAddr),
     mut parts: Parts,
-    client_body: &mut ClientRequestBody,
+    client_body: &'a mut ClientRequestBody,
     start: Instant,
-    obs: &mut RequestObserver<'_>,
-) -> Response<UpBody> {
-    // nginx tunnels when the client sent Upgrade and the upstream answered
-    // 101 (`u->upgrade`); vigil asks the upstream to switch only where the
-    // location passes Upgrade on (see `passes_upgrade`).
-    let upgrade = parts.version == http::Version::HTTP_11
-        && parts.headers.contains_key(header::UPGRADE)
-        && passes_upgrade(route);
-    let on_upgrade = if upgrade {
-        let mut req = Request::from_parts(parts, ());
-        let on = crate::client_io::on_upgrade(&mut req);
-        parts = req.into_parts().0;
-        Some(on)
-    } else {
-        None
-    };
-    // What the gate did to HTTP/1 heads, here for every request (HTTP/2 too),
-    // with the settings of the location's server.
-    crate::request_check::drop_invalid_headers(&mut parts.headers, &route.client);
-    let settings = &route.location.proxy;
-    // The realip module, then the access phase (nginx's order).
-    let client = {
-        let real = crate::realip::client(
-            &settings.server_real_ip,
-            &settings.real_ip,
-            client,
-            &parts.headers,
-        );
-        if real != client {
-            parts.extensions.insert(crate::realip::Original(client));
-        }
-        real
-    };
-    if !crate::access::allows(&settings.access, client.ip()) {
-        tracing::debug!(client = %client.ip(), "access forbidden by rule");
-        let page = error_page(StatusCode::FORBIDDEN);
-        return finish(route, &parts, client, local, &[], start, page);
-    }
-    let max = settings.client_max_body_size;
-    let declared = content_length(&parts.headers);
-    // 413 before any attempt: by Content-Length, or while reading the body.
-    let too_large = |parts: &Parts| {
-        let page = error_page(StatusCode::PAYLOAD_TOO_LARGE);
-        finish(route, parts, client, local, &[], start, page)
-    };
-    if max != 0 && declared.is_some_and(|n| n > max) {
-        return too_large(&parts);
-    }
-    let has_body =
-        declared.is_some_and(|n| n > 0) || parts.headers.contains_key(header::TRANSFER_ENCODING);
-    let body_timed_out = |parts: &Parts| {
-        let page = crate::conn::close_silently(StatusCode::REQUEST_TIMEOUT);
-        finish(route, parts, client, local, &[], start, page)
-    };
-    let mut client_timed_out = None;
-    let incoming = match client_body {
-        ClientRequestBody::Unread(_) => {
-            let empty = ClientRequestBody::Read(ReqBody::Buffered(Buffered::Empty));
-            match std::mem::replace(client_body, empty) {
-                ClientRequestBody::Unread(i) => Some(i),
-                ClientRequestBody::Read(_) => None,
-            }
-        }
-        ClientRequestBody::Read(_) => None,
-    };
-    let read = match incoming {
-        None => None,
-        Some(_) if !has_body => Some(ReqBody::Buffered(Buffered::Empty)),
-        Some(incoming) if settings.request_buffering => match body::buffer(
-            incoming,
-            max,
-            proxy.spool_dir(),
-            settings.client_body_timeout,
-        )
-        .await
-        {
-            Ok(b) => Some(ReqBody::Buffered(b)),
-            Err(BodyError::TooLarge(_)) => return too_large(&parts),
-            // nginx closes without a response and logs 408.
-            Err(BodyError::Timeout(_)) => return body_timed_out(&parts),
-            Err(BodyError::Client(_)) => return error_page(StatusCode::BAD_REQUEST),
-            Err(BodyError::Spool(e)) => {
-                tracing::error!(error = %e, "cannot spool request body");
-                return error_page(StatusCode::INTERNAL_SERVER_ERROR);
-            }
-        },
-        Some(incoming) => {
-            let streamed = ClientBody::new(incoming, settings.client_body_timeout);
-            client_timed_out = Some(streamed.timed_out());
-            Some(ReqBody::Stream(std::sync::Mutex::new(Some(streamed))))
-        }
-    };
-    if let Some(b) = read {
-        *client_body = ClientRequestBody::Read(b);
-    }
-    // Read by this pass or an earlier one (an error_page's redirect).
-    let body: &ReqBody = match &*client_body {
-        ClientRequestBody::Read(b) => b,
-        ClientRequestBody::Unread(_) => return error_page(StatusCode::INTERNAL_SERVER_ERROR),
-    };
-    let facts = RequestFacts::new(parts.method.as_str(), matches!(body, ReqBody::Buffered(_)));
-    let upstream = route.upstream.clone();
-    let hash_key = route
-        .hash_key
-        .as_ref()
-        .map(|t| t.expand(&route.vars(&parts, client, local, 0)));
-    let key = match (&hash_key, &upstream.config().balancer) {
-        (Some(k), _) => SelectKey::Hash(k.as_bytes()),
-        (None, vigil_core::config::Balancer::IpHash) => SelectKey::Client(client.ip()),
-        _ => SelectKey::None,
-    };
-    let clock = proxy.clock();
-    let mut sel = upstream.begin(key, route.policy, facts, clock.now());
-    // An error_page's pass goes on with the first pass's attempts.
-    let mut attempts: Vec<AttemptRecord> = parts
-        .extensions
-        .remove::<EarlierAttempts>()
-        .map(|e| e.0)
-        .unwrap_or_default();
-    let group = attempts.len();
-    let upstream_uri = route.upstream_uri(&parts);
-    let job = Job {
-        route,
-        parts: &parts,
-        uri: &upstream_uri,
-        body,
-        len: body_len(body),
-        client,
-        local,
-        upgrade,
-        replayable: facts.body_replayable,
-        hedged: upstream.config().rules.hedge.is_some(),
-        once: (upstream.config().rules.hedge.is_some()
-            && (facts.non_idempotent || !facts.body_replayable))
-            .then(|| Arc::new(std::sync::atomic::AtomicBool::new(false))),
-        group,
-    };
-    // The attempts in flight: one, or more while hedges race.
-    let mut flights: Vec<Flight<'_>> = Vec::new();
-    let mut hedging = job.hedged;
-    loop {
-        if flights.is_empty() {
-            let guard = match upstream.select(&mut sel, clock.now()) {
-                Ok(g) => g,
-                Err(_) => {
-                    obs.no_live_upstreams();
-                    tracing::error!(upstream = %upstream.name(), "no live upstreams");
-                    attempts.push(AttemptRecord {
-                        addr: upstream.name().clone(),
-                        status: Some(502),
-                        response_time: 0.0,
-                        connect_time: None,
-                        redirected: group > 0 && attempts.len() == group,
-                    });
-                    return finish(
-                        route,
-                        &parts,
-                        client,
-                        local,
-                        &attempts,
-                        start,
-                        error_page(StatusCode::BAD_GATEWAY),
-                    );
-                }
-            };
-            match job.launch(guard, &mut attempts).await {
-                Ok(f) => flights.push(f),
-                Err(page) => return page,
-            }
-        }
-        // The next hedge is due after the latest attempt's start. While
-        // every attempt is still connecting, even a request that cannot be
-        // sent twice may race a connect (it is sent once, by the first).
-        let connecting = |flights: &[Flight<'_>]| {
-            flights.iter().all(|f| {
-                f.race
-                    .as_ref()
-                    .is_none_or(|r| !r.connected.load(std::sync::atomic::Ordering::Acquire))
-            })
-        };
-        let hedge_at = if hedging {
-            flights
-                .iter()
-                .map(|f| f.t0)
-                .max()
-                .zip(upstream.hedge_after(&sel, clock.now(), connecting(&flights)))
-                .map(|(t0, after)| t0 + after)
+    obs: &'a mut RequestObserver<'o>,
+) -> impl Future<Output = Response<UpBody>> + use<'a, 'o> {
+    async move {
+        // nginx tunnels when the client sent Upgrade and the upstream answered
+        // 101 (`u->upgrade`); vigil asks the upstream to switch only where the
+        // location passes Upgrade on (see `passes_upgrade`).
+        let upgrade = parts.version == http::Version::HTTP_11
+            && parts.headers.contains_key(header::UPGRADE)
+            && passes_upgrade(route);
+        let on_upgrade = if upgrade {
+            let mut req = Request::from_parts(parts, ());
+            let on = crate::client_io::on_upgrade(&mut req);
+            parts = req.into_parts().0;
+            Some(on)
         } else {
             None
         };
-        let (flight, result) = match race(&mut flights, hedge_at).await {
-            Raced::Hedge => {
-                match upstream.hedge(&mut sel, clock.now(), connecting(&flights)) {
-                    Ok(guard) => {
-                        obs.hedge();
-                        tracing::debug!(upstream = %upstream.name(), peer = %guard.peer().name(), "hedge");
-                        match job.launch(guard, &mut attempts).await {
-                            Ok(f) => flights.push(f),
-                            Err(page) => return page,
-                        }
-                    }
-                    Err(denied) => {
-                        // Keep waiting on the attempts in flight.
-                        obs.denied(denied);
-                        hedging = false;
-                    }
-                }
-                continue;
+        // What the gate did to HTTP/1 heads, here for every request (HTTP/2 too),
+        // with the settings of the location's server.
+        crate::request_check::drop_invalid_headers(&mut parts.headers, &route.client);
+        let settings = &route.location.proxy;
+        // The realip module, then the access phase (nginx's order).
+        let client = {
+            let real = crate::realip::client(
+                &settings.server_real_ip,
+                &settings.real_ip,
+                client,
+                &parts.headers,
+            );
+            if real != client {
+                parts.extensions.insert(crate::realip::Original(client));
             }
-            Raced::Done(i, _)
-                if flights[i]
-                    .race
-                    .as_ref()
-                    .is_some_and(|r| r.lost.load(std::sync::atomic::Ordering::Acquire)) =>
+            real
+        };
+        if !crate::access::allows(&settings.access, client.ip()) {
+            tracing::debug!(client = %client.ip(), "access forbidden by rule");
+            let page = error_page(StatusCode::FORBIDDEN);
+            return finish(route, &parts, client, local, &[], start, page);
+        }
+        let max = settings.client_max_body_size;
+        let declared = content_length(&parts.headers);
+        // 413 before any attempt: by Content-Length, or while reading the body.
+        let too_large = |parts: &Parts| {
+            let page = error_page(StatusCode::PAYLOAD_TOO_LARGE);
+            finish(route, parts, client, local, &[], start, page)
+        };
+        if max != 0 && declared.is_some_and(|n| n > max) {
+            return too_large(&parts);
+        }
+        let has_body = declared.is_some_and(|n| n > 0)
+            || parts.headers.contains_key(header::TRANSFER_ENCODING);
+        let body_timed_out = |parts: &Parts| {
+            let page = crate::conn::close_silently(StatusCode::REQUEST_TIMEOUT);
+            finish(route, parts, client, local, &[], start, page)
+        };
+        let mut client_timed_out = None;
+        let incoming = match client_body {
+            ClientRequestBody::Unread(_) => {
+                let empty = ClientRequestBody::Read(ReqBody::Buffered(Buffered::Empty));
+                match std::mem::replace(client_body, empty) {
+                    ClientRequestBody::Unread(i) => Some(i),
+                    ClientRequestBody::Read(_) => None,
+                }
+            }
+            ClientRequestBody::Read(_) => None,
+        };
+        let read = match incoming {
+            None => None,
+            Some(_) if !has_body => Some(ReqBody::Buffered(Buffered::Empty)),
+            Some(incoming) if settings.request_buffering => match Box::pin(body::buffer(
+                incoming,
+                max,
+                proxy.spool_dir(),
+                settings.client_body_timeout,
+            ))
+            .await
             {
-                // Lost a connect race: the request goes out on the other
-                // connection; this one sent nothing and is not charged.
-                let f = flights.swap_remove(i);
-                if let Some(r) = attempts.get_mut(f.record) {
-                    r.response_time = attempt::secs(
-                        vigil_core::clock::coarse_now().saturating_duration_since(f.t0),
-                    );
+                Ok(b) => Some(ReqBody::Buffered(b)),
+                Err(BodyError::TooLarge(_)) => return too_large(&parts),
+                // nginx closes without a response and logs 408.
+                Err(BodyError::Timeout(_)) => return body_timed_out(&parts),
+                Err(BodyError::Client(_)) => return error_page(StatusCode::BAD_REQUEST),
+                Err(BodyError::Spool(e)) => {
+                    tracing::error!(error = %e, "cannot spool request body");
+                    return error_page(StatusCode::INTERNAL_SERVER_ERROR);
                 }
-                f.guard.withdraw(&mut sel);
-                continue;
-            }
-            Raced::Done(i, result) => (flights.swap_remove(i), result),
-        };
-        let Flight {
-            guard,
-            peer,
-            t0,
-            record,
-            race: ran,
-            ..
-        } = flight;
-        // Core let the request move on after the attempt that had its one
-        // send: the next attempt may send it (nginx's `non_idempotent`).
-        let release_send = || {
-            if let Some(o) = &job.once {
-                if ran
-                    .as_ref()
-                    .is_some_and(|r| r.claimed.load(std::sync::atomic::Ordering::Acquire))
-                {
-                    o.store(false, std::sync::atomic::Ordering::Release);
-                }
+            },
+            Some(incoming) => {
+                let streamed = ClientBody::new(incoming, settings.client_body_timeout);
+                client_timed_out = Some(streamed.timed_out());
+                Some(ReqBody::Stream(std::sync::Mutex::new(Some(streamed))))
             }
         };
-        match result {
-            Ok(answered) => {
-                let status = answered.response.status().as_u16();
-                let took = vigil_core::clock::coarse_now().saturating_duration_since(t0);
-                attempts[record] = AttemptRecord {
-                    addr: peer.addr_text().clone(),
-                    status: Some(status),
-                    response_time: attempt::secs(took),
-                    connect_time: Some(answered.connect_time),
-                    redirected: attempts[record].redirected,
-                };
-                let outcome = Outcome::of_status(status);
-                obs.attempt(
-                    &peer,
-                    outcome,
-                    Some(status),
-                    Some(answered.connect_time),
-                    took,
-                );
-                match sel.on_status(guard, status, clock.now()) {
-                    StatusVerdict::Retry(accounting) => {
-                        obs.charged(&peer, accounting);
-                        obs.retry();
-                        release_send();
-                        continue;
-                    }
-                    StatusVerdict::PassThrough(guard, denied) => {
-                        if let Some(why) = denied {
-                            obs.denied(why);
-                        }
-                        // The first header through wins: the others are
-                        // cancelled, their connections closed.
-                        cancel(&mut flights, &mut attempts);
-                        // `passive_count last_try` may have charged a passed-through status.
-                        obs.charged(&peer, guard.accounting());
-                        let (mut head, incoming) = answered.response.into_parts();
-                        let cx = crate::errlog::Context::new(
-                            upstream.name(),
-                            peer.addr_text(),
-                            client,
-                            &parts,
-                        );
-                        if head.status == StatusCode::SWITCHING_PROTOCOLS {
-                            // attempt::run lets a 101 through only when this
-                            // request asked for it, so on_upgrade is there.
-                            if let Some(client_up) = on_upgrade {
-                                let upstream_up = crate::upstream::OnUpgrade::new(&head, incoming);
-                                let timeouts = crate::tunnel::Timeouts {
-                                    idle: settings.read_timeout,
-                                    upstream_send: settings.send_timeout,
-                                    client_send: settings.client_send_timeout,
-                                };
-                                tokio::spawn(async move {
-                                    let _guard = guard;
-                                    match (client_up.await, upstream_up.io().await) {
-                                        (Ok(a), Ok(b)) => {
-                                            crate::tunnel::run(a, b, timeouts, &cx).await;
-                                        }
-                                        (a, b) => tracing::warn!(
-                                            client = %cx.client,
-                                            upstream = %cx.upstream,
-                                            client_ok = a.is_ok(),
-                                            upstream_ok = b.is_ok(),
-                                            "upgrade failed"
-                                        ),
-                                    }
-                                });
-                                let mut resp = Response::from_parts(head, body::empty());
-                                strip_hop_by_hop(resp.headers_mut(), true);
-                                resp.headers_mut().insert(
-                                    header::CONNECTION,
-                                    HeaderValue::from_static("upgrade"),
-                                );
-                                return finish(
-                                    route, &parts, client, local, &attempts, start, resp,
-                                );
-                            }
-                        }
-                        let pooled = route
-                            .pool
-                            .enabled()
-                            .then(|| (route.pool.clone(), answered.conn));
-                        // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length
-                        // (nginx clears the length of a chunked response).
-                        if head.headers.contains_key(header::TRANSFER_ENCODING) {
-                            head.headers.remove(header::CONTENT_LENGTH);
-                        }
-                        let streamed = Streamed::new(
-                            incoming,
-                            settings.read_timeout,
-                            guard,
-                            pooled,
-                            cx,
-                            clock.clone(),
-                            obs.stats(),
-                        );
-                        let mut resp = Response::from_parts(head, BodyExt::boxed(streamed));
-                        strip_hop_by_hop(resp.headers_mut(), false);
-                        upstream_headers(route, &parts, client, local, &mut resp);
-                        return finish(route, &parts, client, local, &attempts, start, resp);
-                    }
-                }
-            }
-            Err(failed) => {
-                if client_timed_out
-                    .as_ref()
-                    .is_some_and(|t| t.load(std::sync::atomic::Ordering::Acquire))
-                {
-                    // The client's fault: the peer is freed uncharged (drop).
-                    return body_timed_out(&parts);
-                }
-                tracing::warn!(upstream = %upstream.name(), peer = %peer.name(), class = %failed.failure.class, "{}", failed.detail);
-                let took = vigil_core::clock::coarse_now().saturating_duration_since(t0);
-                let class = failed.failure.class;
-                attempts[record] = AttemptRecord {
-                    addr: peer.addr_text().clone(),
-                    status: Some(class.final_status()),
-                    response_time: attempt::secs(took),
-                    connect_time: failed.connect_time,
-                    redirected: attempts[record].redirected,
-                };
-                obs.attempt(
-                    &peer,
-                    Outcome::Failed(class),
-                    None,
-                    failed.connect_time,
-                    took,
-                );
-                let verdict = sel.on_failure(guard, failed.failure, clock.now());
-                // What core charged (nothing for the single server of an upstream).
-                obs.charged(&peer, verdict.accounting());
-                match verdict {
-                    FailureVerdict::Retry(_) => {
-                        obs.retry();
-                        release_send();
-                        continue;
-                    }
-                    FailureVerdict::Fail { status, denied, .. } => {
-                        obs.denied(denied);
-                        cancel(&mut flights, &mut attempts);
-                        let code = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+        if let Some(b) = read {
+            *client_body = ClientRequestBody::Read(b);
+        }
+        // Read by this pass or an earlier one (an error_page's redirect).
+        let body: &ReqBody = match &*client_body {
+            ClientRequestBody::Read(b) => b,
+            ClientRequestBody::Unread(_) => return error_page(StatusCode::INTERNAL_SERVER_ERROR),
+        };
+        let facts = RequestFacts::new(parts.method.as_str(), matches!(body, ReqBody::Buffered(_)));
+        let upstream = route.upstream.clone();
+        let hash_key = route
+            .hash_key
+            .as_ref()
+            .map(|t| t.expand(&route.vars(&parts, client, local, 0)));
+        let key = match (&hash_key, &upstream.config().balancer) {
+            (Some(k), _) => SelectKey::Hash(k.as_bytes()),
+            (None, vigil_core::config::Balancer::IpHash) => SelectKey::Client(client.ip()),
+            _ => SelectKey::None,
+        };
+        let clock = proxy.clock();
+        let mut sel = upstream.begin(key, route.policy, facts, clock.now());
+        // An error_page's pass goes on with the first pass's attempts.
+        let mut attempts: Attempts = parts
+            .extensions
+            .remove::<EarlierAttempts>()
+            .map(|e| SmallVec::from_vec(e.0))
+            .unwrap_or_default();
+        let group = attempts.len();
+        let upstream_uri = route.upstream_uri(&parts);
+        let job = Job {
+            route,
+            parts: &parts,
+            uri: &upstream_uri,
+            body,
+            len: body_len(body),
+            client,
+            local,
+            upgrade,
+            replayable: facts.body_replayable,
+            hedged: upstream.config().rules.hedge.is_some(),
+            once: (upstream.config().rules.hedge.is_some()
+                && (facts.non_idempotent || !facts.body_replayable))
+                .then(|| Arc::new(std::sync::atomic::AtomicBool::new(false))),
+            group,
+        };
+        // The attempts in flight: one, or more while hedges race.
+        let mut flights: Flights<'_> = SmallVec::new();
+        let mut hedging = job.hedged;
+        loop {
+            if flights.is_empty() {
+                let guard = match upstream.select(&mut sel, clock.now()) {
+                    Ok(g) => g,
+                    Err(_) => {
+                        obs.no_live_upstreams();
+                        tracing::error!(upstream = %upstream.name(), "no live upstreams");
+                        attempts.push(AttemptRecord {
+                            addr: upstream.name().clone(),
+                            status: Some(502),
+                            response_time: 0.0,
+                            connect_time: None,
+                            redirected: group > 0 && attempts.len() == group,
+                        });
                         return finish(
                             route,
                             &parts,
@@ -703,14 +476,259 @@ async fn proxy_request(
                             local,
                             &attempts,
                             start,
-                            error_page(code),
+                            error_page(StatusCode::BAD_GATEWAY),
                         );
+                    }
+                };
+                match job.launch(guard, &mut attempts).await {
+                    Ok(f) => flights.push(f),
+                    Err(page) => return page,
+                }
+            }
+            // The next hedge is due after the latest attempt's start. While
+            // every attempt is still connecting, even a request that cannot be
+            // sent twice may race a connect (it is sent once, by the first).
+            let connecting = |flights: &[Flight<'_>]| {
+                flights.iter().all(|f| {
+                    f.race
+                        .as_ref()
+                        .is_none_or(|r| !r.connected.load(std::sync::atomic::Ordering::Acquire))
+                })
+            };
+            let hedge_at = if hedging {
+                flights
+                    .iter()
+                    .map(|f| f.t0)
+                    .max()
+                    .zip(upstream.hedge_after(&sel, clock.now(), connecting(&flights)))
+                    .map(|(t0, after)| t0 + after)
+            } else {
+                None
+            };
+            let (flight, result) = match race(&mut flights, hedge_at).await {
+                Raced::Hedge => {
+                    match upstream.hedge(&mut sel, clock.now(), connecting(&flights)) {
+                        Ok(guard) => {
+                            obs.hedge();
+                            tracing::debug!(upstream = %upstream.name(), peer = %guard.peer().name(), "hedge");
+                            match job.launch(guard, &mut attempts).await {
+                                Ok(f) => flights.push(f),
+                                Err(page) => return page,
+                            }
+                        }
+                        Err(denied) => {
+                            // Keep waiting on the attempts in flight.
+                            obs.denied(denied);
+                            hedging = false;
+                        }
+                    }
+                    continue;
+                }
+                Raced::Done(i, _)
+                    if flights[i]
+                        .race
+                        .as_ref()
+                        .is_some_and(|r| r.lost.load(std::sync::atomic::Ordering::Acquire)) =>
+                {
+                    // Lost a connect race: the request goes out on the other
+                    // connection; this one sent nothing and is not charged.
+                    let f = flights.swap_remove(i);
+                    if let Some(r) = attempts.get_mut(f.record) {
+                        r.response_time = attempt::secs(
+                            vigil_core::clock::coarse_now().saturating_duration_since(f.t0),
+                        );
+                    }
+                    f.guard.withdraw(&mut sel);
+                    continue;
+                }
+                Raced::Done(i, result) => (flights.swap_remove(i), result),
+            };
+            let Flight {
+                guard,
+                peer,
+                t0,
+                record,
+                race: ran,
+                ..
+            } = flight;
+            // Core let the request move on after the attempt that had its one
+            // send: the next attempt may send it (nginx's `non_idempotent`).
+            let release_send = || {
+                if let Some(o) = &job.once {
+                    if ran
+                        .as_ref()
+                        .is_some_and(|r| r.claimed.load(std::sync::atomic::Ordering::Acquire))
+                    {
+                        o.store(false, std::sync::atomic::Ordering::Release);
+                    }
+                }
+            };
+            match result {
+                Ok(answered) => {
+                    let status = answered.response.status().as_u16();
+                    let took = vigil_core::clock::coarse_now().saturating_duration_since(t0);
+                    attempts[record] = AttemptRecord {
+                        addr: peer.addr_text().clone(),
+                        status: Some(status),
+                        response_time: attempt::secs(took),
+                        connect_time: Some(answered.connect_time),
+                        redirected: attempts[record].redirected,
+                    };
+                    let outcome = Outcome::of_status(status);
+                    obs.attempt(
+                        &peer,
+                        outcome,
+                        Some(status),
+                        Some(answered.connect_time),
+                        took,
+                    );
+                    match sel.on_status(guard, status, clock.now()) {
+                        StatusVerdict::Retry(accounting) => {
+                            obs.charged(&peer, accounting);
+                            obs.retry();
+                            release_send();
+                            continue;
+                        }
+                        StatusVerdict::PassThrough(guard, denied) => {
+                            if let Some(why) = denied {
+                                obs.denied(why);
+                            }
+                            // The first header through wins: the others are
+                            // cancelled, their connections closed.
+                            cancel(&mut flights, &mut attempts);
+                            // `passive_count last_try` may have charged a passed-through status.
+                            obs.charged(&peer, guard.accounting());
+                            let (mut head, incoming) = answered.response.into_parts();
+                            let cx = crate::errlog::Context::new(
+                                upstream.name(),
+                                peer.addr_text(),
+                                client,
+                                &parts,
+                            );
+                            if head.status == StatusCode::SWITCHING_PROTOCOLS {
+                                // attempt::run lets a 101 through only when this
+                                // request asked for it, so on_upgrade is there.
+                                if let Some(client_up) = on_upgrade {
+                                    let upstream_up =
+                                        crate::upstream::OnUpgrade::new(&head, incoming);
+                                    let timeouts = crate::tunnel::Timeouts {
+                                        idle: settings.read_timeout,
+                                        upstream_send: settings.send_timeout,
+                                        client_send: settings.client_send_timeout,
+                                    };
+                                    tokio::spawn(async move {
+                                        let _guard = guard;
+                                        match (client_up.await, upstream_up.io().await) {
+                                            (Ok(a), Ok(b)) => {
+                                                crate::tunnel::run(a, b, timeouts, &cx).await;
+                                            }
+                                            (a, b) => tracing::warn!(
+                                                client = %cx.client,
+                                                upstream = %cx.upstream,
+                                                client_ok = a.is_ok(),
+                                                upstream_ok = b.is_ok(),
+                                                "upgrade failed"
+                                            ),
+                                        }
+                                    });
+                                    let mut resp = Response::from_parts(head, body::empty());
+                                    strip_hop_by_hop(resp.headers_mut(), true);
+                                    resp.headers_mut().insert(
+                                        header::CONNECTION,
+                                        HeaderValue::from_static("upgrade"),
+                                    );
+                                    return finish(
+                                        route, &parts, client, local, &attempts, start, resp,
+                                    );
+                                }
+                            }
+                            let pooled = route
+                                .pool
+                                .enabled()
+                                .then(|| (route.pool.clone(), answered.conn));
+                            // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length
+                            // (nginx clears the length of a chunked response).
+                            if head.headers.contains_key(header::TRANSFER_ENCODING) {
+                                head.headers.remove(header::CONTENT_LENGTH);
+                            }
+                            let streamed = Streamed::new(
+                                incoming,
+                                settings.read_timeout,
+                                guard,
+                                pooled,
+                                cx,
+                                clock.clone(),
+                                obs.stats(),
+                            );
+                            let mut resp = Response::from_parts(head, BodyExt::boxed(streamed));
+                            strip_hop_by_hop(resp.headers_mut(), false);
+                            upstream_headers(route, &parts, client, local, &mut resp);
+                            return finish(route, &parts, client, local, &attempts, start, resp);
+                        }
+                    }
+                }
+                Err(failed) => {
+                    if client_timed_out
+                        .as_ref()
+                        .is_some_and(|t| t.load(std::sync::atomic::Ordering::Acquire))
+                    {
+                        // The client's fault: the peer is freed uncharged (drop).
+                        return body_timed_out(&parts);
+                    }
+                    tracing::warn!(upstream = %upstream.name(), peer = %peer.name(), class = %failed.failure.class, "{}", failed.detail);
+                    let took = vigil_core::clock::coarse_now().saturating_duration_since(t0);
+                    let class = failed.failure.class;
+                    attempts[record] = AttemptRecord {
+                        addr: peer.addr_text().clone(),
+                        status: Some(class.final_status()),
+                        response_time: attempt::secs(took),
+                        connect_time: failed.connect_time,
+                        redirected: attempts[record].redirected,
+                    };
+                    obs.attempt(
+                        &peer,
+                        Outcome::Failed(class),
+                        None,
+                        failed.connect_time,
+                        took,
+                    );
+                    let verdict = sel.on_failure(guard, failed.failure, clock.now());
+                    // What core charged (nothing for the single server of an upstream).
+                    obs.charged(&peer, verdict.accounting());
+                    match verdict {
+                        FailureVerdict::Retry(_) => {
+                            obs.retry();
+                            release_send();
+                            continue;
+                        }
+                        FailureVerdict::Fail { status, denied, .. } => {
+                            obs.denied(denied);
+                            cancel(&mut flights, &mut attempts);
+                            let code =
+                                StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+                            return finish(
+                                route,
+                                &parts,
+                                client,
+                                local,
+                                &attempts,
+                                start,
+                                error_page(code),
+                            );
+                        }
                     }
                 }
             }
         }
     }
 }
+
+/// A request's attempts, in the order they started (inline while they are
+/// two: a malloc and a free fewer per request).
+type Attempts = SmallVec<[AttemptRecord; 2]>;
+
+/// The attempts in flight (inline while one: more only while hedges race).
+type Flights<'a> = SmallVec<[Flight<'a>; 1]>;
 
 /// What every attempt of one request sends.
 struct Job<'a> {
@@ -761,7 +779,7 @@ impl<'a> Job<'a> {
     async fn launch(
         &self,
         guard: PeerGuard,
-        attempts: &mut Vec<AttemptRecord>,
+        attempts: &mut Attempts,
     ) -> Result<Flight<'a>, Response<UpBody>> {
         let peer = guard.peer().clone();
         let replay = match self.body {
@@ -785,34 +803,31 @@ impl<'a> Job<'a> {
             (self.route, self.parts, self.uri, self.body, self.len);
         let (client, local, upgrade, replayable) =
             (self.client, self.local, self.upgrade, self.replayable);
-        let p = peer.clone();
         let race = self.hedged.then(|| Arc::new(attempt::Race::default()));
-        let (r, once) = (race.clone(), self.once.clone());
-        let run = Box::pin(async move {
-            attempt::run(
-                route,
-                &p,
-                route.tls.as_ref(),
-                replayable,
-                r.as_deref(),
-                once.as_deref(),
-                move || {
-                    let b = match replay {
-                        Some(b) => b,
-                        None => match body {
-                            ReqBody::Stream(s) => s
-                                .lock()
-                                .ok()
-                                .and_then(|mut s| s.take())
-                                .map_or_else(body::empty, |i| i.boxed()),
-                            ReqBody::Buffered(_) => body::empty(),
-                        },
-                    };
-                    build_request(route, parts, uri, b, client, local, &len, upgrade)
-                },
-            )
-            .await
-        });
+        // The attempt's own future, boxed as it is (no block around it to
+        // hold what it is given a second time).
+        let run = Box::pin(attempt::run(
+            route,
+            peer.clone(),
+            route.tls.as_ref(),
+            replayable,
+            race.clone(),
+            self.once.clone(),
+            move || {
+                let b = match replay {
+                    Some(b) => b,
+                    None => match body {
+                        ReqBody::Stream(s) => s
+                            .lock()
+                            .ok()
+                            .and_then(|mut s| s.take())
+                            .map_or_else(body::empty, |i| i.boxed()),
+                        ReqBody::Buffered(_) => body::empty(),
+                    },
+                };
+                build_request(route, parts, uri, b, client, local, &len, upgrade)
+            },
+        ));
         Ok(Flight {
             guard,
             peer,
@@ -849,7 +864,7 @@ async fn race(flights: &mut [Flight<'_>], hedge_at: Option<Instant>) -> Raced {
 /// The attempts that lost: released uncharged (core), their connections
 /// closed (the futures dropped with their connections), shown with no
 /// status and the time they ran (as nginx shows an attempt cut short).
-fn cancel(flights: &mut Vec<Flight<'_>>, attempts: &mut [AttemptRecord]) {
+fn cancel(flights: &mut Flights<'_>, attempts: &mut [AttemptRecord]) {
     for f in flights.drain(..) {
         tracing::debug!(peer = %f.peer.name(), "hedged attempt cancelled");
         if let Some(r) = attempts.get_mut(f.record) {

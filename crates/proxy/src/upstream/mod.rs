@@ -14,6 +14,7 @@ mod body;
 mod head;
 mod stream;
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::time::Duration;
@@ -213,62 +214,67 @@ impl H1 {
     }
 
     /// Send `req` and read the response head, within nginx's two timers.
-    pub(crate) async fn send(
+    /// An `async` block, holding `self` and `req` once
+    /// (rust-lang/rust#62958), with a body's writing boxed out of it.
+    pub(crate) fn send(
         mut self,
         req: Request<UpBody>,
         t: Timeouts,
-    ) -> Result<Response<H1Body>, Error> {
-        let (mut parts, mut body) = req.into_parts();
-        let framing = set_length(&mut parts.headers, &parts.method, &body);
-        let keep = !head::asks_close(&parts.headers);
-        self.out.clear();
-        head::encode(&parts, &mut self.out);
-        let mut written = false;
-        if matches!(framing, Framing::None | Framing::Length(0)) {
-            self.write_out(&mut written, None, t.send).await?;
-        } else {
-            self.send_body(&mut body, framing, &mut written, t.send)
-                .await?;
-        }
-        drop(body);
-        let deadline = vigil_core::clock::coarse_now() + t.read;
-        let head = loop {
-            if !self.buf.is_empty() {
-                match head::parse(&mut self.buf)? {
-                    Some(h) if h.status.is_informational() && h.status.as_u16() != 101 => continue,
-                    Some(h) => break h,
-                    None if self.buf.len() >= MAX_HEAD => {
-                        return Err(Error::Parse("response header too large".to_owned()))
+    ) -> impl Future<Output = Result<Response<H1Body>, Error>> + Send {
+        async move {
+            let (mut parts, mut body) = req.into_parts();
+            let framing = set_length(&mut parts.headers, &parts.method, &body);
+            let keep = !head::asks_close(&parts.headers);
+            self.out.clear();
+            head::encode(&parts, &mut self.out);
+            let mut written = false;
+            if matches!(framing, Framing::None | Framing::Length(0)) {
+                self.write_out(&mut written, None, t.send).await?;
+            } else {
+                Box::pin(self.send_body(&mut body, framing, &mut written, t.send)).await?;
+            }
+            drop(body);
+            let deadline = vigil_core::clock::coarse_now() + t.read;
+            let head = loop {
+                if !self.buf.is_empty() {
+                    match head::parse(&mut self.buf)? {
+                        Some(h) if h.status.is_informational() && h.status.as_u16() != 101 => {
+                            continue
+                        }
+                        Some(h) => break h,
+                        None if self.buf.len() >= MAX_HEAD => {
+                            return Err(Error::Parse("response header too large".to_owned()))
+                        }
+                        None => {}
                     }
-                    None => {}
                 }
-            }
-            let n = match crate::timer::timeout_at(deadline, self.read_more()).await {
-                Ok(r) => r.map_err(Error::Read)?,
-                Err(_) => return Err(Error::Timeout(Phase::Waiting)),
+                let n = match crate::timer::timeout_at(deadline, self.read_more()).await {
+                    Ok(r) => r.map_err(Error::Read)?,
+                    Err(_) => return Err(Error::Timeout(Phase::Waiting)),
+                };
+                if n == 0 {
+                    return Err(Error::Closed);
+                }
             };
-            if n == 0 {
-                return Err(Error::Closed);
+            let head::Head {
+                status,
+                version,
+                headers,
+                reason,
+                keep_alive,
+                framed,
+            } = head;
+            let (kind, upgrade) = head::decode(status, &parts.method, version, framed)?;
+            let mut resp = Response::new(());
+            *resp.status_mut() = status;
+            *resp.version_mut() = version;
+            if let Some(r) = reason {
+                resp.extensions_mut().insert(r);
             }
-        };
-        let head::Head {
-            status,
-            version,
-            headers,
-            reason,
-            keep_alive,
-            framed,
-        } = head;
-        let (kind, upgrade) = head::decode(status, &parts.method, version, framed)?;
-        let mut resp = Response::new(());
-        *resp.status_mut() = status;
-        *resp.version_mut() = version;
-        if let Some(r) = reason {
-            resp.extensions_mut().insert(r);
+            *resp.headers_mut() = headers;
+            let keep = keep && keep_alive && !upgrade && !matches!(kind, body::Kind::Close);
+            Ok(resp.map(|()| H1Body::new(self, kind, keep, upgrade)))
         }
-        *resp.headers_mut() = headers;
-        let keep = keep && keep_alive && !upgrade && !matches!(kind, body::Kind::Close);
-        Ok(resp.map(|()| H1Body::new(self, kind, keep, upgrade)))
     }
 
     /// Write the request body after the head: each write (and each wait
