@@ -66,6 +66,10 @@ pub(crate) struct Race {
 /// task; a TLS one through hyper's client (its connect and send boxed:
 /// this future is boxed per attempt, and a plain one's needs neither).
 /// An `async` block, holding `make_request` once (rust-lang/rust#62958).
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn would hold its arguments twice"
+)]
 pub(crate) fn run<'a, F>(
     route: &'a Route,
     peer: Arc<Peer>,
@@ -191,7 +195,7 @@ where
                     send: settings.send_timeout,
                     read: settings.read_timeout,
                 };
-                match h1.send(request, t).await {
+                match h1.send(request, t, route.headers.hidden()).await {
                     Ok(r) => r.map(RespBody::H1),
                     Err(upstream::Error::Timeout(phase)) => return Err(timed_out(phase)),
                     Err(e) => return Err(classify_h1(e, cached, replayable, &peer, connect_time)),

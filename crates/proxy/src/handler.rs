@@ -79,6 +79,10 @@ fn observer<'p>(
 /// Serve one request. An `async` block rather than an `async fn`, whose
 /// future would hold `req` twice (rust-lang/rust#62958); what only some
 /// requests need (an error page, a refusal's page) is boxed out of it.
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn would hold its arguments twice"
+)]
 pub(crate) fn handle(
     proxy: Arc<Proxy>,
     local: SocketAddr,
@@ -307,6 +311,10 @@ fn returned(
 /// The request, routed: walk the upstream's peers until one answers or
 /// core's rules say stop. An `async` block holding `parts` once (see
 /// [`handle`]); reading a body to buffer it is boxed out of it.
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn would hold its arguments twice"
+)]
 fn proxy_request<'a, 'o>(
     proxy: &'a Proxy,
     route: &'a Route,

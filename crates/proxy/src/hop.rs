@@ -159,18 +159,40 @@ const HOP_BY_HOP: [&str; 6] = [
     "transfer-encoding",
 ];
 
+/// A set of field names asked "is this one of you?" once per field of a
+/// message: the lengths of the names (a bit each, past 63 one for all)
+/// answer most fields without a comparison.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Names {
+    names: Vec<HeaderName>,
+    lengths: u64,
+}
+
+impl Names {
+    /// The set of `names`.
+    pub(crate) fn new(names: Vec<HeaderName>) -> Self {
+        let lengths = names.iter().fold(0, |m, n| m | length_bit(n));
+        Self { names, lengths }
+    }
+
+    /// Whether `name` is one of them.
+    pub(crate) fn contains(&self, name: &HeaderName) -> bool {
+        self.lengths & length_bit(name) != 0 && self.names.contains(name)
+    }
+}
+
+fn length_bit(n: &HeaderName) -> u64 {
+    1u64 << n.as_str().len().min(63)
+}
+
 /// Remove every field named in `names`, saying whether the fields
 /// `proxy_redirect` rewrites are among the others (one look at the names
 /// for both).
-pub(crate) fn remove_present(headers: &mut HeaderMap, names: &[HeaderName]) -> Redirectable {
+pub(crate) fn remove_present(headers: &mut HeaderMap, names: &Names) -> Redirectable {
     let mut doomed = Doomed::default();
     let mut kept = Redirectable::default();
-    // The lengths of the names (a bit each, past 63 one for all): most
-    // fields are no hidden name's length, and need no comparison.
-    let bit = |n: &HeaderName| 1u64 << n.as_str().len().min(63);
-    let lengths = names.iter().fold(0, |m, n| m | bit(n));
     for k in headers.keys() {
-        if lengths & bit(k) != 0 && names.contains(k) {
+        if names.contains(k) {
             doomed.push(k);
         } else if k == header::LOCATION {
             kept.location = true;
@@ -324,15 +346,15 @@ mod tests {
             ("x-pad", "q"),
             ("etag", "e"),
         ]);
-        let hidden = [
+        let hidden = Names::new(vec![
             header::DATE,
             header::SERVER,
             HeaderName::from_static("x-pad"),
             HeaderName::from_static("x-accel-expires"),
-        ];
+        ]);
         remove_present(&mut h, &hidden);
         assert_eq!(names(&h), ["etag"]);
-        remove_present(&mut h, &[]);
+        remove_present(&mut h, &Names::default());
         assert_eq!(names(&h), ["etag"]);
     }
 }

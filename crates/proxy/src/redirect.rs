@@ -28,7 +28,7 @@ const HIDDEN: &[&str] = &[
 /// A location's response-header rules, compiled.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Rules {
-    hide: Vec<HeaderName>,
+    hide: crate::hop::Names,
     redirects: Vec<(Text, Text)>,
 }
 
@@ -99,7 +99,17 @@ impl Rules {
                 )),
             }
         }
-        Ok(Self { hide, redirects })
+        Ok(Self {
+            hide: crate::hop::Names::new(hide),
+            redirects,
+        })
+    }
+
+    /// The fields the client never sees (nginx's hidden set, less
+    /// `proxy_pass_header`'s, with `proxy_hide_header`'s): an upstream
+    /// head read by vigil leaves them out of its map as it builds it.
+    pub(crate) fn hidden(&self) -> &crate::hop::Names {
+        &self.hide
     }
 
     /// Apply to the upstream's headers `h`.

@@ -281,6 +281,10 @@ fn judge(w: &mut Wire, scan: &mut HeadScan) -> Option<Head> {
 /// is every connection's, idle or not, so its size is memory per
 /// connection; what is rare (a refused head, HTTP/2, a parse error) is
 /// boxed out of it, and each request's state is boxed per request.
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn would hold its arguments twice"
+)]
 fn run(
     cx: Ctx,
     io: BoxIo,

@@ -7,6 +7,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
 
 use super::body::Kind;
 use super::Error;
+use crate::hop::Names;
 
 /// hyper's default limit of response header fields.
 const MAX_HEADERS: usize = 100;
@@ -142,8 +143,12 @@ fn has_token(value: &HeaderValue, needle: &str) -> bool {
 const FAST_HEADERS: usize = 24;
 
 /// Parse a response head at the start of `buf`, taking it out of `buf`
-/// when it is whole (None: not yet whole).
-pub(super) fn parse(buf: &mut BytesMut) -> Result<Option<Head>, Error> {
+/// when it is whole (None: not yet whole). The fields named in `hidden`
+/// are read for the framing and the connection's fate as any other, and
+/// left out of the head's map (the client is never sent them; leaving
+/// them out keeps the others in the upstream's order, as nginx sends
+/// them, where removing them later would move the last into their place).
+pub(super) fn parse(buf: &mut BytesMut, hidden: &Names) -> Result<Option<Head>, Error> {
     let mut spans = [Span::default(); FAST_HEADERS];
     let scanned = {
         let mut fields = [httparse::EMPTY_HEADER; FAST_HEADERS];
@@ -157,11 +162,11 @@ pub(super) fn parse(buf: &mut BytesMut) -> Result<Option<Head>, Error> {
                 scan(buf, &mut fields, &mut spans)
             };
             match scanned? {
-                Some(line) => build(buf, line, &spans).map(Some),
+                Some(line) => build(buf, line, &spans, hidden).map(Some),
                 None => Ok(None),
             }
         }
-        Ok(Some(line)) => build(buf, line, &spans).map(Some),
+        Ok(Some(line)) => build(buf, line, &spans, hidden).map(Some),
         Ok(None) => Ok(None),
         Err(e) => Err(e),
     }
@@ -229,7 +234,7 @@ fn scan<'b>(
     }
 }
 
-fn build(buf: &mut BytesMut, line: Line, spans: &[Span]) -> Result<Head, Error> {
+fn build(buf: &mut BytesMut, line: Line, spans: &[Span], hidden: &Names) -> Result<Head, Error> {
     let Line {
         len,
         code,
@@ -266,7 +271,9 @@ fn build(buf: &mut BytesMut, line: Line, spans: &[Span]) -> Result<Head, Error> 
             framed.cl = true;
             framed.length = framed.length.line(&value);
         }
-        headers.append(name, value);
+        if !hidden.contains(&name) {
+            headers.append(name, value);
+        }
     }
     let reason = match reason {
         Some(r) => Some(
@@ -418,7 +425,7 @@ mod tests {
     #[test]
     fn a_head_is_taken_off_the_buffer_with_its_fields_in_order() {
         let mut b = head_with(3);
-        let h = parse(&mut b).unwrap().unwrap();
+        let h = parse(&mut b, &Names::default()).unwrap().unwrap();
         assert_eq!(&b[..], b"rest");
         assert_eq!(h.status, 200);
         assert!(h.keep_alive);
@@ -429,26 +436,75 @@ mod tests {
     }
 
     #[test]
+    fn hidden_fields_are_read_for_the_framing_and_left_out_of_the_map_in_order() {
+        let mut b = BytesMut::from(
+            &b"HTTP/1.1 200 OK\r\nServer: up\r\nDate: d\r\nContent-Type: t\r\n\
+               Content-Length: 3\r\nConnection: close\r\nETag: e\r\nX-Pad: p\r\n\r\nabc"[..],
+        );
+        let hidden = Names::new(vec![
+            http::header::SERVER,
+            http::header::DATE,
+            HeaderName::from_static("x-pad"),
+            CONTENT_LENGTH,
+            CONNECTION,
+        ]);
+        let h = parse(&mut b, &hidden).unwrap().unwrap();
+        let names: Vec<_> = h.headers.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["content-type", "etag"]);
+        // Hidden or not, Content-Length frames the body and Connection
+        // decides the connection's fate (as nginx reads them before its
+        // hide filter).
+        assert_eq!(h.framed.length, Length::Is(3));
+        assert!(!h.keep_alive);
+        assert_eq!(&b[..], b"abc");
+    }
+
+    #[test]
     fn more_fields_than_the_stack_holds_parse_up_to_hypers_limit() {
         let mut b = head_with(FAST_HEADERS + 1);
-        let h = parse(&mut b).unwrap().unwrap();
+        let h = parse(&mut b, &Names::default()).unwrap().unwrap();
         assert_eq!(h.headers.len(), FAST_HEADERS + 1);
         let mut b = head_with(MAX_HEADERS);
-        assert_eq!(parse(&mut b).unwrap().unwrap().headers.len(), MAX_HEADERS);
+        assert_eq!(
+            parse(&mut b, &Names::default())
+                .unwrap()
+                .unwrap()
+                .headers
+                .len(),
+            MAX_HEADERS
+        );
         let mut b = head_with(MAX_HEADERS + 1);
-        assert!(matches!(parse(&mut b), Err(Error::TooManyFields)));
+        assert!(matches!(
+            parse(&mut b, &Names::default()),
+            Err(Error::TooManyFields)
+        ));
     }
 
     #[test]
     fn a_partial_head_waits_and_connection_decides_keep_alive() {
         let mut b = BytesMut::from(&b"HTTP/1.1 200 OK\r\nConnection: close\r\n"[..]);
-        assert!(parse(&mut b).unwrap().is_none());
+        assert!(parse(&mut b, &Names::default()).unwrap().is_none());
         b.extend_from_slice(b"\r\n");
-        assert!(!parse(&mut b).unwrap().unwrap().keep_alive);
+        assert!(
+            !parse(&mut b, &Names::default())
+                .unwrap()
+                .unwrap()
+                .keep_alive
+        );
         let mut b = BytesMut::from(&b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n"[..]);
-        assert!(parse(&mut b).unwrap().unwrap().keep_alive);
+        assert!(
+            parse(&mut b, &Names::default())
+                .unwrap()
+                .unwrap()
+                .keep_alive
+        );
         let mut b = BytesMut::from(&b"HTTP/1.0 200 OK\r\n\r\n"[..]);
-        assert!(!parse(&mut b).unwrap().unwrap().keep_alive);
+        assert!(
+            !parse(&mut b, &Names::default())
+                .unwrap()
+                .unwrap()
+                .keep_alive
+        );
     }
 
     #[test]
@@ -526,7 +582,7 @@ mod tests {
             "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n",
         ] {
             let mut buf = BytesMut::from(format!("HTTP/1.1 200 OK\r\n{fields}\r\n").as_str());
-            let head = parse(&mut buf).unwrap().unwrap();
+            let head = parse(&mut buf, &Names::default()).unwrap().unwrap();
             assert_eq!(head.framed, Framed::of(&head.headers), "{fields:?}");
         }
     }

@@ -26,6 +26,7 @@ use hyper::body::{Body as _, Incoming};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
+use crate::hop::Names;
 use crate::payload::{BoxError, UpBody};
 
 pub(crate) use body::{H1Body, Upgraded};
@@ -216,11 +217,18 @@ impl H1 {
     /// Send `req` and read the response head, within nginx's two timers.
     /// An `async` block, holding `self` and `req` once
     /// (rust-lang/rust#62958), with a body's writing boxed out of it.
-    pub(crate) fn send(
+    /// The fields in `hidden` stay out of the response's map (see
+    /// [`head::parse`]).
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an async fn would hold its arguments twice"
+    )]
+    pub(crate) fn send<'h>(
         mut self,
         req: Request<UpBody>,
         t: Timeouts,
-    ) -> impl Future<Output = Result<Response<H1Body>, Error>> + Send {
+        hidden: &'h Names,
+    ) -> impl Future<Output = Result<Response<H1Body>, Error>> + Send + 'h {
         async move {
             let (mut parts, mut body) = req.into_parts();
             let framing = set_length(&mut parts.headers, &parts.method, &body);
@@ -237,7 +245,7 @@ impl H1 {
             let deadline = vigil_core::clock::coarse_now() + t.read;
             let head = loop {
                 if !self.buf.is_empty() {
-                    match head::parse(&mut self.buf)? {
+                    match head::parse(&mut self.buf, hidden)? {
                         Some(h) if h.status.is_informational() && h.status.as_u16() != 101 => {
                             continue
                         }
