@@ -607,6 +607,9 @@ fn proxy_request<'a, 'o>(
                             // `passive_count last_try` may have charged a passed-through status.
                             obs.charged(&peer, guard.accounting());
                             let (mut head, incoming) = answered.response.into_parts();
+                            // vigil's own reader left the hop-by-hop fields out as it
+                            // built the map (upstream::head::parse); hyper's did not.
+                            let stripped = matches!(incoming, crate::upstream::RespBody::H1(_));
                             let cx = crate::errlog::Context::new(
                                 upstream.name(),
                                 peer.addr_text(),
@@ -640,7 +643,9 @@ fn proxy_request<'a, 'o>(
                                         }
                                     });
                                     let mut resp = Response::from_parts(head, body::empty());
-                                    strip_hop_by_hop(resp.headers_mut(), true);
+                                    if !stripped {
+                                        strip_hop_by_hop(resp.headers_mut(), true);
+                                    }
                                     resp.headers_mut().insert(
                                         header::CONNECTION,
                                         HeaderValue::from_static("upgrade"),
@@ -655,8 +660,9 @@ fn proxy_request<'a, 'o>(
                                 .enabled()
                                 .then(|| (route.pool.clone(), answered.conn));
                             // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length
-                            // (nginx clears the length of a chunked response).
-                            if head.headers.contains_key(header::TRANSFER_ENCODING) {
+                            // (nginx clears the length of a chunked response; vigil's own
+                            // reader did as it built the map).
+                            if !stripped && head.headers.contains_key(header::TRANSFER_ENCODING) {
                                 head.headers.remove(header::CONTENT_LENGTH);
                             }
                             let streamed = Streamed::new(
@@ -669,7 +675,9 @@ fn proxy_request<'a, 'o>(
                                 obs.stats(),
                             );
                             let mut resp = Response::from_parts(head, BodyExt::boxed(streamed));
-                            strip_hop_by_hop(resp.headers_mut(), false);
+                            if !stripped {
+                                strip_hop_by_hop(resp.headers_mut(), false);
+                            }
                             upstream_headers(route, &parts, client, local, &mut resp);
                             return finish(route, &parts, client, local, &attempts, start, resp);
                         }

@@ -23,6 +23,63 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     doomed.remove_from(headers);
 }
 
+/// [`strip_hop_by_hop`] while a message's map is built, field by field
+/// (the upstream head reader): the hop-by-hop fields never enter it, and
+/// once the last field is in, [`HopFilter::finish`] takes out the fields a
+/// `Connection` line named (seen only then: they may come before it).
+pub(crate) struct HopFilter {
+    keep_upgrade: bool,
+    connection: smallvec::SmallVec<[HeaderValue; 1]>,
+}
+
+impl HopFilter {
+    /// The filter of one message (`keep_upgrade` as for [`strip_hop_by_hop`]).
+    pub(crate) fn new(keep_upgrade: bool) -> Self {
+        Self {
+            keep_upgrade,
+            connection: smallvec::SmallVec::new(),
+        }
+    }
+
+    /// Whether the field `name: value` stays out of the map.
+    pub(crate) fn skips(&mut self, name: &HeaderName, value: &HeaderValue) -> bool {
+        if *name == header::CONNECTION {
+            self.connection.push(value.clone());
+            true
+        } else if *name == header::UPGRADE {
+            !self.keep_upgrade
+        } else {
+            is_hop_by_hop(name)
+        }
+    }
+
+    /// Take the fields the `Connection` lines named out of `headers`,
+    /// keeping the others in their order (a rare message: the map is
+    /// built again).
+    pub(crate) fn finish(self, headers: &mut HeaderMap) {
+        let named = Named::of_values(self.connection.iter());
+        if named.count == 0
+            || !headers
+                .keys()
+                .any(|name| named.names(name, || self.connection.iter()))
+        {
+            return;
+        }
+        let mut kept = HeaderMap::with_capacity(headers.len());
+        let mut last = None;
+        for (name, value) in std::mem::take(headers) {
+            // A name comes with its first value only (None for the rest).
+            if let Some(n) = name {
+                last = (!named.names(&n, || self.connection.iter())).then_some(n);
+            }
+            if let Some(n) = &last {
+                kept.append(n.clone(), value);
+            }
+        }
+        *headers = kept;
+    }
+}
+
 /// Names to remove from a map, in the order they were found (a removal
 /// moves the map's last field into the removed one's place, so the order
 /// decides the fields' order after): on the stack while they are few.
@@ -94,7 +151,10 @@ impl<'h> HopByHop<'h> {
         if *name == header::UPGRADE {
             !self.keep_upgrade
         } else {
-            is_hop_by_hop(name) || self.named.names(self.headers, name)
+            is_hop_by_hop(name)
+                || self
+                    .named
+                    .names(name, || self.headers.get_all(header::CONNECTION).iter())
         }
     }
 }
@@ -115,8 +175,13 @@ impl<'h> Named<'h> {
     };
 
     fn of(headers: &'h HeaderMap) -> Self {
+        Self::of_values(headers.get_all(header::CONNECTION).iter())
+    }
+
+    /// The tokens of these `Connection` values.
+    fn of_values(values: impl Iterator<Item = &'h HeaderValue>) -> Self {
         let mut named = Self::NONE;
-        for v in headers.get_all(header::CONNECTION) {
+        for v in values {
             let Some(tokens) = tokens(v) else { continue };
             for t in tokens {
                 if t.is_empty()
@@ -136,15 +201,22 @@ impl<'h> Named<'h> {
         named
     }
 
-    /// Whether a token names `name` (past four tokens, the lines are read
-    /// again).
-    fn names(&self, headers: &HeaderMap, name: &HeaderName) -> bool {
+    /// Whether a token names `name` (past four tokens, the `Connection`
+    /// lines, which `lines` gives, are read again).
+    fn names<'v, I>(&self, name: &HeaderName, lines: impl FnOnce() -> I) -> bool
+    where
+        I: Iterator<Item = &'v HeaderValue>,
+    {
         match self.count {
             0 => false,
             n if n <= self.few.len() => self.few[..n]
                 .iter()
                 .any(|t| t.eq_ignore_ascii_case(name.as_str().as_bytes())),
-            _ => listed(headers, name),
+            _ => lines().any(|v| {
+                tokens(v).is_some_and(|mut t| {
+                    t.any(|t| t.eq_ignore_ascii_case(name.as_str().as_bytes()))
+                })
+            }),
         }
     }
 }
@@ -225,13 +297,6 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
         || name == header::TRANSFER_ENCODING
         || *name == KEEP_ALIVE
         || *name == PROXY_CONNECTION
-}
-
-/// Whether a `Connection` line of `headers` names `name`.
-fn listed(headers: &HeaderMap, name: &HeaderName) -> bool {
-    headers.get_all(header::CONNECTION).iter().any(|v| {
-        tokens(v).is_some_and(|mut t| t.any(|t| t.eq_ignore_ascii_case(name.as_str().as_bytes())))
-    })
 }
 
 /// The comma-separated tokens of a value, trimmed, as

@@ -7,7 +7,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
 
 use super::body::Kind;
 use super::Error;
-use crate::hop::Names;
+use crate::hop::{HopFilter, Names};
 
 /// hyper's default limit of response header fields.
 const MAX_HEADERS: usize = 100;
@@ -143,11 +143,13 @@ fn has_token(value: &HeaderValue, needle: &str) -> bool {
 const FAST_HEADERS: usize = 24;
 
 /// Parse a response head at the start of `buf`, taking it out of `buf`
-/// when it is whole (None: not yet whole). The fields named in `hidden`
-/// are read for the framing and the connection's fate as any other, and
-/// left out of the head's map (the client is never sent them; leaving
-/// them out keeps the others in the upstream's order, as nginx sends
-/// them, where removing them later would move the last into their place).
+/// when it is whole (None: not yet whole). The hop-by-hop fields
+/// ([`crate::hop::strip_hop_by_hop`]'s, with `Upgrade` kept on a 101) and
+/// those named in `hidden` are read for the framing and the connection's
+/// fate as any other, and left out of the head's map: the client is never
+/// sent them, and leaving them out keeps the others in the upstream's
+/// order, as nginx sends them (removing them later would move the last
+/// field into their place).
 pub(super) fn parse(buf: &mut BytesMut, hidden: &Names) -> Result<Option<Head>, Error> {
     let mut spans = [Span::default(); FAST_HEADERS];
     let scanned = {
@@ -249,6 +251,9 @@ fn build(buf: &mut BytesMut, line: Line, spans: &[Span], hidden: &Names) -> Resu
     let mut keep_alive = version == Version::HTTP_11;
     let mut saw_close = false;
     let mut framed = Framed::default();
+    // A 101's Upgrade goes on to the client (the handler lets a 101 through
+    // only to a request that asked for it).
+    let mut hop = HopFilter::new(status == StatusCode::SWITCHING_PROTOCOLS);
     for s in &spans[..count] {
         let (n0, n1) = (s.name.0 as usize, s.name.1 as usize);
         let (v0, v1) = (s.value.0 as usize, s.value.1 as usize);
@@ -271,9 +276,15 @@ fn build(buf: &mut BytesMut, line: Line, spans: &[Span], hidden: &Names) -> Resu
             framed.cl = true;
             framed.length = framed.length.line(&value);
         }
-        if !hidden.contains(&name) {
+        if !hop.skips(&name, &value) && !hidden.contains(&name) {
             headers.append(name, value);
         }
+    }
+    hop.finish(&mut headers);
+    if framed.te && framed.cl {
+        // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length (nginx
+        // clears the length of a chunked response).
+        headers.remove(CONTENT_LENGTH);
     }
     let reason = match reason {
         Some(r) => Some(
@@ -459,6 +470,74 @@ mod tests {
         assert_eq!(&b[..], b"abc");
     }
 
+    proptest::proptest! {
+        /// The map built without the hop-by-hop fields holds what
+        /// strip_hop_by_hop leaves of the map with them (in the upstream's
+        /// order, where the removals reorder).
+        #[test]
+        fn the_hop_by_hop_fields_left_out_are_the_ones_strip_hop_by_hop_removes(
+            fields in proptest::collection::vec(
+                (
+                    proptest::sample::select(&[
+                        "Connection", "Keep-Alive", "Proxy-Connection", "TE", "Trailer",
+                        "Upgrade", "X-A", "x-b", "Close", "Server", "Vary",
+                    ][..]),
+                    proptest::sample::select(&[
+                        "keep-alive", "close", "x-a", "X-A, x-b", "upgrade", "a, b, c, d, x-b",
+                        "1", "",
+                    ][..]),
+                ),
+                0..10,
+            ),
+            switching in proptest::bool::ANY,
+        ) {
+            let status = if switching { "101 Switching Protocols" } else { "200 OK" };
+            let mut text = format!("HTTP/1.1 {status}\r\n");
+            let mut all = HeaderMap::new();
+            for (n, v) in &fields {
+                text.push_str(&format!("{n}: {v}\r\n"));
+                all.append(
+                    HeaderName::from_bytes(n.as_bytes()).unwrap(),
+                    HeaderValue::from_str(v).unwrap(),
+                );
+            }
+            text.push_str("\r\n");
+            let mut b = BytesMut::from(text.as_str());
+            let built = parse(&mut b, &Names::default()).unwrap().unwrap().headers;
+            crate::hop::strip_hop_by_hop(&mut all, switching);
+            let sorted = |h: &HeaderMap| {
+                let mut v: Vec<(String, Vec<u8>)> = h
+                    .iter()
+                    .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
+                    .collect();
+                v.sort();
+                v
+            };
+            proptest::prop_assert_eq!(sorted(&built), sorted(&all));
+            // Those that stay keep the upstream's order.
+            let order: Vec<&str> = built.keys().map(|k| k.as_str()).collect();
+            let mut upstream: Vec<String> = Vec::new();
+            for (n, _) in &fields {
+                let n = n.to_ascii_lowercase();
+                if order.contains(&n.as_str()) && !upstream.contains(&n) {
+                    upstream.push(n);
+                }
+            }
+            proptest::prop_assert_eq!(order, upstream);
+        }
+    }
+
+    #[test]
+    fn a_chunked_response_loses_its_length_as_its_map_is_built() {
+        let mut b = BytesMut::from(
+            &b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\nVary: a\r\n\r\n"[..],
+        );
+        let h = parse(&mut b, &Names::default()).unwrap().unwrap();
+        let names: Vec<_> = h.headers.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["vary"]);
+        assert!(h.framed.te && h.framed.chunked && h.framed.cl);
+    }
+
     #[test]
     fn more_fields_than_the_stack_holds_parse_up_to_hypers_limit() {
         let mut b = head_with(FAST_HEADERS + 1);
@@ -583,7 +662,17 @@ mod tests {
         ] {
             let mut buf = BytesMut::from(format!("HTTP/1.1 200 OK\r\n{fields}\r\n").as_str());
             let head = parse(&mut buf, &Names::default()).unwrap().unwrap();
-            assert_eq!(head.framed, Framed::of(&head.headers), "{fields:?}");
+            // The map the fields make, with Transfer-Encoding (which the
+            // head's own map leaves out: hop-by-hop).
+            let mut map = HeaderMap::new();
+            for line in fields.split_terminator("\r\n") {
+                let (n, v) = line.split_once(':').unwrap();
+                map.append(
+                    HeaderName::from_bytes(n.as_bytes()).unwrap(),
+                    HeaderValue::from_str(v.trim()).unwrap(),
+                );
+            }
+            assert_eq!(head.framed, Framed::of(&map), "{fields:?}");
         }
     }
 
