@@ -9,7 +9,6 @@
 pub(crate) mod read;
 pub(crate) mod write;
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -23,6 +22,7 @@ use http::{Request, Response, StatusCode, Version};
 use hyper::body::Body;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use smallvec::SmallVec;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::oneshot;
 
@@ -552,25 +552,29 @@ async fn serve_h2(cx: &Ctx, wire: &Mutex<Wire>, shutdown: &AtomicBool) -> Result
     .await
 }
 
-/// Pieces of a response waiting to be written.
+/// Pieces of a response waiting to be written: on the stack while they
+/// are four (a head and a body; a chunk's size, data and end), where a
+/// `VecDeque` was an allocation per response.
 #[derive(Default)]
 struct Out {
-    pieces: VecDeque<Bytes>,
+    pieces: SmallVec<[Bytes; 4]>,
+    /// The first piece not yet written whole.
+    front: usize,
 }
 
 impl Out {
     fn push(&mut self, b: Bytes) {
         if !b.is_empty() {
-            self.pieces.push_back(b);
+            self.pieces.push(b);
         }
     }
 
     fn push_static(&mut self, b: &'static [u8]) {
-        self.pieces.push_back(Bytes::from_static(b));
+        self.pieces.push(Bytes::from_static(b));
     }
 
     fn full(&self) -> bool {
-        self.pieces.len() >= MAX_PIECES
+        self.pieces.len() - self.front >= MAX_PIECES
     }
 
     /// Write everything (one `writev` where the stream takes it) and flush.
@@ -581,18 +585,20 @@ impl Out {
                 return Poll::Ready(Err(H1Error::Write(io::ErrorKind::NotConnected.into())));
             };
             let mut io = Pin::new(io);
-            if !io.is_write_vectored() && self.pieces.len() > 1 {
-                let total = self.pieces.iter().map(Bytes::len).sum();
-                let mut flat = BytesMut::with_capacity(total);
-                for p in self.pieces.drain(..) {
-                    flat.extend_from_slice(&p);
+            if !io.is_write_vectored() && self.pieces.len() - self.front > 1 {
+                let rest = &self.pieces[self.front..];
+                let mut flat = BytesMut::with_capacity(rest.iter().map(Bytes::len).sum());
+                for p in rest {
+                    flat.extend_from_slice(p);
                 }
-                self.pieces.push_back(flat.freeze());
+                self.pieces.clear();
+                self.front = 0;
+                self.pieces.push(flat.freeze());
             }
-            while !self.pieces.is_empty() {
+            while self.front < self.pieces.len() {
                 let mut slices = [io::IoSlice::new(&[]); MAX_PIECES];
                 let mut k = 0;
-                for p in self.pieces.iter().take(MAX_PIECES) {
+                for p in self.pieces[self.front..].iter().take(MAX_PIECES) {
                     slices[k] = io::IoSlice::new(p);
                     k += 1;
                 }
@@ -606,18 +612,21 @@ impl Out {
                 };
                 let mut left = n;
                 while left > 0 {
-                    let Some(front) = self.pieces.front_mut() else {
+                    let Some(front) = self.pieces.get_mut(self.front) else {
                         break;
                     };
                     if front.len() <= left {
                         left -= front.len();
-                        self.pieces.pop_front();
+                        self.front += 1;
                     } else {
                         front.advance(left);
                         left = 0;
                     }
                 }
             }
+            // All written: the pieces go, the room stays.
+            self.pieces.clear();
+            self.front = 0;
             io.as_mut().poll_flush(cx).map_err(H1Error::Write)
         })
         .await
@@ -788,6 +797,105 @@ mod tests {
         off.store(true, Ordering::Release);
         let h = read_head(&wire, limits, false, &off).await.unwrap();
         assert!(matches!(h, Head::Closed));
+    }
+
+    /// A stream that takes a few bytes a write, and is not ready every
+    /// other time it is asked.
+    struct Trickle {
+        got: Arc<Mutex<Vec<u8>>>,
+        vectored: bool,
+        calls: usize,
+    }
+
+    impl AsyncRead for Trickle {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            _: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    impl AsyncWrite for Trickle {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            self.poll_write_vectored(cx, &[io::IoSlice::new(buf)])
+        }
+
+        fn poll_write_vectored(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            bufs: &[io::IoSlice<'_>],
+        ) -> Poll<io::Result<usize>> {
+            self.calls += 1;
+            if self.calls % 2 == 0 {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            let mut room = 5;
+            let mut n = 0;
+            let mut got = self.got.lock().unwrap();
+            for b in bufs {
+                let take = b.len().min(room);
+                got.extend_from_slice(&b[..take]);
+                (room, n) = (room - take, n + take);
+                if room == 0 {
+                    break;
+                }
+            }
+            Poll::Ready(Ok(n))
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            self.vectored
+        }
+    }
+
+    #[tokio::test]
+    async fn queued_pieces_go_out_whole_and_in_order_through_short_writes() {
+        let pieces: Vec<String> = (0..22).map(|i| format!("piece {i}; ")).collect();
+        for vectored in [false, true] {
+            let got = Arc::new(Mutex::new(Vec::new()));
+            let io = Trickle {
+                got: got.clone(),
+                vectored,
+                calls: 0,
+            };
+            let wire = Mutex::new(Wire::new(Box::new(io), BytesMut::new()));
+            let mut out = Out::default();
+            // More than the four on the stack, and past MAX_PIECES (a
+            // write before the queue takes more), an empty one among them.
+            for (i, p) in pieces.iter().enumerate() {
+                if out.full() {
+                    out.write(&wire).await.unwrap();
+                }
+                if i == 3 {
+                    out.push(Bytes::new());
+                }
+                out.push(Bytes::from(p.clone()));
+            }
+            out.push_static(b"end");
+            out.write(&wire).await.unwrap();
+            let want = pieces.concat() + "end";
+            assert_eq!(
+                String::from_utf8(got.lock().unwrap().clone()).unwrap(),
+                want,
+                "vectored: {vectored}"
+            );
+            assert_eq!((out.pieces.len(), out.front), (0, 0), "nothing left queued");
+        }
     }
 
     /// The size of what `f` returns, without calling it.
