@@ -645,6 +645,11 @@ fn proxy_request<'a, 'o>(
                                     let mut resp = Response::from_parts(head, body::empty());
                                     if !stripped {
                                         strip_hop_by_hop(resp.headers_mut(), true);
+                                        // proxy_hide_header's set, as vigil's own reader left it out.
+                                        crate::hop::remove_present(
+                                            resp.headers_mut(),
+                                            route.headers.hidden(),
+                                        );
                                     }
                                     resp.headers_mut().insert(
                                         header::CONNECTION,
