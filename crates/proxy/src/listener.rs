@@ -299,8 +299,9 @@ type ConnError = Box<dyn std::error::Error + Send + Sync>;
 struct Site {
     generation: u64,
     /// HTTP/2 (ALPN `h2`, or prior knowledge on a plain address); HTTP/1.x
-    /// is served by [`crate::h1`].
-    h2: auto::Builder<TokioExecutor>,
+    /// is served by [`crate::h1`]. Shared: every plain connection holds it
+    /// (hyper's builder is a few hundred bytes).
+    h2: Arc<auto::Builder<TokioExecutor>>,
     timeouts: conn::Timeouts,
     limits: HeadLimits,
     tls: Option<Arc<TlsSite>>,
@@ -319,7 +320,7 @@ impl Site {
         };
         Arc::new(Self {
             generation: generation.registry.generation(),
-            h2: builder().http2_only(),
+            h2: Arc::new(builder().http2_only()),
             timeouts: d.timeouts,
             limits: d.limits,
             tls: generation.tls_site(addr),
