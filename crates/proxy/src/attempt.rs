@@ -63,8 +63,9 @@ pub(crate) struct Race {
 /// and ends with `race.lost` set.
 ///
 /// A plain `http://` peer is spoken to by [`crate::upstream::H1`] in this
-/// task; a TLS one through hyper's client (its connect and send boxed:
-/// this future is boxed per attempt, and a plain one's needs neither).
+/// task; a TLS one through hyper's client. What it awaits is boxed (the
+/// connect, the send): this future is boxed per attempt, and under glibc's
+/// 1,032-byte limit each box takes its fast path.
 /// An `async` block, holding `make_request` once (rust-lang/rust#62958).
 #[allow(
     clippy::manual_async_fn,
@@ -90,7 +91,7 @@ where
             None => {
                 let addr = peer.config().peer_addr();
                 let link = match (tls, &addr) {
-                    (None, _) => connect_plain(&addr, settings.connect_timeout)
+                    (None, _) => Box::pin(connect_plain(&addr, settings.connect_timeout))
                         .await
                         .map(|io| Link::H1(H1::new(io))),
                     (Some(t), PeerAddr::Inet(a)) => Box::pin(connect(
@@ -195,7 +196,7 @@ where
                     send: settings.send_timeout,
                     read: settings.read_timeout,
                 };
-                match h1.send(request, t, route.headers.hidden()).await {
+                match Box::pin(h1.send(request, t, route.headers.hidden())).await {
                     Ok(r) => r.map(RespBody::H1),
                     Err(upstream::Error::Timeout(phase)) => return Err(timed_out(phase)),
                     Err(e) => return Err(classify_h1(e, cached, replayable, &peer, connect_time)),
