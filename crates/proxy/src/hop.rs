@@ -58,11 +58,11 @@ impl HopFilter {
     /// built again).
     pub(crate) fn finish(self, headers: &mut HeaderMap) {
         let named = Named::of_values(self.connection.iter());
-        if named.count == 0
-            || !headers
-                .keys()
-                .any(|name| named.names(name, || self.connection.iter()))
-        {
+        // Upgrade has its own rule (`skips`), whatever a token says.
+        let goes = |name: &HeaderName| {
+            *name != header::UPGRADE && named.names(name, || self.connection.iter())
+        };
+        if named.count == 0 || !headers.keys().any(goes) {
             return;
         }
         let mut kept = HeaderMap::with_capacity(headers.len());
@@ -70,7 +70,7 @@ impl HopFilter {
         for (name, value) in std::mem::take(headers) {
             // A name comes with its first value only (None for the rest).
             if let Some(n) = name {
-                last = (!named.names(&n, || self.connection.iter())).then_some(n);
+                last = (!goes(&n)).then_some(n);
             }
             if let Some(n) = &last {
                 kept.append(n.clone(), value);
