@@ -81,7 +81,7 @@ pub(crate) fn run<'a, F>(
     make_request: F,
 ) -> impl Future<Output = Result<Answered, Failed>> + use<'a, F>
 where
-    F: FnOnce() -> Result<Request<UpBody>, String>,
+    F: FnOnce(http::HeaderMap) -> Result<Request<UpBody>, String>,
 {
     async move {
         let start = vigil_core::clock::coarse_now();
@@ -160,7 +160,13 @@ where
                 race.claimed.store(true, Ordering::Release);
             }
         }
-        let request = make_request().map_err(|detail| Failed {
+        // The request's fields go in the map of the connection's last
+        // request (vigil's own HTTP/1 connections keep it).
+        let room = match &mut conn.link {
+            Link::H1(h1) => h1.take_headers(),
+            _ => http::HeaderMap::new(),
+        };
+        let request = make_request(room).map_err(|detail| Failed {
             failure: TransportFailure {
                 class: FailureClass::Error,
                 request_sent: false,

@@ -834,7 +834,7 @@ impl<'a> Job<'a> {
             replayable,
             race.clone(),
             self.once.clone(),
-            move || {
+            move |room| {
                 let b = match replay {
                     Some(b) => b,
                     None => match body {
@@ -846,7 +846,7 @@ impl<'a> Job<'a> {
                         ReqBody::Buffered(_) => body::empty(),
                     },
                 };
-                build_request(route, parts, uri, b, client, local, &len, upgrade)
+                build_request(route, parts, uri, b, client, local, &len, upgrade, room)
             },
         ));
         Ok(Flight {
@@ -914,6 +914,7 @@ fn build_request(
     local: SocketAddr,
     len: &Option<u64>,
     upgrade: bool,
+    room: HeaderMap,
 ) -> Result<Request<UpBody>, String> {
     // The client's own target goes as it came (no parse, no copy).
     let uri = match parts.uri.path_and_query() {
@@ -930,7 +931,7 @@ fn build_request(
     *req.method_mut() = parts.method.clone();
     *req.uri_mut() = uri;
     *req.version_mut() = http::Version::HTTP_11;
-    *req.headers_mut() = request_headers(route, parts, client, local, len, upgrade);
+    *req.headers_mut() = request_headers(route, parts, client, local, len, upgrade, room);
     Ok(req)
 }
 
@@ -944,6 +945,7 @@ fn request_headers(
     local: SocketAddr,
     len: &Option<u64>,
     upgrade: bool,
+    room: HeaderMap,
 ) -> HeaderMap {
     use std::borrow::Cow;
     let mut fields = Fields::without_hop_by_hop(&parts.headers, 3 + route.set_headers.len());
@@ -992,7 +994,7 @@ fn request_headers(
             );
         }
     }
-    fields.into_map()
+    fields.into_map(room)
 }
 
 /// `proxy_hide_header` / `proxy_pass_header` / `proxy_redirect` on the

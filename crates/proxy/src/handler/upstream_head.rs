@@ -103,9 +103,11 @@ impl<'a> Fields<'a> {
         self.position(name).is_some()
     }
 
-    /// The header map, in the list's order.
-    pub(super) fn into_map(self) -> HeaderMap {
-        let mut map = HeaderMap::with_capacity(self.list.len());
+    /// The header map, in the list's order, built in `room` (emptied).
+    pub(super) fn into_map(self, mut room: HeaderMap) -> HeaderMap {
+        room.clear();
+        room.reserve(self.list.len());
+        let mut map = room;
         for f in self.list {
             match f.value {
                 Value::Put(v) => {

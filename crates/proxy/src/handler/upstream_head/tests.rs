@@ -122,9 +122,23 @@ fn both(
     len: Option<u64>,
     upgrade: bool,
 ) -> Vec<(String, String)> {
-    let new = super::super::request_headers(route, parts, addr(), addr(), &len, upgrade);
+    let new = super::super::request_headers(
+        route,
+        parts,
+        addr(),
+        addr(),
+        &len,
+        upgrade,
+        http::HeaderMap::new(),
+    );
     let old = edited(route, parts, &len, upgrade);
     assert_eq!(wire(&new), wire(&old));
+    // Built again in the room of the last request's map (an upstream
+    // connection's), with fields of its own left in it: the same fields.
+    let mut room = new.clone();
+    room.append("x-left-over", http::HeaderValue::from_static("1"));
+    let again = super::super::request_headers(route, parts, addr(), addr(), &len, upgrade, room);
+    assert_eq!(wire(&again), wire(&new));
     wire(&new)
 }
 
