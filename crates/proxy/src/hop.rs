@@ -45,12 +45,8 @@ impl HopFilter {
     pub(crate) fn skips(&mut self, name: &HeaderName, value: &HeaderValue) -> bool {
         if *name == header::CONNECTION {
             self.connection.push(value.clone());
-            true
-        } else if *name == header::UPGRADE {
-            !self.keep_upgrade
-        } else {
-            is_hop_by_hop(name)
         }
+        by_name(name, self.keep_upgrade).unwrap_or(false)
     }
 
     /// Take the fields the `Connection` lines named out of `headers`,
@@ -58,9 +54,11 @@ impl HopFilter {
     /// built again).
     pub(crate) fn finish(self, headers: &mut HeaderMap) {
         let named = Named::of_values(self.connection.iter());
-        // Upgrade has its own rule (`skips`), whatever a token says.
+        // A name with a rule of its own (a kept Upgrade) stays whatever a
+        // token says; the others `skips` kept out already.
         let goes = |name: &HeaderName| {
-            *name != header::UPGRADE && named.names(name, || self.connection.iter())
+            by_name(name, self.keep_upgrade).is_none()
+                && named.names(name, || self.connection.iter())
         };
         if named.count == 0 || !headers.keys().any(goes) {
             return;
@@ -148,14 +146,23 @@ impl<'h> HopByHop<'h> {
 
     /// Whether the field `name` goes.
     pub(crate) fn drops(&self, name: &HeaderName) -> bool {
-        if *name == header::UPGRADE {
-            !self.keep_upgrade
-        } else {
-            is_hop_by_hop(name)
-                || self
-                    .named
-                    .names(name, || self.headers.get_all(header::CONNECTION).iter())
-        }
+        by_name(name, self.keep_upgrade).unwrap_or_else(|| {
+            self.named
+                .names(name, || self.headers.get_all(header::CONNECTION).iter())
+        })
+    }
+}
+
+/// The rule for a field by its name alone: whether it goes, for `Upgrade`
+/// (unless `keep_upgrade`) and the hop-by-hop names; None for a field only
+/// a `Connection` token can send away.
+fn by_name(name: &HeaderName, keep_upgrade: bool) -> Option<bool> {
+    if *name == header::UPGRADE {
+        Some(!keep_upgrade)
+    } else if is_hop_by_hop(name) {
+        Some(true)
+    } else {
+        None
     }
 }
 

@@ -105,7 +105,10 @@ impl<'a> Fields<'a> {
 
     /// The header map, in the list's order, built in `room` (emptied).
     pub(super) fn into_map(self, mut room: HeaderMap) -> HeaderMap {
-        room.clear();
+        // An upstream connection hands its map over emptied already.
+        if !room.is_empty() {
+            room.clear();
+        }
         room.reserve(self.list.len());
         let mut map = room;
         for f in self.list {
