@@ -123,8 +123,8 @@ def wait_port_free(port, timeout=10):
 
 
 def cpu_seconds(pid):
-    """utime+stime of a process and all its threads (and waited-for children)."""
-    total = 0.0
+    """(utime, stime) of a process and all its threads (and waited-for children)."""
+    user = system = 0.0
     tick = os.sysconf("SC_CLK_TCK")
     pids = [pid]
     try:
@@ -134,10 +134,11 @@ def cpu_seconds(pid):
     for p in pids:
         try:
             f = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
-            total += (int(f[11]) + int(f[12])) / tick
+            user += int(f[11]) / tick
+            system += int(f[12]) / tick
         except OSError:
             pass
-    return total
+    return user, system
 
 
 def rss_kb(pid):
@@ -215,16 +216,19 @@ def run_one(target, path, d, pin, duration):
     try:
         url = f"http://127.0.0.1:{PROXY_PORT}{path}"
         subprocess.run(taskset(1, pin) + ["wrk", "-t1", "-c64", "-d2s", url], capture_output=True, timeout=60)
-        c0 = cpu_seconds(p.pid)
+        u0, s0 = cpu_seconds(p.pid)
         out = subprocess.run(taskset(1, pin) + ["wrk", "-t1", "-c64", f"-d{duration}s", "--timeout", "2s", "--latency", url],
                              capture_output=True, text=True, timeout=duration + 60).stdout
-        cpu = cpu_seconds(p.pid) - c0
+        u1, s1 = cpu_seconds(p.pid)
+        user, system = u1 - u0, s1 - s0
+        cpu = user + system
         rss = rss_kb(p.pid)
     finally:
         stop(p)
     rps, reqs, p50, p99, errs, sock = parse_wrk(out)
     return {"target": target, "path": path, "rps": rps, "requests": reqs, "p50_ms": p50, "p99_ms": p99,
             "proxy_cpu_s": cpu, "req_per_cpu_s": reqs / cpu if cpu > 0 else None, "cpu_us_per_req": 1e6 * cpu / reqs if reqs else None,
+            "user_us_per_req": 1e6 * user / reqs if reqs else None, "sys_us_per_req": 1e6 * system / reqs if reqs else None,
             "rss_mib": rss / 1024, "non_2xx": errs, "socket_errors": sock}
 
 
@@ -324,14 +328,14 @@ def main():
 
 def summarize(results, a):
     print(f"\npin={a.pin} rounds={a.rounds} duration={a.duration}s wrk -t1 -c64, medians; ratios paired per round against {a.base}")
-    print(f"{'target':<16} {'path':<5} {'req/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'req/CPU-s':>10} {'µs CPU/req':>10} {'RSS MiB':>8} {'rps÷base':>9} {'eff÷base':>9} {'p99÷base':>9}")
+    print(f"{'target':<16} {'path':<5} {'req/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'req/CPU-s':>10} {'µs CPU/req':>10} {'user/sys µs':>11} {'RSS MiB':>8} {'rps÷base':>9} {'eff÷base':>9} {'p99÷base':>9}")
     for path in a.paths.split(","):
         for t in a.targets.split(","):
             rows = [r for r in results if r["target"] == t and r["path"] == path]
             base = {r["round"]: r for r in results if r["target"] == a.base and r["path"] == path}
             med = lambda k: statistics.median([r[k] for r in rows if r[k] is not None])
             ratio = lambda k: statistics.median([r[k] / base[r["round"]][k] for r in rows if r[k] and base.get(r["round"], {}).get(k)])
-            print(f"{t:<16} {path:<5} {med('rps'):>8.0f} {med('p50_ms'):>7.2f} {med('p99_ms'):>7.2f} {med('req_per_cpu_s'):>10.0f} {med('cpu_us_per_req'):>10.1f} {med('rss_mib'):>8.1f} {ratio('rps'):>9.2f} {ratio('req_per_cpu_s'):>9.2f} {ratio('p99_ms'):>9.2f}")
+            print(f"{t:<16} {path:<5} {med('rps'):>8.0f} {med('p50_ms'):>7.2f} {med('p99_ms'):>7.2f} {med('req_per_cpu_s'):>10.0f} {med('cpu_us_per_req'):>10.1f} {med('user_us_per_req'):>5.1f}/{med('sys_us_per_req'):<5.1f} {med('rss_mib'):>8.1f} {ratio('rps'):>9.2f} {ratio('req_per_cpu_s'):>9.2f} {ratio('p99_ms'):>9.2f}")
 
 
 if __name__ == "__main__":

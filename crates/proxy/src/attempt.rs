@@ -160,13 +160,8 @@ where
                 race.claimed.store(true, Ordering::Release);
             }
         }
-        // The request's fields go in the map of the connection's last
-        // request (vigil's own HTTP/1 connections keep it).
-        let room = match &mut conn.link {
-            Link::H1(h1) => h1.take_headers(),
-            _ => http::HeaderMap::new(),
-        };
-        let request = make_request(room).map_err(|detail| Failed {
+        // The request's fields go in the room of a map whose message is done.
+        let request = make_request(crate::spare::map(0)).map_err(|detail| Failed {
             failure: TransportFailure {
                 class: FailureClass::Error,
                 request_sent: false,

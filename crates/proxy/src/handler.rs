@@ -135,7 +135,12 @@ pub(crate) fn handle(
         let pages = saved.map(|p| (generation.clone(), p));
         drop(generation);
         let net = (local, client);
-        let resp = proxy_request(&proxy, &route, net, parts, &mut body, start, &mut obs).await;
+        let resp = proxy_request(&proxy, &route, net, &mut parts, &mut body, start, &mut obs).await;
+        // Done with (logged): the map's and the extensions' room is a later
+        // message's.
+        crate::spare::keep(std::mem::take(&mut parts.headers));
+        crate::spare::keep_extensions(std::mem::take(&mut parts.extensions));
+        drop(parts);
         let resp = match pages {
             Some((g, parts)) => {
                 let page = Page {
@@ -319,7 +324,7 @@ fn proxy_request<'a, 'o>(
     proxy: &'a Proxy,
     route: &'a Route,
     (local, client): (SocketAddr, SocketAddr),
-    mut parts: Parts,
+    parts: &'a mut Parts,
     client_body: &'a mut ClientRequestBody,
     start: Instant,
     obs: &'a mut RequestObserver<'o>,
@@ -332,9 +337,10 @@ fn proxy_request<'a, 'o>(
             && parts.headers.contains_key(header::UPGRADE)
             && passes_upgrade(route);
         let on_upgrade = if upgrade {
-            let mut req = Request::from_parts(parts, ());
+            let taken = std::mem::replace(parts, Request::new(()).into_parts().0);
+            let mut req = Request::from_parts(taken, ());
             let on = crate::client_io::on_upgrade(&mut req);
-            parts = req.into_parts().0;
+            *parts = req.into_parts().0;
             Some(on)
         } else {
             None
@@ -359,7 +365,7 @@ fn proxy_request<'a, 'o>(
         if !crate::access::allows(&settings.access, client.ip()) {
             tracing::debug!(client = %client.ip(), "access forbidden by rule");
             let page = error_page(StatusCode::FORBIDDEN);
-            return finish(route, &parts, client, local, &[], start, page);
+            return finish(route, parts, client, local, &[], start, page);
         }
         let max = settings.client_max_body_size;
         let declared = content_length(&parts.headers);
@@ -369,7 +375,7 @@ fn proxy_request<'a, 'o>(
             finish(route, parts, client, local, &[], start, page)
         };
         if max != 0 && declared.is_some_and(|n| n > max) {
-            return too_large(&parts);
+            return too_large(parts);
         }
         let has_body = declared.is_some_and(|n| n > 0)
             || parts.headers.contains_key(header::TRANSFER_ENCODING);
@@ -400,9 +406,9 @@ fn proxy_request<'a, 'o>(
             .await
             {
                 Ok(b) => Some(ReqBody::Buffered(b)),
-                Err(BodyError::TooLarge(_)) => return too_large(&parts),
+                Err(BodyError::TooLarge(_)) => return too_large(parts),
                 // nginx closes without a response and logs 408.
-                Err(BodyError::Timeout(_)) => return body_timed_out(&parts),
+                Err(BodyError::Timeout(_)) => return body_timed_out(parts),
                 Err(BodyError::Client(_)) => return error_page(StatusCode::BAD_REQUEST),
                 Err(BodyError::Spool(e)) => {
                     tracing::error!(error = %e, "cannot spool request body");
@@ -428,7 +434,7 @@ fn proxy_request<'a, 'o>(
         let hash_key = route
             .hash_key
             .as_ref()
-            .map(|t| t.expand(&route.vars(&parts, client, local, 0)));
+            .map(|t| t.expand(&route.vars(parts, client, local, 0)));
         let key = match (&hash_key, &upstream.config().balancer) {
             (Some(k), _) => SelectKey::Hash(k.as_bytes()),
             (None, vigil_core::config::Balancer::IpHash) => SelectKey::Client(client.ip()),
@@ -443,10 +449,10 @@ fn proxy_request<'a, 'o>(
             .map(|e| SmallVec::from_vec(e.0))
             .unwrap_or_default();
         let group = attempts.len();
-        let upstream_uri = route.upstream_uri(&parts);
+        let upstream_uri = route.upstream_uri(parts);
         let job = Job {
             route,
-            parts: &parts,
+            parts,
             uri: &upstream_uri,
             body,
             len: body_len(body),
@@ -479,7 +485,7 @@ fn proxy_request<'a, 'o>(
                         });
                         return finish(
                             route,
-                            &parts,
+                            parts,
                             client,
                             local,
                             &attempts,
@@ -614,7 +620,7 @@ fn proxy_request<'a, 'o>(
                                 upstream.name(),
                                 peer.addr_text(),
                                 client,
-                                &parts,
+                                parts,
                             );
                             if head.status == StatusCode::SWITCHING_PROTOCOLS {
                                 // attempt::run lets a 101 through only when this
@@ -656,7 +662,7 @@ fn proxy_request<'a, 'o>(
                                         HeaderValue::from_static("upgrade"),
                                     );
                                     return finish(
-                                        route, &parts, client, local, &attempts, start, resp,
+                                        route, parts, client, local, &attempts, start, resp,
                                     );
                                 }
                             }
@@ -683,8 +689,8 @@ fn proxy_request<'a, 'o>(
                             if !stripped {
                                 strip_hop_by_hop(resp.headers_mut(), false);
                             }
-                            upstream_headers(route, &parts, client, local, &mut resp);
-                            return finish(route, &parts, client, local, &attempts, start, resp);
+                            upstream_headers(route, parts, client, local, &mut resp);
+                            return finish(route, parts, client, local, &attempts, start, resp);
                         }
                     }
                 }
@@ -694,7 +700,7 @@ fn proxy_request<'a, 'o>(
                         .is_some_and(|t| t.load(std::sync::atomic::Ordering::Acquire))
                     {
                         // The client's fault: the peer is freed uncharged (drop).
-                        return body_timed_out(&parts);
+                        return body_timed_out(parts);
                     }
                     tracing::warn!(upstream = %upstream.name(), peer = %peer.name(), class = %failed.failure.class, "{}", failed.detail);
                     let took = vigil_core::clock::coarse_now().saturating_duration_since(t0);
@@ -729,7 +735,7 @@ fn proxy_request<'a, 'o>(
                                 StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
                             return finish(
                                 route,
-                                &parts,
+                                parts,
                                 client,
                                 local,
                                 &attempts,

@@ -35,6 +35,7 @@ pub mod route;
 mod router;
 mod server;
 mod shard;
+mod spare;
 mod status_page;
 mod telemetry;
 mod timer;

@@ -431,6 +431,7 @@ fn exchange<'a>(
     *req.uri_mut() = parsed.uri;
     *req.version_mut() = version;
     *req.headers_mut() = parsed.headers;
+    *req.extensions_mut() = crate::spare::extensions();
     let upgrade = if parsed.wants_upgrade {
         let (tx, rx) = oneshot::channel();
         req.extensions_mut()
@@ -668,7 +669,7 @@ async fn write_response(
     resp: Response<UpBody>,
     asked: &Asked<'_>,
 ) -> Result<bool, H1Error> {
-    let (parts, mut body) = resp.into_parts();
+    let (mut parts, mut body) = resp.into_parts();
     let length = if body.is_end_stream() {
         BodyLength::None
     } else {
@@ -685,12 +686,14 @@ async fn write_response(
         parts.status,
         parts.version,
         reason,
-        parts.headers,
+        &mut parts.headers,
         length,
         asked,
         &mut head,
     )
     .map_err(H1Error::Head)?;
+    // Written: the map's room is a later message's.
+    crate::spare::keep(parts.headers);
     let mut out = Out::default();
     out.push(head.freeze());
     match encoded.framing {

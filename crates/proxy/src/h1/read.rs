@@ -389,7 +389,7 @@ fn build(head: &Bytes, req: &httparse::Request<'_, '_>) -> Result<Parsed, Status
     let mut con_len: Option<u64> = None;
     let (mut is_te, mut is_te_chunked, mut is_cl) = (false, false, false);
     let mut saw_close = false;
-    let mut headers = HeaderMap::with_capacity(req.headers.len());
+    let mut headers = crate::spare::map(req.headers.len());
     for h in req.headers.iter() {
         let name =
             HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| StatusCode::BAD_REQUEST)?;

@@ -155,20 +155,20 @@ fn enforce_version(
 }
 
 /// Encode the head of a response with `status`, `version` (the response's),
-/// `headers`, an optional custom reason, to `asked`, whose body announced
-/// `body`. `Err` where hyper refuses the head (it then closes the
-/// connection without a response).
+/// `headers` (which may gain a `Connection` field), an optional custom
+/// reason, to `asked`, whose body announced `body`. `Err` where hyper
+/// refuses the head (it then closes the connection without a response).
 pub(crate) fn encode(
     status: StatusCode,
     version: Version,
     reason: Option<&[u8]>,
-    mut headers: HeaderMap,
+    headers: &mut HeaderMap,
     mut body: BodyLength,
     asked: &Asked<'_>,
     dst: &mut BytesMut,
 ) -> Result<Encoded, &'static str> {
     let method = asked.method;
-    let (version, keep_alive) = enforce_version(&mut headers, version, asked);
+    let (version, keep_alive) = enforce_version(headers, version, asked);
     let mut wrote_len = false;
     let mut status = status;
     let mut unsupported = false;
@@ -504,7 +504,16 @@ mod tests {
             keep_alive,
         };
         let mut dst = BytesMut::new();
-        let e = encode(status, Version::HTTP_11, None, map, body, &asked, &mut dst).unwrap();
+        let e = encode(
+            status,
+            Version::HTTP_11,
+            None,
+            &mut map,
+            body,
+            &asked,
+            &mut dst,
+        )
+        .unwrap();
         (String::from_utf8(dst.to_vec()).unwrap(), e)
     }
 

@@ -92,7 +92,7 @@ pub(super) async fn error_paged(
             let mut obs = super::observer(proxy, page.generation, &route, &parts, start);
             let net = (local, client);
             let resp = Box::pin(proxy_request(
-                proxy, &route, net, parts, body, start, &mut obs,
+                proxy, &route, net, &mut parts, body, start, &mut obs,
             ))
             .await;
             obs.finish(resp.status().as_u16());

@@ -105,7 +105,7 @@ impl<'a> Fields<'a> {
 
     /// The header map, in the list's order, built in `room` (emptied).
     pub(super) fn into_map(self, mut room: HeaderMap) -> HeaderMap {
-        // An upstream connection hands its map over emptied already.
+        // (A spare map is handed out empty.)
         if !room.is_empty() {
             room.clear();
         }

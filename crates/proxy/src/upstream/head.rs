@@ -247,7 +247,7 @@ fn build(buf: &mut BytesMut, line: Line, spans: &[Span], hidden: &Names) -> Resu
     let status =
         StatusCode::from_u16(code).map_err(|_| Error::Parse(format!("invalid status {code}")))?;
     let head = buf.split_to(len).freeze();
-    let mut headers = HeaderMap::with_capacity(count);
+    let mut headers = crate::spare::map(count);
     let mut keep_alive = version == Version::HTTP_11;
     let mut saw_close = false;
     let mut framed = Framed::default();

@@ -47,11 +47,6 @@ pub(crate) struct H1 {
     read_size: usize,
     /// The request head (and small bodies) on their way out.
     out: Vec<u8>,
-    /// The last request's header map, emptied once its head was written:
-    /// the next request's is built in it (see [`H1::take_headers`]), so a
-    /// kept-alive connection allocates one map, not one per request
-    /// (boxed: every attempt's future holds a connection).
-    headers: Box<http::HeaderMap>,
 }
 
 /// Which of nginx's two request timers ran out.
@@ -202,14 +197,7 @@ impl H1 {
             buf: BytesMut::new(),
             read_size: READ_MIN,
             out: Vec::new(),
-            headers: Box::default(),
         }
-    }
-
-    /// An empty header map with the room of this connection's last
-    /// request, to build the next request's in.
-    pub(crate) fn take_headers(&mut self) -> http::HeaderMap {
-        std::mem::take(&mut *self.headers)
     }
 
     /// Whether an idle connection is still usable: nothing arrived on it
@@ -247,9 +235,8 @@ impl H1 {
             let keep = !head::asks_close(&parts.headers);
             self.out.clear();
             head::encode(&parts, &mut self.out);
-            // Written: the map's room is the next request's.
-            *self.headers = std::mem::take(&mut parts.headers);
-            self.headers.clear();
+            // Written: the map's room is a later message's.
+            crate::spare::keep(std::mem::take(&mut parts.headers));
             let mut written = false;
             if matches!(framing, Framing::None | Framing::Length(0)) {
                 self.write_out(&mut written, None, t.send).await?;

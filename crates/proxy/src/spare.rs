@@ -1,0 +1,127 @@
+//! A worker's spare header maps and extension sets (a leaf). A request's
+//! map, its upstream request's and its response's, and a request's
+//! extensions (where routing leaves its target), are built in the room of
+//! ones whose messages are done (cleared, their allocations kept) rather
+//! than allocated per message: on a worker's single thread, what one
+//! request gives back is the next one's. Each thread has its own few
+//! spares; a map that grew large is not kept.
+
+use std::cell::RefCell;
+
+use http::{Extensions, HeaderMap};
+
+/// Spare maps kept per thread: what requests in flight on one worker give
+/// back between two of its requests' takes.
+const SPARES: usize = 16;
+
+/// A map with room for more fields than this is dropped, not kept (a
+/// request with hundreds of fields leaves no large map behind).
+const KEPT_ROOM: usize = 64;
+
+thread_local! {
+    static MAPS: RefCell<Vec<HeaderMap>> = const { RefCell::new(Vec::new()) };
+    static EXTENSIONS: RefCell<Vec<Extensions>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An empty map with room for at least `fields` fields: a spare of this
+/// thread's, or a new one.
+pub(crate) fn map(fields: usize) -> HeaderMap {
+    let spare = MAPS.try_with(|m| m.borrow_mut().pop()).ok().flatten();
+    match spare {
+        Some(mut map) => {
+            map.reserve(fields);
+            map
+        }
+        None => HeaderMap::with_capacity(fields),
+    }
+}
+
+/// Give `map`'s room back for a later message of this thread (its fields
+/// are dropped now).
+pub(crate) fn keep(mut map: HeaderMap) {
+    let room = map.capacity();
+    if room == 0 || room > KEPT_ROOM {
+        return;
+    }
+    map.clear();
+    // (After this thread's spares are gone, at its exit, the map is dropped.)
+    let _ = MAPS.try_with(|m| {
+        let mut m = m.borrow_mut();
+        if m.len() < SPARES {
+            m.push(map);
+        }
+    });
+}
+
+/// An empty extension set: a spare of this thread's (whose table is
+/// allocated already), or a new one.
+pub(crate) fn extensions() -> Extensions {
+    EXTENSIONS
+        .try_with(|e| e.borrow_mut().pop())
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
+
+/// Give `set`'s table back for a later request of this thread (its values
+/// are dropped now). An empty set may have no table: it is not kept.
+pub(crate) fn keep_extensions(mut set: Extensions) {
+    if set.is_empty() {
+        return;
+    }
+    set.clear();
+    let _ = EXTENSIONS.try_with(|e| {
+        let mut e = e.borrow_mut();
+        if e.len() < SPARES {
+            e.push(set);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_map_given_back_is_handed_out_again_empty_with_its_room() {
+        let mut given = map(4);
+        for i in 0..10 {
+            given.append(
+                http::header::HeaderName::from_bytes(format!("x-{i}").as_bytes()).unwrap(),
+                http::HeaderValue::from_static("v"),
+            );
+        }
+        let room = given.capacity();
+        keep(given);
+        let taken = map(2);
+        assert!(taken.is_empty());
+        assert_eq!(taken.capacity(), room);
+    }
+
+    #[test]
+    fn a_large_map_is_not_kept_and_the_spares_are_bounded() {
+        // Drain what this test thread may hold.
+        while MAPS.with(|m| m.borrow_mut().pop()).is_some() {}
+        keep(HeaderMap::with_capacity(KEPT_ROOM * 4));
+        assert_eq!(MAPS.with(|m| m.borrow().len()), 0);
+        keep(HeaderMap::new());
+        assert_eq!(MAPS.with(|m| m.borrow().len()), 0, "a map with no room");
+        for _ in 0..SPARES * 2 {
+            keep(HeaderMap::with_capacity(8));
+        }
+        assert_eq!(MAPS.with(|m| m.borrow().len()), SPARES);
+    }
+
+    #[test]
+    fn an_extension_set_given_back_is_handed_out_again_empty() {
+        while EXTENSIONS.with(|e| e.borrow_mut().pop()).is_some() {}
+        keep_extensions(Extensions::new());
+        assert_eq!(EXTENSIONS.with(|e| e.borrow().len()), 0, "no table to keep");
+        let mut set = extensions();
+        set.insert(7u32);
+        keep_extensions(set);
+        let taken = extensions();
+        assert!(taken.is_empty());
+        assert_eq!(EXTENSIONS.with(|e| e.borrow().len()), 0);
+    }
+}
