@@ -64,7 +64,7 @@ fn observer<'p>(
 ) -> RequestObserver<'p> {
     let stats = generation
         .stats()
-        .and_then(|g| g.upstream(route.upstream.name()))
+        .and_then(|g| g.upstream_at(route.upstream_index, route.upstream.name()))
         .cloned();
     RequestObserver::new(
         start,

@@ -197,4 +197,14 @@ impl GenerationStats {
     pub(crate) fn upstream(&self, name: &str) -> Option<&Arc<UpstreamStats>> {
         self.by_name.get(name).and_then(|&i| self.upstreams.get(i))
     }
+
+    /// The counters of the upstream called `name`, found first at
+    /// `index`, its place in the registry's list (where a route of this
+    /// generation found it): per request, without hashing the name.
+    pub(crate) fn upstream_at(&self, index: usize, name: &str) -> Option<&Arc<UpstreamStats>> {
+        match self.upstreams.get(index) {
+            Some(s) if *s.totals.name == *name => Some(s),
+            _ => self.upstream(name),
+        }
+    }
 }

@@ -80,6 +80,9 @@ pub(crate) struct Route {
     pub(crate) location: Location,
     /// Its upstream.
     pub(crate) upstream: Arc<Upstream>,
+    /// The upstream's place in the registry's list (and in the
+    /// generation's counters: see `GenerationStats::upstream_at`).
+    pub(crate) upstream_index: usize,
     /// Idle connections to the upstream's peers.
     pub(crate) pool: Arc<Pool>,
     /// `$proxy_host`: the Host sent upstream by default.
@@ -571,6 +574,11 @@ impl Route {
             .get(&pass.upstream)
             .ok_or_else(|| err(format!("no upstream \"{}\"", pass.upstream)))?
             .clone();
+        let upstream_index = registry
+            .upstreams()
+            .iter()
+            .position(|u| Arc::ptr_eq(u, &upstream))
+            .unwrap_or(usize::MAX);
         let pool = pools
             .get(&pass.upstream)
             .cloned()
@@ -623,6 +631,7 @@ impl Route {
             },
             location: loc.clone(),
             upstream,
+            upstream_index,
             pool,
             set_headers,
             add_headers,

@@ -421,3 +421,25 @@ fn scrape_of_50_upstreams_by_20_peers() {
         Some(1.0)
     );
 }
+
+#[test]
+fn the_counters_at_a_routes_index_are_its_upstreams_and_a_stale_index_finds_them_by_name() {
+    let m = ProxyMetrics::new();
+    let g = m.attach(&registry(TWO, None), &clock());
+    let by_name = |name: &str| g.upstream(name).map(Arc::as_ptr);
+    assert_eq!(g.upstream_at(0, "api").map(Arc::as_ptr), by_name("api"));
+    assert_eq!(
+        g.upstream_at(1, "static").map(Arc::as_ptr),
+        by_name("static")
+    );
+    // An index that names another upstream, or none, falls back to the name.
+    assert_eq!(
+        g.upstream_at(0, "static").map(Arc::as_ptr),
+        by_name("static")
+    );
+    assert_eq!(
+        g.upstream_at(usize::MAX, "api").map(Arc::as_ptr),
+        by_name("api")
+    );
+    assert!(g.upstream_at(0, "nowhere").is_none());
+}
