@@ -612,7 +612,8 @@ fn proxy_request<'a, 'o>(
                             cancel(&mut flights, &mut attempts);
                             // `passive_count last_try` may have charged a passed-through status.
                             obs.charged(&peer, guard.accounting());
-                            let (mut head, incoming) = answered.response.into_parts();
+                            let Answered { response, conn, .. } = *answered;
+                            let (mut head, incoming) = response.into_parts();
                             // vigil's own reader left the hop-by-hop fields out as it
                             // built the map (upstream::head::parse); hyper's did not.
                             let stripped = matches!(incoming, crate::upstream::RespBody::H1(_));
@@ -666,10 +667,7 @@ fn proxy_request<'a, 'o>(
                                     );
                                 }
                             }
-                            let pooled = route
-                                .pool
-                                .enabled()
-                                .then(|| (route.pool.clone(), answered.conn));
+                            let pooled = route.pool.enabled().then(|| (route.pool.clone(), conn));
                             // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length
                             // (nginx clears the length of a chunked response; vigil's own
                             // reader did as it built the map).
@@ -787,7 +785,7 @@ struct Flight<'a> {
     record: usize,
     /// Watched while hedges may race (None without `hedge`).
     race: Option<Arc<attempt::Race>>,
-    run: Pin<Box<dyn Future<Output = Result<Answered, Failed>> + Send + 'a>>,
+    run: Pin<Box<dyn Future<Output = Result<Box<Answered>, Failed>> + Send + 'a>>,
 }
 
 /// What [`race`] saw first. Lives only between the race and its match,
@@ -795,7 +793,7 @@ struct Flight<'a> {
 #[allow(clippy::large_enum_variant)]
 enum Raced {
     /// Attempt `i` ended.
-    Done(usize, Result<Answered, Failed>),
+    Done(usize, Result<Box<Answered>, Failed>),
     /// The hedge timer fired.
     Hedge,
 }

@@ -42,8 +42,9 @@ pub(crate) enum Chunk {
     Data(u64),
     /// After a chunk's data: its CRLF.
     DataEnd,
-    /// After the last chunk: trailer fields until an empty line.
-    Trailers(HeaderMap),
+    /// After the last chunk: trailer fields until an empty line (boxed:
+    /// every response's body state is moved with its response).
+    Trailers(Box<HeaderMap>),
 }
 
 impl Kind {
@@ -134,7 +135,7 @@ impl H1Body {
                             let size = chunk_size(&conn.buf[..end])?;
                             conn.buf.advance(end + 1);
                             *chunk = if size == 0 {
-                                Chunk::Trailers(HeaderMap::new())
+                                Chunk::Trailers(Box::default())
                             } else {
                                 Chunk::Data(size)
                             };
@@ -177,7 +178,7 @@ impl H1Body {
                             let l = l.strip_suffix(b"\r").unwrap_or(l);
                             if l.is_empty() {
                                 conn.buf.advance(end + 1);
-                                let fields = std::mem::take(fields);
+                                let fields = std::mem::take(&mut **fields);
                                 self.kind = Kind::Done;
                                 if !fields.is_empty() {
                                     return Poll::Ready(Some(Ok(Frame::trailers(fields))));
