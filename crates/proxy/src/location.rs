@@ -32,14 +32,23 @@ pub(crate) struct Locations {
 /// The locations of one level (the server's, or those nested in one location).
 #[derive(Debug, Default)]
 struct Level {
-    exact: HashMap<Vec<u8>, usize>,
+    exact: Paths,
     /// Prefix (and `^~`) locations, longest path first.
     prefixes: Vec<usize>,
     /// Regex locations, in file order.
     regexes: Vec<usize>,
     /// `auto_redirect` locations (a `proxy_pass` and a path ending in `/`)
     /// by their path without the slash; an exact one before a prefix one.
-    redirects: HashMap<Vec<u8>, usize>,
+    redirects: Paths,
+}
+
+/// Paths to locations, looked up for every request: a URI no key has the
+/// length of (most of them) is told apart without hashing it.
+#[derive(Debug, Default)]
+struct Paths {
+    map: HashMap<Vec<u8>, usize>,
+    /// Bit `n`: a key of `n` bytes (bit 63: of 63 or more).
+    lengths: u64,
 }
 
 /// Which location a URI gets.
@@ -99,10 +108,7 @@ impl Locations {
                 None => &mut out.top,
             };
             let duplicate = match loc.matcher {
-                LocationMatch::Exact => level
-                    .exact
-                    .insert(loc.path.as_bytes().to_vec(), i)
-                    .is_some(),
+                LocationMatch::Exact => level.exact.insert(loc.path.as_bytes().to_vec(), i),
                 LocationMatch::Prefix | LocationMatch::PrefixNoRegex => {
                     level.prefixes.push(i);
                     inclusive.insert((parent, &loc.path), ()).is_some()
@@ -132,6 +138,7 @@ impl Locations {
                 .sort_by_key(|&i| std::cmp::Reverse(locations[i].path.len()));
             let members: Vec<usize> = level
                 .exact
+                .map
                 .values()
                 .chain(level.prefixes.iter())
                 .copied()
@@ -143,7 +150,7 @@ impl Locations {
                     let l = &locations[i];
                     if (l.matcher == LocationMatch::Exact) == exact_first && redirecting(l) {
                         let bare = &l.path.as_bytes()[..l.path.len() - 1];
-                        level.redirects.entry(bare.to_vec()).or_insert(i);
+                        level.redirects.keep_first(bare.to_vec(), i);
                     }
                 }
             }
@@ -250,7 +257,7 @@ impl Level {
     /// `ngx_http_core_find_static_location`: exact, else the longest
     /// prefix, with the auto_redirect of a prefix one `/` longer.
     fn find_static(&self, paths: &[String], uri: &[u8]) -> (Rc, Option<usize>) {
-        if let Some(&i) = self.exact.get(uri) {
+        if let Some(i) = self.exact.get(uri) {
             return (Rc::Ok, Some(i));
         }
         let longest = self
@@ -262,7 +269,7 @@ impl Level {
             // A prefix location named exactly so is found before any redirect.
             Some(i) if paths[i].len() == uri.len() => (Rc::Again, Some(i)),
             _ => match self.redirects.get(uri) {
-                Some(&i) => (Rc::Done, Some(i)),
+                Some(i) => (Rc::Done, Some(i)),
                 None => match longest {
                     Some(i) => (Rc::Again, Some(i)),
                     None => (Rc::Declined, None),
@@ -272,10 +279,55 @@ impl Level {
     }
 }
 
+// === impl Paths ===
+
+impl Paths {
+    fn bit(len: usize) -> u64 {
+        1 << len.min(63)
+    }
+
+    /// Map `key` to `i`; whether it was there already.
+    fn insert(&mut self, key: Vec<u8>, i: usize) -> bool {
+        self.lengths |= Self::bit(key.len());
+        self.map.insert(key, i).is_some()
+    }
+
+    /// Map `key` to `i` unless it has a location already.
+    fn keep_first(&mut self, key: Vec<u8>, i: usize) {
+        self.lengths |= Self::bit(key.len());
+        self.map.entry(key).or_insert(i);
+    }
+
+    fn get(&self, uri: &[u8]) -> Option<usize> {
+        if self.lengths & Self::bit(uri.len()) == 0 {
+            return None;
+        }
+        self.map.get(uri).copied()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use vigil_core::config::ProxyPass;
+
+    #[test]
+    fn paths_find_their_keys_of_every_length_and_nothing_else() {
+        let long = vec![b'a'; 100];
+        let mut p = Paths::default();
+        assert_eq!(p.get(b""), None);
+        assert!(!p.insert(b"".to_vec(), 0));
+        assert!(!p.insert(b"/api".to_vec(), 1));
+        assert!(!p.insert(long.clone(), 2));
+        p.keep_first(b"/api".to_vec(), 9);
+        assert!(p.insert(b"/api".to_vec(), 1), "there already");
+        assert_eq!(p.get(b""), Some(0));
+        assert_eq!(p.get(b"/api"), Some(1));
+        assert_eq!(p.get(&long), Some(2));
+        assert_eq!(p.get(b"/apx"), None, "a key's length, not its bytes");
+        assert_eq!(p.get(b"/ap"), None);
+        assert_eq!(p.get(&long[..99]), None, "another long length");
+    }
 
     fn loc(spec: &str, pass: bool) -> Location {
         let (matcher, path) = match spec.strip_prefix("= ") {
