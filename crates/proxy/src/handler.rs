@@ -687,7 +687,7 @@ fn proxy_request<'a, 'o>(
                             if !stripped {
                                 strip_hop_by_hop(resp.headers_mut(), false);
                             }
-                            upstream_headers(route, parts, client, local, &mut resp);
+                            upstream_headers(route, parts, client, local, &mut resp, stripped);
                             return finish(route, parts, client, local, &attempts, start, resp);
                         }
                     }
@@ -1002,16 +1002,20 @@ fn request_headers(
 }
 
 /// `proxy_hide_header` / `proxy_pass_header` / `proxy_redirect` on the
-/// upstream's response.
+/// upstream's response; `hidden_out`: vigil's own reader left
+/// `proxy_hide_header`'s set out of the map as it built it.
 fn upstream_headers(
     route: &Route,
     parts: &Parts,
     client: SocketAddr,
     local: SocketAddr,
     resp: &mut Response<UpBody>,
+    hidden_out: bool,
 ) {
     let cx = route.vars(parts, client, local, resp.status().as_u16());
-    route.headers.apply(resp.headers_mut(), &cx, local);
+    route
+        .headers
+        .apply(resp.headers_mut(), &cx, local, hidden_out);
 }
 
 /// Add the location's `add_header`s and write the access log line.

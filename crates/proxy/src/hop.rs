@@ -283,6 +283,20 @@ pub(crate) fn remove_present(headers: &mut HeaderMap, names: &Names) -> Redirect
     kept
 }
 
+/// Whether `headers` has `Location` and `Refresh` fields (what
+/// [`remove_present`] tells, for a map that has none of the names).
+pub(crate) fn redirectable(headers: &HeaderMap) -> Redirectable {
+    let mut kept = Redirectable::default();
+    for k in headers.keys() {
+        if k == header::LOCATION {
+            kept.location = true;
+        } else if *k == REFRESH {
+            kept.refresh = true;
+        }
+    }
+    kept
+}
+
 /// Whether a message has `Location` and `Refresh` fields.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Redirectable {
@@ -428,5 +442,26 @@ mod tests {
         assert_eq!(names(&h), ["etag"]);
         remove_present(&mut h, &Names::default());
         assert_eq!(names(&h), ["etag"]);
+    }
+
+    #[test]
+    fn a_map_without_the_hidden_fields_tells_its_location_and_refresh_as_removal_would() {
+        let hidden = Names::new(vec![header::DATE, header::SERVER]);
+        for fields in [
+            &[("location", "/a"), ("etag", "e")][..],
+            &[("refresh", "0; url=/b"), ("x-pad", "p")][..],
+            &[("location", "/a"), ("refresh", "1")][..],
+            &[("etag", "e")][..],
+            &[][..],
+        ] {
+            let h = map(fields);
+            let told = redirectable(&h);
+            let removed = remove_present(&mut h.clone(), &hidden);
+            assert_eq!(
+                (told.location, told.refresh),
+                (removed.location, removed.refresh),
+                "{fields:?}"
+            );
+        }
     }
 }
