@@ -16,11 +16,17 @@
 
 use std::fmt;
 
+use smallvec::SmallVec;
+
+/// A decoded path: inline up to 32 bytes (nearly every request's), so
+/// parsing one allocates nothing.
+type Path = SmallVec<[u8; 32]>;
+
 /// A request target as nginx holds it after `ngx_http_process_request_uri`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct RequestUri {
     /// `r->uri`: decoded and normalised; may hold any byte but NUL.
-    path: Vec<u8>,
+    path: Path,
     /// `r->args`: the query as sent, without `?` (empty when none).
     args: String,
     /// `r->quoted_uri`: the path had a `%` escape, so it goes upstream re-escaped.
@@ -150,7 +156,7 @@ impl RequestUri {
             return Err(UriError::NotAbsolutePath);
         }
         let mut uri = Self {
-            path: Vec::with_capacity(src.len() + 1),
+            path: Path::with_capacity(src.len() + 1),
             args: String::new(),
             quoted: false,
             unparsed: (!empty_path).then(|| match shared {
@@ -195,10 +201,10 @@ impl RequestUri {
     /// is, not decoded again) and arguments. A changed path is no longer
     /// the client's target.
     pub(crate) fn rewrite(&mut self, path: Vec<u8>, args: String) {
-        if path != self.path {
+        if path[..] != self.path[..] {
             self.unparsed = None;
         }
-        self.path = path;
+        self.path = Path::from_vec(path);
         self.args = args;
     }
 
@@ -388,7 +394,7 @@ impl fmt::Debug for RequestUri {
 
 /// `u` ends with `/..`: drop it and the segment before, as nginx's
 /// `u -= 4` and scan back to the previous `/` do.
-fn up_one(u: &mut Vec<u8>) -> Result<(), UriError> {
+fn up_one(u: &mut Path) -> Result<(), UriError> {
     // u ends with "/..": the segment before starts after the slash before that.
     let before = u.len().checked_sub(3).ok_or(UriError::AboveRoot)?;
     match u[..before].iter().rposition(|&b| b == b'/') {

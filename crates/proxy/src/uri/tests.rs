@@ -80,6 +80,18 @@ fn merge_slashes_off_keeps_them() {
 }
 
 #[test]
+fn a_path_past_the_inline_room_normalises_the_same() {
+    // 32 bytes stay inline; longer ones, and ".." across the boundary, spill.
+    let seg = "/".to_string() + &"a".repeat(40);
+    assert_eq!(norm(&format!("{seg}{seg}/../b")), Ok(format!("{seg}/b")));
+    assert_eq!(norm(&format!("/x{seg}/%2e%2e/c?q")), Ok("/x/c".to_string()));
+    let mut u = RequestUri::parse("/short", true, false).expect("parse");
+    u.rewrite(seg.clone().into_bytes(), String::new());
+    assert_eq!(u.path(), seg.as_bytes());
+    assert_eq!(u.unparsed(), None, "a rewritten path is not the client's");
+}
+
+#[test]
 fn absolute_form_without_a_path_is_slash() {
     let u = RequestUri::parse("?x", true, true).expect("parse");
     assert_eq!((u.path(), u.args(), u.unparsed()), (&b"/"[..], "x", None));
