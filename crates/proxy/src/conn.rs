@@ -34,7 +34,7 @@ mod service;
 mod watched;
 
 pub(crate) use io::TimedIo;
-pub(crate) use service::{aborted, begin, close_silently, on_route, prepare, scoped, tracking};
+pub(crate) use service::{aborted, begin, close_silently, on_route, prepare, tracking};
 pub(crate) use watched::{Closed, Drain, Graceful, Watched};
 
 /// The limits a connection starts with: those of its address's default server.

@@ -76,9 +76,11 @@ fn observer<'p>(
     )
 }
 
-/// Serve one request. An `async` block rather than an `async fn`, whose
-/// future would hold `req` twice (rust-lang/rust#62958); what only some
-/// requests need (an error page, a refusal's page) is boxed out of it.
+/// Serve one request that came on the connection of `conn` (whose timers
+/// take the location's once it is routed). An `async` block rather than an
+/// `async fn`, whose future would hold `req` twice (rust-lang/rust#62958);
+/// what only some requests need (an error page, a refusal's page) is boxed
+/// out of it.
 #[allow(
     clippy::manual_async_fn,
     reason = "an async fn would hold its arguments twice"
@@ -88,6 +90,7 @@ pub(crate) fn handle(
     local: SocketAddr,
     client: SocketAddr,
     mut req: Request<RequestBody>,
+    conn: Arc<crate::conn::ConnState>,
 ) -> impl Future<Output = Response<UpBody>> + Send {
     async move {
         let start = vigil_core::clock::coarse_now();
@@ -129,7 +132,7 @@ pub(crate) fn handle(
                 .await
             }
         };
-        crate::conn::on_route(&route.location.proxy);
+        crate::conn::on_route(&conn, &route.location.proxy);
         let mut obs = observer(&proxy, &generation, &route, &parts, start);
         // error_page redirects with the routes of this generation.
         let pages = saved.map(|p| (generation.clone(), p));

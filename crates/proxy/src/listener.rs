@@ -248,13 +248,14 @@ where
 {
     let state = ConnState::since(site.timeouts, origin);
     let io = TimedIo::new(io, state.clone());
+    let served = state.clone();
     let svc = conn::tracking(
         state.clone(),
         move |mut req: http::Request<hyper::body::Incoming>| {
             let proxy = proxy.clone();
             req.extensions_mut().insert(Secure);
             let req = req.map(crate::body::RequestBody::Hyper);
-            crate::handler::handle(proxy, addr, client, req)
+            crate::handler::handle(proxy, addr, client, req, served.clone())
         },
     );
     let conn = site

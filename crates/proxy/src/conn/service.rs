@@ -36,15 +36,11 @@ pub(crate) struct Abort(StatusCode);
 #[derive(Clone, Copy, Debug)]
 struct CloseSilently;
 
-tokio::task_local! {
-    static CURRENT: Arc<ConnState>;
-}
-
 /// The request was routed to a location: its `keepalive_timeout` and
-/// `send_timeout` apply to this connection from now on. (Called by the
-/// handler; a no-op outside a connection served by [`tracking`].)
-pub(crate) fn on_route(settings: &ProxySettings) {
-    let _ = CURRENT.try_with(|c| c.set_location(settings));
+/// `send_timeout` apply to the connection of `state` from now on (called by
+/// the handler).
+pub(crate) fn on_route(state: &ConnState, settings: &ProxySettings) {
+    state.set_location(settings);
 }
 
 /// A response that is never sent: the connection is closed and `status` is
@@ -92,7 +88,7 @@ where
         // handler future (several KiB) would be held by every idle
         // keep-alive connection. nginx, too, allocates a request's memory
         // per request and frees it when the connection goes idle.
-        let served = CURRENT.scope(state.clone(), Box::pin(handle(req)));
+        let served = Box::pin(handle(req));
         async move {
             let resp = served.await;
             respond(resp, guard, version)
@@ -116,14 +112,6 @@ fn respond(
 /// when the guard drops.
 pub(crate) fn begin(state: &Arc<ConnState>, version: Version) -> RequestGuard {
     RequestGuard::new(state, version)
-}
-
-/// Run `served` (a request's handler) with [`on_route`] reaching `state`.
-pub(crate) fn scoped<F: Future>(
-    state: Arc<ConnState>,
-    served: F,
-) -> impl Future<Output = F::Output> {
-    CURRENT.scope(state, served)
 }
 
 /// What the service does to a response before it is sent: `Err` when it

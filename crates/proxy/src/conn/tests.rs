@@ -33,16 +33,19 @@ const T: Timeouts = Timeouts {
 /// deadline), and when.
 type Ended = JoinHandle<(Option<Expiry>, Instant)>;
 
-/// Serve one connection; the client end, the server's outcome, its drain signal.
+/// Serve one connection (`handle` is given each request and the
+/// connection's state, as the handler is); the client end, the server's
+/// outcome, its drain signal.
 fn serve<F, Fut>(t: Timeouts, pipe: usize, handle: F) -> (DuplexStream, Ended, Arc<Drain>)
 where
-    F: Fn(Request<Incoming>) -> Fut + Clone + Send + 'static,
+    F: Fn(Request<Incoming>, Arc<ConnState>) -> Fut + Clone + Send + 'static,
     Fut: Future<Output = Response<UpBody>> + Send + 'static,
 {
     let (client, server) = tokio::io::duplex(pipe);
     let state = ConnState::new(t);
     let io = TokioIo::new(TimedIo::new(server, state.clone()));
-    let svc = tracking(state.clone(), handle);
+    let conn = state.clone();
+    let svc = tracking(state.clone(), move |req| handle(req, conn.clone()));
     let conn = auto::Builder::new(TokioExecutor::new())
         .serve_connection_with_upgrades(io, svc)
         .into_owned();
@@ -69,26 +72,26 @@ async fn end(ended: Ended) -> (Option<Expiry>, Instant) {
         .expect("join")
 }
 
-async fn ok(_: Request<Incoming>) -> Response<UpBody> {
+async fn ok(_: Request<Incoming>, _: Arc<ConnState>) -> Response<UpBody> {
     Response::new(body::full("ok"))
 }
+
+/// A handler's response, boxed.
+type Served = std::pin::Pin<Box<dyn Future<Output = Response<UpBody>> + Send>>;
 
 /// A handler routed to a location with these client timeouts.
 fn routed(
     keepalive: Duration,
     send: Duration,
-) -> impl Fn(Request<Incoming>) -> std::pin::Pin<Box<dyn Future<Output = Response<UpBody>> + Send>>
-       + Clone
-       + Send
-       + 'static {
-    move |_req| {
+) -> impl Fn(Request<Incoming>, Arc<ConnState>) -> Served + Clone + Send + 'static {
+    move |_req, conn| {
         Box::pin(async move {
             let settings = ProxySettings {
                 client_keepalive_timeout: keepalive,
                 client_send_timeout: send,
                 ..ProxySettings::default()
             };
-            on_route(&settings);
+            on_route(&conn, &settings);
             Response::new(body::full("ok"))
         })
     }
@@ -215,7 +218,7 @@ async fn keepalive_timeout_0_says_connection_close_and_closes_after_the_response
 
 #[tokio::test(start_paused = true)]
 async fn no_deadline_while_the_request_is_served() {
-    let slow = |_req: Request<Incoming>| async {
+    let slow = |_req: Request<Incoming>, _: Arc<ConnState>| async {
         // Longer than every client timeout: the upstream's limits apply, not these.
         tokio::time::sleep(Duration::from_secs(600)).await;
         Response::new(body::full("late"))
@@ -249,7 +252,7 @@ fn big_body(n: usize, dropped: Arc<AtomicUsize>) -> UpBody {
 async fn a_client_that_stops_reading_is_cut_after_send_timeout_and_the_body_released() {
     let dropped = Arc::new(AtomicUsize::new(0));
     let d = dropped.clone();
-    let handle = move |_req: Request<Incoming>| {
+    let handle = move |_req: Request<Incoming>, _: Arc<ConnState>| {
         let d = d.clone();
         async move { Response::new(big_body(1 << 20, d)) }
     };
@@ -272,7 +275,7 @@ async fn a_client_that_stops_reading_is_cut_after_send_timeout_and_the_body_rele
 async fn a_slow_reader_that_keeps_reading_is_not_cut() {
     let dropped = Arc::new(AtomicUsize::new(0));
     let d = dropped.clone();
-    let handle = move |_req: Request<Incoming>| {
+    let handle = move |_req: Request<Incoming>, _: Arc<ConnState>| {
         let d = d.clone();
         async move { Response::new(big_body(64 * 1024, d)) }
     };
@@ -295,7 +298,7 @@ async fn a_slow_reader_that_keeps_reading_is_not_cut() {
 
 #[tokio::test(start_paused = true)]
 async fn draining_finishes_the_request_in_flight_then_closes() {
-    let slow = |_req: Request<Incoming>| async {
+    let slow = |_req: Request<Incoming>, _: Arc<ConnState>| async {
         tokio::time::sleep(Duration::from_secs(5)).await;
         Response::new(body::full("done"))
     };
@@ -327,7 +330,7 @@ async fn draining_closes_an_idle_connection_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn an_upgraded_connection_has_no_client_timeouts() {
-    let handle = |mut req: Request<Incoming>| async move {
+    let handle = |mut req: Request<Incoming>, _: Arc<ConnState>| async move {
         let up = hyper::upgrade::on(&mut req);
         tokio::spawn(async move {
             if let Ok(u) = up.await {
@@ -382,12 +385,15 @@ fn h2_get() -> Request<http_body_util::Empty<Bytes>> {
 
 #[tokio::test(start_paused = true)]
 async fn http2_is_idle_when_no_stream_is_open() {
-    let slow = |_req: Request<Incoming>| async {
+    let slow = |_req: Request<Incoming>, conn: Arc<ConnState>| async move {
         tokio::time::sleep(Duration::from_secs(200)).await;
-        on_route(&ProxySettings {
-            client_keepalive_timeout: Duration::from_secs(5),
-            ..ProxySettings::default()
-        });
+        on_route(
+            &conn,
+            &ProxySettings {
+                client_keepalive_timeout: Duration::from_secs(5),
+                ..ProxySettings::default()
+            },
+        );
         Response::new(body::full("h2"))
     };
     let (c, ended, _) = serve(T, 65536, slow);

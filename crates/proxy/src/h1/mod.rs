@@ -452,8 +452,8 @@ fn exchange<'a>(
                 if serve == Serve::Tls {
                     req.extensions_mut().insert(crate::tls::Secure);
                 }
-                let handled = crate::handler::handle(cx.proxy.clone(), cx.local, cx.client, req);
-                conn::scoped(cx.state.clone(), handled).await
+                let conn = cx.state.clone();
+                crate::handler::handle(cx.proxy.clone(), cx.local, cx.client, req, conn).await
             }
         };
         gate::close_if_blind(&verdict, &mut resp);
@@ -530,14 +530,14 @@ async fn serve_h2(cx: &Ctx, wire: &Mutex<Wire>, shutdown: &AtomicBool) -> Result
     let (Some(io), Some(builder)) = (io, cx.h2.as_ref()) else {
         return Ok(());
     };
-    let (proxy, local, client) = (cx.proxy.clone(), cx.local, cx.client);
+    let (proxy, local, client, state) = (cx.proxy.clone(), cx.local, cx.client, cx.state.clone());
     let svc = conn::tracking(
         cx.state.clone(),
         move |req: Request<hyper::body::Incoming>| {
-            let proxy = proxy.clone();
+            let (proxy, state) = (proxy.clone(), state.clone());
             async move {
                 let req = req.map(RequestBody::Hyper);
-                crate::handler::handle(proxy, local, client, req).await
+                crate::handler::handle(proxy, local, client, req, state).await
             }
         },
     );
@@ -920,7 +920,13 @@ mod tests {
             u64,
             &'static AtomicBool,
         );
-        type HandleArgs = (Arc<Proxy>, SocketAddr, SocketAddr, Request<RequestBody>);
+        type HandleArgs = (
+            Arc<Proxy>,
+            SocketAddr,
+            SocketAddr,
+            Request<RequestBody>,
+            Arc<crate::conn::ConnState>,
+        );
         type AttemptArgs = (&'static crate::route::Route, Arc<vigil_core::peer::Peer>);
         // Every connection holds its loop's future, idle or not: memory per
         // connection. Each request boxes its exchange (the handler inside),
@@ -945,7 +951,7 @@ mod tests {
             ),
             (
                 "the handler",
-                returned_size(|(p, l, c, r): HandleArgs| crate::handler::handle(p, l, c, r)),
+                returned_size(|(p, l, c, r, s): HandleArgs| crate::handler::handle(p, l, c, r, s)),
                 3500,
             ),
             (
