@@ -273,10 +273,8 @@ pub(crate) fn remove_present(headers: &mut HeaderMap, names: &Names) -> Redirect
     for k in headers.keys() {
         if names.contains(k) {
             doomed.push(k);
-        } else if k == header::LOCATION {
-            kept.location = true;
-        } else if *k == REFRESH {
-            kept.refresh = true;
+        } else {
+            kept.note(k);
         }
     }
     doomed.remove_from(headers);
@@ -287,13 +285,7 @@ pub(crate) fn remove_present(headers: &mut HeaderMap, names: &Names) -> Redirect
 /// [`remove_present`] tells, for a map that has none of the names).
 pub(crate) fn redirectable(headers: &HeaderMap) -> Redirectable {
     let mut kept = Redirectable::default();
-    for k in headers.keys() {
-        if k == header::LOCATION {
-            kept.location = true;
-        } else if *k == REFRESH {
-            kept.refresh = true;
-        }
-    }
+    headers.keys().for_each(|k| kept.note(k));
     kept
 }
 
@@ -302,6 +294,17 @@ pub(crate) fn redirectable(headers: &HeaderMap) -> Redirectable {
 pub(crate) struct Redirectable {
     pub(crate) location: bool,
     pub(crate) refresh: bool,
+}
+
+impl Redirectable {
+    /// A field named `k` is there.
+    fn note(&mut self, k: &HeaderName) {
+        if k == header::LOCATION {
+            self.location = true;
+        } else if *k == REFRESH {
+            self.refresh = true;
+        }
+    }
 }
 
 /// The hop-by-hop names http has no constant for.

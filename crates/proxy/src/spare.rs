@@ -7,6 +7,7 @@
 //! spares; a map that grew large is not kept.
 
 use std::cell::RefCell;
+use std::thread::LocalKey;
 
 use http::{Extensions, HeaderMap};
 
@@ -23,11 +24,26 @@ thread_local! {
     static EXTENSIONS: RefCell<Vec<Extensions>> = const { RefCell::new(Vec::new()) };
 }
 
+/// A spare of this thread's from `spares`, if it has one.
+fn take<T: 'static>(spares: &'static LocalKey<RefCell<Vec<T>>>) -> Option<T> {
+    spares.try_with(|s| s.borrow_mut().pop()).ok().flatten()
+}
+
+/// `item` (emptied) into this thread's `spares`, unless they are full.
+/// (After this thread's spares are gone, at its exit, it is dropped.)
+fn put<T: 'static>(spares: &'static LocalKey<RefCell<Vec<T>>>, item: T) {
+    let _ = spares.try_with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len() < SPARES {
+            s.push(item);
+        }
+    });
+}
+
 /// An empty map with room for at least `fields` fields: a spare of this
 /// thread's, or a new one.
 pub(crate) fn map(fields: usize) -> HeaderMap {
-    let spare = MAPS.try_with(|m| m.borrow_mut().pop()).ok().flatten();
-    match spare {
+    match take(&MAPS) {
         Some(mut map) => {
             map.reserve(fields);
             map
@@ -44,23 +60,13 @@ pub(crate) fn keep(mut map: HeaderMap) {
         return;
     }
     map.clear();
-    // (After this thread's spares are gone, at its exit, the map is dropped.)
-    let _ = MAPS.try_with(|m| {
-        let mut m = m.borrow_mut();
-        if m.len() < SPARES {
-            m.push(map);
-        }
-    });
+    put(&MAPS, map);
 }
 
 /// An empty extension set: a spare of this thread's (whose table is
 /// allocated already), or a new one.
 pub(crate) fn extensions() -> Extensions {
-    EXTENSIONS
-        .try_with(|e| e.borrow_mut().pop())
-        .ok()
-        .flatten()
-        .unwrap_or_default()
+    take(&EXTENSIONS).unwrap_or_default()
 }
 
 /// Give `set`'s table back for a later request of this thread (its values
@@ -70,12 +76,7 @@ pub(crate) fn keep_extensions(mut set: Extensions) {
         return;
     }
     set.clear();
-    let _ = EXTENSIONS.try_with(|e| {
-        let mut e = e.borrow_mut();
-        if e.len() < SPARES {
-            e.push(set);
-        }
-    });
+    put(&EXTENSIONS, set);
 }
 
 #[cfg(test)]
