@@ -142,6 +142,9 @@ impl ServerNames {
 /// `ngx_http_validate_host`: the host lower-cased, without its port and
 /// one trailing dot; None where nginx answers 400 (`/`, a control byte or
 /// space, `..`, nothing left). `\` is allowed, as on every Unix nginx.
+///
+/// One pass: each byte's class from a table, and a short host lower-cased
+/// into a buffer on the stack as it is checked.
 pub(crate) fn validate_host(raw: &[u8]) -> Option<Host> {
     #[derive(PartialEq)]
     enum S {
@@ -152,26 +155,39 @@ pub(crate) fn validate_host(raw: &[u8]) -> Option<Host> {
     let mut state = S::Usual;
     let mut dot_pos: Option<usize> = None;
     let mut host_len = raw.len();
+    let mut low = [0u8; INLINE_HOST];
     for (i, &ch) in raw.iter().enumerate() {
-        match ch {
-            b'.' => {
+        let mut out = ch;
+        match HOST_BYTES[usize::from(ch)] {
+            Class::Plain => {}
+            Class::Upper => out = ch.to_ascii_lowercase(),
+            Class::Dot => {
                 if i > 0 && dot_pos == Some(i - 1) {
                     return None;
                 }
                 dot_pos = Some(i);
             }
-            b':' if state == S::Usual => {
-                host_len = i;
-                state = S::Rest;
+            Class::Colon => {
+                if state == S::Usual {
+                    host_len = i;
+                    state = S::Rest;
+                }
             }
-            b'[' if i == 0 => state = S::Literal,
-            b']' if state == S::Literal => {
-                host_len = i + 1;
-                state = S::Rest;
+            Class::Open => {
+                if i == 0 {
+                    state = S::Literal;
+                }
             }
-            b'/' => return None,
-            c if c <= 0x20 || c == 0x7f => return None,
-            _ => {}
+            Class::Close => {
+                if state == S::Literal {
+                    host_len = i + 1;
+                    state = S::Rest;
+                }
+            }
+            Class::Bad => return None,
+        }
+        if let Some(slot) = low.get_mut(i) {
+            *slot = out;
         }
     }
     if host_len > 0 && dot_pos == Some(host_len - 1) {
@@ -180,8 +196,51 @@ pub(crate) fn validate_host(raw: &[u8]) -> Option<Host> {
     if host_len == 0 {
         return None;
     }
-    Some(lowercase(raw.get(..host_len)?))
+    match low.get(..host_len) {
+        // ASCII lower-casing keeps UTF-8 valid or invalid as it was, so
+        // the short copy reads as `lowercase` would.
+        Some(short) => Some(match std::str::from_utf8(short) {
+            Ok(text) => Host::new(text),
+            Err(_) => Host::from_utf8_lossy(short),
+        }),
+        None => Some(lowercase(raw.get(..host_len)?)),
+    }
 }
+
+/// The longest host kept inline by [`Host`].
+const INLINE_HOST: usize = 24;
+
+/// What [`validate_host`] does with a byte.
+#[derive(Clone, Copy)]
+enum Class {
+    Plain,
+    Upper,
+    Dot,
+    Colon,
+    Open,
+    Close,
+    /// `/`, a control byte or space: 400.
+    Bad,
+}
+
+const HOST_BYTES: [Class; 256] = {
+    let mut t = [Class::Plain; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = match i as u8 {
+            b'.' => Class::Dot,
+            b':' => Class::Colon,
+            b'[' => Class::Open,
+            b']' => Class::Close,
+            b'/' => Class::Bad,
+            c if c <= 0x20 || c == 0x7f => Class::Bad,
+            b'A'..=b'Z' => Class::Upper,
+            _ => Class::Plain,
+        };
+        i += 1;
+    }
+    t
+};
 
 /// A validated request host (`r->headers_in.server`): lower-case text,
 /// inline when short (up to 24 bytes: `127.0.0.1`, `www.example.com`), as
@@ -291,6 +350,63 @@ mod tests {
             let lower = raw.to_ascii_lowercase();
             proptest::prop_assert_eq!(host.as_str(), String::from_utf8_lossy(&lower));
         }
+
+        #[test]
+        fn hosts_validate_as_nginx_reads_them_byte_by_byte(
+            raw in proptest::collection::vec(
+                proptest::sample::select(&b"aZ9.:[]/ \x01\x7f\\\xc3\xa9\xff"[..]),
+                0..40,
+            ),
+        ) {
+            proptest::prop_assert_eq!(validate_host(&raw), nginx_validate_host(&raw));
+        }
+    }
+
+    /// `ngx_http_validate_host` transcribed as nginx writes it, one byte
+    /// at a time, with the lower-casing after.
+    #[allow(clippy::collapsible_match, reason = "nginx's switch, case by case")]
+    fn nginx_validate_host(h: &[u8]) -> Option<Host> {
+        let (usual, literal, rest) = (0, 1, 2);
+        let mut state = usual;
+        let mut dot_pos = h.len();
+        let mut host_len = h.len();
+        for (i, &ch) in h.iter().enumerate() {
+            match ch {
+                b'.' => {
+                    if dot_pos == i.wrapping_sub(1) {
+                        return None;
+                    }
+                    dot_pos = i;
+                }
+                b':' => {
+                    if state == usual {
+                        host_len = i;
+                        state = rest;
+                    }
+                }
+                b'[' => {
+                    if i == 0 {
+                        state = literal;
+                    }
+                }
+                b']' => {
+                    if state == literal {
+                        host_len = i + 1;
+                        state = rest;
+                    }
+                }
+                b'/' => return None,
+                c if c <= 0x20 || c == 0x7f => return None,
+                _ => {}
+            }
+        }
+        if dot_pos == host_len.wrapping_sub(1) {
+            host_len -= 1;
+        }
+        if host_len == 0 {
+            return None;
+        }
+        Some(lowercase(&h[..host_len]))
     }
 
     #[test]
