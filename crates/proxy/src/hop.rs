@@ -49,6 +49,12 @@ impl HopFilter {
         by_name(name, self.keep_upgrade).unwrap_or(false)
     }
 
+    /// Whether a field named `name`, other than `Connection`, stays out of
+    /// the map (as [`HopFilter::skips`] says, without its value).
+    pub(crate) fn skips_name(&self, name: &HeaderName) -> bool {
+        by_name(name, self.keep_upgrade).unwrap_or(false)
+    }
+
     /// Take the fields the `Connection` lines named out of `headers`,
     /// keeping the others in their order (a rare message: the map is
     /// built again).

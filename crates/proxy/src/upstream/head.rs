@@ -258,6 +258,12 @@ fn build(buf: &mut BytesMut, line: Line, spans: &[Span], hidden: &Names) -> Resu
         let (n0, n1) = (s.name.0 as usize, s.name.1 as usize);
         let (v0, v1) = (s.value.0 as usize, s.value.1 as usize);
         let name = name_of(&head[n0..n1]).map_err(|e| Error::Parse(format!("header name: {e}")))?;
+        let read = name == CONNECTION || name == TRANSFER_ENCODING || name == CONTENT_LENGTH;
+        if !read && (hop.skips_name(&name) || hidden.contains(&name)) {
+            // Left out and read for nothing: no value is made (httparse
+            // allowed exactly the bytes a HeaderValue allows).
+            continue;
+        }
         let value = HeaderValue::from_maybe_shared(head.slice(v0..v1))
             .map_err(|e| Error::Parse(format!("header value: {e}")))?;
         if name == CONNECTION {
