@@ -244,25 +244,108 @@ const HOP_BY_HOP: [&str; 6] = [
     "transfer-encoding",
 ];
 
+/// The names upstream servers send most, which a response reader picks
+/// by their spelling (`upstream::head`) and a [`Names`] set answers for
+/// with one bit. None of them is hop-by-hop but `Connection` and
+/// `Transfer-Encoding`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Common {
+    Server,
+    Date,
+    ContentType,
+    ContentLength,
+    Connection,
+    LastModified,
+    ETag,
+    AcceptRanges,
+    TransferEncoding,
+    Location,
+    CacheControl,
+    Expires,
+    Vary,
+    ContentEncoding,
+    SetCookie,
+}
+
+impl Common {
+    const ALL: [Common; 15] = [
+        Common::Server,
+        Common::Date,
+        Common::ContentType,
+        Common::ContentLength,
+        Common::Connection,
+        Common::LastModified,
+        Common::ETag,
+        Common::AcceptRanges,
+        Common::TransferEncoding,
+        Common::Location,
+        Common::CacheControl,
+        Common::Expires,
+        Common::Vary,
+        Common::ContentEncoding,
+        Common::SetCookie,
+    ];
+
+    /// Its field name.
+    pub(crate) fn name(self) -> HeaderName {
+        match self {
+            Common::Server => header::SERVER,
+            Common::Date => header::DATE,
+            Common::ContentType => header::CONTENT_TYPE,
+            Common::ContentLength => header::CONTENT_LENGTH,
+            Common::Connection => header::CONNECTION,
+            Common::LastModified => header::LAST_MODIFIED,
+            Common::ETag => header::ETAG,
+            Common::AcceptRanges => header::ACCEPT_RANGES,
+            Common::TransferEncoding => header::TRANSFER_ENCODING,
+            Common::Location => header::LOCATION,
+            Common::CacheControl => header::CACHE_CONTROL,
+            Common::Expires => header::EXPIRES,
+            Common::Vary => header::VARY,
+            Common::ContentEncoding => header::CONTENT_ENCODING,
+            Common::SetCookie => header::SET_COOKIE,
+        }
+    }
+
+    fn bit(self) -> u16 {
+        1 << self as u16
+    }
+}
+
 /// A set of field names asked "is this one of you?" once per field of a
 /// message: the lengths of the names (a bit each, past 63 one for all)
-/// answer most fields without a comparison.
+/// answer most fields without a comparison, and a bit per [`Common`]
+/// name answers those.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Names {
     names: Vec<HeaderName>,
     lengths: u64,
+    common: u16,
 }
 
 impl Names {
     /// The set of `names`.
     pub(crate) fn new(names: Vec<HeaderName>) -> Self {
         let lengths = names.iter().fold(0, |m, n| m | length_bit(n));
-        Self { names, lengths }
+        let common = Common::ALL
+            .iter()
+            .filter(|c| names.contains(&c.name()))
+            .fold(0, |m, c| m | c.bit());
+        Self {
+            names,
+            lengths,
+            common,
+        }
     }
 
     /// Whether `name` is one of them.
     pub(crate) fn contains(&self, name: &HeaderName) -> bool {
         self.lengths & length_bit(name) != 0 && self.names.contains(name)
+    }
+
+    /// Whether the common name `c` is one of them.
+    pub(crate) fn has(&self, c: Common) -> bool {
+        self.common & c.bit() != 0
     }
 }
 

@@ -7,7 +7,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
 
 use super::body::Kind;
 use super::Error;
-use crate::hop::{HopFilter, Names};
+use crate::hop::{Common, HopFilter, Names};
 
 /// hyper's default limit of response header fields.
 const MAX_HEADERS: usize = 100;
@@ -257,34 +257,49 @@ fn build(buf: &mut BytesMut, line: Line, spans: &[Span], hidden: &Names) -> Resu
     for s in &spans[..count] {
         let (n0, n1) = (s.name.0 as usize, s.name.1 as usize);
         let (v0, v1) = (s.value.0 as usize, s.value.1 as usize);
-        let name = name_of(&head[n0..n1]).map_err(|e| Error::Parse(format!("header name: {e}")))?;
-        let read = name == CONNECTION || name == TRANSFER_ENCODING || name == CONTENT_LENGTH;
-        if !read && (hop.skips_name(&name) || hidden.contains(&name)) {
-            // Left out and read for nothing: no value is made (httparse
-            // allowed exactly the bytes a HeaderValue allows).
-            continue;
-        }
+        let (name, common) =
+            name_of(&head[n0..n1]).map_err(|e| Error::Parse(format!("header name: {e}")))?;
+        let read = match common {
+            Some(Common::Connection | Common::TransferEncoding | Common::ContentLength) => true,
+            // No other common name is hop-by-hop.
+            Some(c) if hidden.has(c) => continue,
+            Some(_) => false,
+            // Spelt otherwise (`content-length`) or not common.
+            None => {
+                let read =
+                    name == CONNECTION || name == TRANSFER_ENCODING || name == CONTENT_LENGTH;
+                if !read && (hop.skips_name(&name) || hidden.contains(&name)) {
+                    // Left out and read for nothing: no value is made
+                    // (httparse allowed exactly the bytes a HeaderValue allows).
+                    continue;
+                }
+                read
+            }
+        };
         let value = HeaderValue::from_maybe_shared(head.slice(v0..v1))
             .map_err(|e| Error::Parse(format!("header value: {e}")))?;
-        if name == CONNECTION {
-            // Once a Connection asks to close, a later keep-alive does not undo it.
-            if saw_close || has_token(&value, "close") {
-                saw_close = true;
-                keep_alive = false;
-            } else if !keep_alive {
-                keep_alive = has_token(&value, "keep-alive");
+        if read {
+            if name == CONNECTION {
+                // Once a Connection asks to close, a later keep-alive does not undo it.
+                if saw_close || has_token(&value, "close") {
+                    saw_close = true;
+                    keep_alive = false;
+                } else if !keep_alive {
+                    keep_alive = has_token(&value, "keep-alive");
+                }
+            }
+            if name == TRANSFER_ENCODING {
+                framed.te = true;
+                framed.chunked = last_token_is_chunked(value.as_bytes());
+            } else if name == CONTENT_LENGTH {
+                framed.cl = true;
+                framed.length = framed.length.line(&value);
+            }
+            if hop.skips(&name, &value) || hidden.contains(&name) {
+                continue;
             }
         }
-        if name == TRANSFER_ENCODING {
-            framed.te = true;
-            framed.chunked = last_token_is_chunked(value.as_bytes());
-        } else if name == CONTENT_LENGTH {
-            framed.cl = true;
-            framed.length = framed.length.line(&value);
-        }
-        if !hop.skips(&name, &value) && !hidden.contains(&name) {
-            headers.append(name, value);
-        }
+        headers.append(name, value);
     }
     hop.finish(&mut headers);
     if framed.te && framed.cl {
@@ -322,27 +337,28 @@ pub(super) fn decoder(
 }
 
 /// `HeaderName::from_bytes`, with the names servers send most, spelt as
-/// they send them, picked without lower-casing and matching the name.
-fn name_of(b: &[u8]) -> Result<HeaderName, http::header::InvalidHeaderName> {
-    use http::header;
-    Ok(match b {
-        b"Server" => header::SERVER,
-        b"Date" => header::DATE,
-        b"Content-Type" => header::CONTENT_TYPE,
-        b"Content-Length" => header::CONTENT_LENGTH,
-        b"Connection" => header::CONNECTION,
-        b"Last-Modified" => header::LAST_MODIFIED,
-        b"ETag" => header::ETAG,
-        b"Accept-Ranges" => header::ACCEPT_RANGES,
-        b"Transfer-Encoding" => header::TRANSFER_ENCODING,
-        b"Location" => header::LOCATION,
-        b"Cache-Control" => header::CACHE_CONTROL,
-        b"Expires" => header::EXPIRES,
-        b"Vary" => header::VARY,
-        b"Content-Encoding" => header::CONTENT_ENCODING,
-        b"Set-Cookie" => header::SET_COOKIE,
-        _ => return HeaderName::from_bytes(b),
-    })
+/// they send them, picked without lower-casing and matching the name (and
+/// told as such).
+fn name_of(b: &[u8]) -> Result<(HeaderName, Option<Common>), http::header::InvalidHeaderName> {
+    let common = match b {
+        b"Server" => Common::Server,
+        b"Date" => Common::Date,
+        b"Content-Type" => Common::ContentType,
+        b"Content-Length" => Common::ContentLength,
+        b"Connection" => Common::Connection,
+        b"Last-Modified" => Common::LastModified,
+        b"ETag" => Common::ETag,
+        b"Accept-Ranges" => Common::AcceptRanges,
+        b"Transfer-Encoding" => Common::TransferEncoding,
+        b"Location" => Common::Location,
+        b"Cache-Control" => Common::CacheControl,
+        b"Expires" => Common::Expires,
+        b"Vary" => Common::Vary,
+        b"Content-Encoding" => Common::ContentEncoding,
+        b"Set-Cookie" => Common::SetCookie,
+        _ => return HeaderName::from_bytes(b).map(|n| (n, None)),
+    };
+    Ok((common.name(), Some(common)))
 }
 
 /// hyper's `Client::decoder` (how the body is framed, and whether the
@@ -617,8 +633,31 @@ mod tests {
         ] {
             let fast = name_of(n.as_bytes()).map_err(|e| e.to_string());
             let slow = HeaderName::from_bytes(n.as_bytes()).map_err(|e| e.to_string());
-            assert_eq!(fast, slow, "{n}");
+            assert_eq!(fast.clone().map(|(name, _)| name), slow, "{n}");
+            // A name told common is its Common's, spelt as servers spell it.
+            if let Ok((name, Some(c))) = fast {
+                assert_eq!(c.name(), name, "{n}");
+                assert_ne!(n, n.to_ascii_lowercase(), "{n}");
+            }
         }
+    }
+
+    #[test]
+    fn a_hidden_common_name_is_left_out_as_any_other() {
+        let hidden = Names::new(vec![
+            http::header::ETAG,
+            http::header::CONTENT_LENGTH,
+            HeaderName::from_static("x-pad"),
+        ]);
+        let mut buf = BytesMut::from(
+            &b"HTTP/1.1 200 OK\r\nETag: \"1\"\r\netag: \"2\"\r\nX-Pad: a\r\nVary: b\r\n\
+               Content-Length: 0\r\nConnection: close\r\n\r\n"[..],
+        );
+        let head = parse(&mut buf, &hidden).unwrap().unwrap();
+        let names: Vec<_> = head.headers.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["vary"]);
+        assert!(head.framed.cl && !head.keep_alive);
+        assert_eq!(head.framed.length.value(), Some(0));
     }
 
     proptest::proptest! {
