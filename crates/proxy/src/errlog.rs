@@ -40,12 +40,14 @@ pub(crate) enum Failure {
 // === impl Context ===
 
 impl Context {
-    /// The context of `parts`, proxied to `peer` of `upstream`.
+    /// The context of `parts` (whose first `Host` is `host`), proxied to
+    /// `peer` of `upstream`.
     pub(crate) fn new(
         upstream: &Arc<str>,
         peer: &Arc<str>,
         client: SocketAddr,
         parts: &Parts,
+        host: Option<http::HeaderValue>,
     ) -> Self {
         Self {
             upstream: upstream.clone(),
@@ -54,7 +56,7 @@ impl Context {
             method: parts.method.clone(),
             uri: parts.uri.clone(),
             version: parts.version,
-            host: parts.headers.get(http::header::HOST).cloned(),
+            host,
         }
     }
 

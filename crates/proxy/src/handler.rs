@@ -336,9 +336,9 @@ fn proxy_request<'a, 'o>(
         // nginx tunnels when the client sent Upgrade and the upstream answered
         // 101 (`u->upgrade`); vigil asks the upstream to switch only where the
         // location passes Upgrade on (see `passes_upgrade`).
-        let upgrade = parts.version == http::Version::HTTP_11
-            && parts.headers.contains_key(header::UPGRADE)
-            && passes_upgrade(route);
+        let mut asked = Asked::of(&parts.headers);
+        let upgrade =
+            parts.version == http::Version::HTTP_11 && asked.upgrade && passes_upgrade(route);
         let on_upgrade = if upgrade {
             let taken = std::mem::replace(parts, Request::new(()).into_parts().0);
             let mut req = Request::from_parts(taken, ());
@@ -371,7 +371,7 @@ fn proxy_request<'a, 'o>(
             return finish(route, parts, client, local, &[], start, page);
         }
         let max = settings.client_max_body_size;
-        let declared = content_length(&parts.headers);
+        let declared = asked.length;
         // 413 before any attempt: by Content-Length, or while reading the body.
         let too_large = |parts: &Parts| {
             let page = error_page(StatusCode::PAYLOAD_TOO_LARGE);
@@ -380,8 +380,7 @@ fn proxy_request<'a, 'o>(
         if max != 0 && declared.is_some_and(|n| n > max) {
             return too_large(parts);
         }
-        let has_body = declared.is_some_and(|n| n > 0)
-            || parts.headers.contains_key(header::TRANSFER_ENCODING);
+        let has_body = declared.is_some_and(|n| n > 0) || asked.transfer_encoding;
         let body_timed_out = |parts: &Parts| {
             let page = crate::conn::close_silently(StatusCode::REQUEST_TIMEOUT);
             finish(route, parts, client, local, &[], start, page)
@@ -625,6 +624,7 @@ fn proxy_request<'a, 'o>(
                                 peer.addr_text(),
                                 client,
                                 parts,
+                                asked.host.take(),
                             );
                             if head.status == StatusCode::SWITCHING_PROTOCOLS {
                                 // attempt::run lets a 101 through only when this
@@ -1114,13 +1114,53 @@ fn decorate(
     }
 }
 
+/// The request fields the proxying reads: whether it asks to upgrade, its
+/// length (the first `Content-Length`, as a lookup finds it), whether it
+/// has a `Transfer-Encoding`, and its first `Host` (for the error log).
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Asked {
+    upgrade: bool,
+    length: Option<u64>,
+    transfer_encoding: bool,
+    host: Option<HeaderValue>,
+}
+
+impl Asked {
+    /// The fields of `h`: one pass over a map of a few fields (as nearly
+    /// every request's is) instead of three lookups, each hashing a name.
+    fn of(h: &HeaderMap) -> Self {
+        if h.len() > 16 {
+            return Self {
+                upgrade: h.contains_key(header::UPGRADE),
+                length: content_length(h),
+                transfer_encoding: h.contains_key(header::TRANSFER_ENCODING),
+                host: h.get(header::HOST).cloned(),
+            };
+        }
+        let mut asked = Self::default();
+        let mut length = None;
+        for (name, value) in h {
+            if *name == header::UPGRADE {
+                asked.upgrade = true;
+            } else if *name == header::CONTENT_LENGTH {
+                length = length.or(Some(value));
+            } else if *name == header::TRANSFER_ENCODING {
+                asked.transfer_encoding = true;
+            } else if *name == header::HOST && asked.host.is_none() {
+                asked.host = Some(value.clone());
+            }
+        }
+        asked.length = length.and_then(length_of);
+        asked
+    }
+}
+
 fn content_length(h: &HeaderMap) -> Option<u64> {
-    h.get(header::CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    length_of(h.get(header::CONTENT_LENGTH)?)
+}
+
+fn length_of(v: &HeaderValue) -> Option<u64> {
+    v.to_str().ok()?.trim().parse().ok()
 }
 
 /// Whether the location passes a client's Upgrade on: nginx drops the
@@ -1139,4 +1179,32 @@ fn passes_upgrade(route: &Route) -> bool {
     route.location.proxy.http_version == vigil_core::config::HttpVersion::Http11
         && sets(&header::UPGRADE)
         && sets(&header::CONNECTION)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest::proptest! {
+        #[test]
+        fn asked_reads_as_the_three_lookups(
+            fields in proptest::collection::vec(
+                (0usize..6, proptest::sample::select(vec!["0", "12", " 7 ", "x", "", "99999999999999999999"])),
+                0..24,
+            ),
+        ) {
+            let names = ["upgrade", "content-length", "transfer-encoding", "host", "x-a", "te"];
+            let mut h = HeaderMap::new();
+            for (n, v) in &fields {
+                h.append(HeaderName::from_static(names[*n]), HeaderValue::from_static(v));
+            }
+            let looked_up = Asked {
+                upgrade: h.contains_key(header::UPGRADE),
+                length: content_length(&h),
+                transfer_encoding: h.contains_key(header::TRANSFER_ENCODING),
+                host: h.get(header::HOST).cloned(),
+            };
+            proptest::prop_assert_eq!(Asked::of(&h), looked_up);
+        }
+    }
 }
