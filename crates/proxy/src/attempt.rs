@@ -171,7 +171,7 @@ where
             connect_time: Some(connect_time),
         })?;
         conn.requests += 1;
-        let asked_upgrade = request.headers().contains_key(http::header::UPGRADE);
+        let asked_upgrade = crate::hop::has_field(request.headers(), &http::header::UPGRADE);
         let timed_out = |phase: Phase| {
             let (what, limit) = match phase {
                 Phase::Sending => ("sending the request", settings.send_timeout),

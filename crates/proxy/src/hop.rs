@@ -412,6 +412,16 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
         || *name == PROXY_CONNECTION
 }
 
+/// Whether `h` has a field `name`: for a map of a few names, by comparing
+/// them (a standard name with another is one comparison of their kinds)
+/// rather than hashing `name` to probe the table.
+pub(crate) fn has_field(h: &HeaderMap, name: &HeaderName) -> bool {
+    if h.keys_len() > 8 {
+        return h.contains_key(name);
+    }
+    h.keys().any(|k| k == name)
+}
+
 /// The comma-separated tokens of a value, trimmed, as
 /// `value.to_str()?.split(',').map(str::trim)` gives them: None for a
 /// value that is not visible ASCII, where spaces and tabs are all the

@@ -124,8 +124,26 @@ pub(super) fn encode(parts: &http::request::Parts, dst: &mut Vec<u8>) {
     dst.extend_from_slice(b"\r\n");
 }
 
+/// Whether a request has a `Transfer-Encoding`, and whether its
+/// `Connection` asks to close after the response: one pass over the
+/// fields of a map of a few names.
+pub(super) fn framing_fields(headers: &HeaderMap) -> (bool, bool) {
+    if headers.keys_len() > 8 {
+        return (headers.contains_key(TRANSFER_ENCODING), asks_close(headers));
+    }
+    let (mut te, mut close) = (false, false);
+    for (name, value) in headers {
+        if *name == TRANSFER_ENCODING {
+            te = true;
+        } else if *name == CONNECTION && !close {
+            close = has_token(value, "close");
+        }
+    }
+    (te, close)
+}
+
 /// Whether a request's `Connection` asks to close after the response.
-pub(super) fn asks_close(headers: &HeaderMap) -> bool {
+fn asks_close(headers: &HeaderMap) -> bool {
     headers
         .get_all(CONNECTION)
         .iter()
@@ -675,6 +693,32 @@ mod tests {
                     .is_ok_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(needle)));
                 proptest::prop_assert_eq!(has_token(&v, needle), by_str, "{:?}", v);
             }
+        }
+
+        #[test]
+        fn framing_fields_read_as_the_lookups(
+            fields in proptest::collection::vec(
+                (0usize..11, proptest::sample::select(vec!["close", "keep-alive", "x, Close", "chunked", ""])),
+                0..24,
+            ),
+        ) {
+            // Past eight names the lookups answer: some maps have more.
+            let names = [
+                "transfer-encoding", "connection", "host", "x-a", "x-b", "upgrade",
+                "x-c", "x-d", "x-e", "x-f", "x-g",
+            ];
+            let mut h = HeaderMap::new();
+            for (n, v) in &fields {
+                h.append(HeaderName::from_static(names[*n]), HeaderValue::from_static(v));
+            }
+            proptest::prop_assert_eq!(
+                framing_fields(&h),
+                (h.contains_key(TRANSFER_ENCODING), asks_close(&h))
+            );
+            proptest::prop_assert_eq!(
+                crate::hop::has_field(&h, &http::header::UPGRADE),
+                h.contains_key(http::header::UPGRADE)
+            );
         }
     }
 

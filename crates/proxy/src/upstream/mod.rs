@@ -231,8 +231,9 @@ impl H1 {
     ) -> impl Future<Output = Result<Response<H1Body>, Error>> + Send + 'h {
         async move {
             let (mut parts, mut body) = req.into_parts();
-            let framing = set_length(&mut parts.headers, &parts.method, &body);
-            let keep = !head::asks_close(&parts.headers);
+            let (te, close) = head::framing_fields(&parts.headers);
+            let framing = set_length(&mut parts.headers, &parts.method, &body, te);
+            let keep = !close;
             self.out.clear();
             head::encode(&parts, &mut self.out);
             // Written: the map's room is a later message's.
@@ -435,15 +436,18 @@ impl H1 {
 
 /// hyper's `Client::set_length`: how the body goes, and the headers that
 /// say so (a body of unknown length is chunked except for GET, HEAD and
-/// CONNECT, which then send none).
-fn set_length(headers: &mut HeaderMap, method: &Method, body: &UpBody) -> Framing {
+/// CONNECT, which then send none). `te`: `headers` has a
+/// `Transfer-Encoding`.
+fn set_length(headers: &mut HeaderMap, method: &Method, body: &UpBody, te: bool) -> Framing {
     use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
     if body.is_end_stream() {
-        headers.remove(TRANSFER_ENCODING);
+        if te {
+            headers.remove(TRANSFER_ENCODING);
+        }
         return Framing::None;
     }
     let existing = head::content_length_parse_all(headers);
-    if headers.contains_key(TRANSFER_ENCODING) {
+    if te {
         let mut values: Vec<http::HeaderValue> =
             headers.get_all(TRANSFER_ENCODING).iter().cloned().collect();
         let last_chunked = values
