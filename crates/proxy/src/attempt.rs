@@ -197,7 +197,14 @@ where
                     send: settings.send_timeout,
                     read: settings.read_timeout,
                 };
-                match Box::pin(h1.send(request, t, route.headers.hidden())).await {
+                match Box::pin(h1.send(
+                    request,
+                    t,
+                    route.headers.hidden(),
+                    route.passes_fields_as_they_came(),
+                ))
+                .await
+                {
                     Ok(r) => r.map(RespBody::H1),
                     Err(upstream::Error::Timeout(phase)) => return Err(timed_out(phase)),
                     Err(e) => return Err(classify_h1(e, cached, replayable, &peer, connect_time)),

@@ -337,6 +337,9 @@ fn proxy_request<'a, 'o>(
         // 101 (`u->upgrade`); vigil asks the upstream to switch only where the
         // location passes Upgrade on (see `passes_upgrade`).
         let mut asked = Asked::of(&parts.headers);
+        // vigil's own HTTP/1 loop writes a response's fields as they came
+        // (crate::raw_head); hyper's needs them in the map.
+        let own_writer = matches!(client_body, ClientRequestBody::Unread(RequestBody::H1(_)));
         let upgrade =
             parts.version == http::Version::HTTP_11 && asked.upgrade && passes_upgrade(route);
         let on_upgrade = if upgrade {
@@ -616,6 +619,9 @@ fn proxy_request<'a, 'o>(
                             obs.charged(&peer, guard.accounting());
                             let Answered { response, conn, .. } = *answered;
                             let (mut head, incoming) = response.into_parts();
+                            if !own_writer {
+                                crate::raw_head::materialize(&mut head);
+                            }
                             // vigil's own reader left the hop-by-hop fields out as it
                             // built the map (upstream::head::parse); hyper's did not.
                             let stripped = matches!(incoming, crate::upstream::RespBody::H1(_));

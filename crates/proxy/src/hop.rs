@@ -193,9 +193,18 @@ impl<'h> Named<'h> {
 
     /// The tokens of these `Connection` values.
     fn of_values(values: impl Iterator<Item = &'h HeaderValue>) -> Self {
+        Self::of_spelt(values.map(HeaderValue::as_bytes))
+    }
+
+    /// The tokens of `Connection` values of these bytes.
+    fn of_spelt(values: impl Iterator<Item = &'h [u8]>) -> Self {
         let mut named = Self::NONE;
         for v in values {
-            let Some(tokens) = tokens(v) else { continue };
+            // The values servers send, told without splitting them.
+            if v.eq_ignore_ascii_case(b"keep-alive") || v.eq_ignore_ascii_case(b"upgrade") {
+                continue;
+            }
+            let Some(tokens) = tokens_in(v) else { continue };
             for t in tokens {
                 if t.is_empty()
                     || t.eq_ignore_ascii_case(b"upgrade")
@@ -220,18 +229,40 @@ impl<'h> Named<'h> {
     where
         I: Iterator<Item = &'v HeaderValue>,
     {
+        self.names_spelt(name.as_str().as_bytes(), lines)
+    }
+
+    /// [`Named::names`] for a name spelt `name` (any case).
+    fn names_spelt<'v, I>(&self, name: &[u8], lines: impl FnOnce() -> I) -> bool
+    where
+        I: Iterator<Item = &'v HeaderValue>,
+    {
         match self.count {
             0 => false,
-            n if n <= self.few.len() => self.few[..n]
-                .iter()
-                .any(|t| t.eq_ignore_ascii_case(name.as_str().as_bytes())),
-            _ => lines().any(|v| {
-                tokens(v).is_some_and(|mut t| {
-                    t.any(|t| t.eq_ignore_ascii_case(name.as_str().as_bytes()))
-                })
-            }),
+            n if n <= self.few.len() => self.few[..n].iter().any(|t| t.eq_ignore_ascii_case(name)),
+            _ => lines()
+                .any(|v| tokens(v).is_some_and(|mut t| t.any(|t| t.eq_ignore_ascii_case(name)))),
         }
     }
+}
+
+/// Whether `Connection` values of these bytes name one of the fields
+/// spelt `names` (any case, none of them hop-by-hop), which
+/// [`HopFilter::finish`] would take out of a map holding them.
+pub(crate) fn connection_names_any<'n>(
+    values: &[&[u8]],
+    mut names: impl Iterator<Item = &'n [u8]>,
+) -> bool {
+    let named = Named::of_spelt(values.iter().copied());
+    named.count != 0
+        && names.any(|name| match named.count {
+            n if n <= named.few.len() => {
+                named.few[..n].iter().any(|t| t.eq_ignore_ascii_case(name))
+            }
+            _ => values
+                .iter()
+                .any(|v| tokens_in(v).is_some_and(|mut t| t.any(|t| t.eq_ignore_ascii_case(name)))),
+        })
 }
 
 /// The hop-by-hop names but `Upgrade`.
@@ -307,6 +338,27 @@ impl Common {
         }
     }
 
+    /// Its field name, lower-case.
+    pub(crate) fn lower(self) -> &'static str {
+        match self {
+            Common::Server => "server",
+            Common::Date => "date",
+            Common::ContentType => "content-type",
+            Common::ContentLength => "content-length",
+            Common::Connection => "connection",
+            Common::LastModified => "last-modified",
+            Common::ETag => "etag",
+            Common::AcceptRanges => "accept-ranges",
+            Common::TransferEncoding => "transfer-encoding",
+            Common::Location => "location",
+            Common::CacheControl => "cache-control",
+            Common::Expires => "expires",
+            Common::Vary => "vary",
+            Common::ContentEncoding => "content-encoding",
+            Common::SetCookie => "set-cookie",
+        }
+    }
+
     fn bit(self) -> u16 {
         1 << self as u16
     }
@@ -341,6 +393,15 @@ impl Names {
     /// Whether `name` is one of them.
     pub(crate) fn contains(&self, name: &HeaderName) -> bool {
         self.lengths & length_bit(name) != 0 && self.names.contains(name)
+    }
+
+    /// Whether a name spelt `name` (any case) is one of them.
+    pub(crate) fn contains_spelt(&self, name: &[u8]) -> bool {
+        self.lengths & (1u64 << name.len().min(63)) != 0
+            && self
+                .names
+                .iter()
+                .any(|n| n.as_str().as_bytes().eq_ignore_ascii_case(name))
     }
 
     /// Whether the common name `c` is one of them.
@@ -401,6 +462,20 @@ static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 static REFRESH: HeaderName = HeaderName::from_static("refresh");
 
+/// Whether a field spelt `name` (any case) is hop-by-hop, `Upgrade` too
+/// unless `keep_upgrade` (what [`HopFilter::skips`] leaves out).
+pub(crate) fn is_hop_by_hop_spelt(name: &[u8], keep_upgrade: bool) -> bool {
+    let is = |h: &str| name.eq_ignore_ascii_case(h.as_bytes());
+    match name.len() {
+        2 => is("te"),
+        7 => is("trailer") || !keep_upgrade && is("upgrade"),
+        10 => is("connection") || is("keep-alive"),
+        16 => is("proxy-connection"),
+        17 => is("transfer-encoding"),
+        _ => false,
+    }
+}
+
 fn is_hop_by_hop(name: &HeaderName) -> bool {
     // Names compared as names: a standard one with a custom one is one
     // comparison of their kinds.
@@ -427,7 +502,11 @@ pub(crate) fn has_field(h: &HeaderMap, name: &HeaderName) -> bool {
 /// value that is not visible ASCII, where spaces and tabs are all the
 /// whitespace `str::trim` could take off a token.
 pub(crate) fn tokens(value: &HeaderValue) -> Option<impl Iterator<Item = &[u8]>> {
-    let b = value.as_bytes();
+    tokens_in(value.as_bytes())
+}
+
+/// [`tokens`] of a value's bytes.
+pub(crate) fn tokens_in(b: &[u8]) -> Option<impl Iterator<Item = &[u8]>> {
     b.iter()
         .all(|&c| c == b'\t' || (0x20..0x7f).contains(&c))
         .then(|| b.split(|&c| c == b',').map(<[u8]>::trim_ascii))

@@ -24,6 +24,7 @@ mod marks;
 mod metrics;
 mod payload;
 mod pool;
+mod raw_head;
 mod realip;
 mod record;
 mod redirect;

@@ -534,6 +534,15 @@ fn open_log(
 // === impl Route ===
 
 impl Route {
+    /// Whether nothing on a response's way to the client reads or edits
+    /// its upstream fields (no `add_header`, gzip or `error_page`), which
+    /// may then pass as they came ([`crate::raw_head`]).
+    pub(crate) fn passes_fields_as_they_came(&self) -> bool {
+        self.add_headers.is_empty()
+            && !self.location.proxy.gzip.enable
+            && self.error_pages.is_empty()
+    }
+
     /// The variables of `parts` on this route before any attempt (no
     /// `$upstream_*`, no request time), with response status `status` (0:
     /// none yet).

@@ -681,19 +681,20 @@ async fn write_response(
         .extensions
         .get::<hyper::ext::ReasonPhrase>()
         .map(|r| r.as_bytes());
+    let raw = crate::raw_head::of(&parts.extensions);
     let mut head = BytesMut::new();
-    let encoded = write::encode(
-        parts.status,
-        parts.version,
+    let fields = write::Head {
+        status: parts.status,
+        version: parts.version,
         reason,
-        &mut parts.headers,
-        length,
-        asked,
-        &mut head,
-    )
-    .map_err(H1Error::Head)?;
-    // Written: the map's room is a later message's.
+        headers: &mut parts.headers,
+        raw,
+    };
+    let encoded = write::encode(fields, length, asked, &mut head).map_err(H1Error::Head)?;
+    // Written: the map's room is a later message's, and so is the table
+    // of the extensions (the raw fields' set, say).
     crate::spare::keep(parts.headers);
+    crate::spare::keep_extensions(parts.extensions);
     let mut out = Out::default();
     out.push(head.freeze());
     match encoded.framing {

@@ -10,6 +10,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
 
+use crate::raw_head::RawFields;
+
 /// How a response body is framed on the wire.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Framing {
@@ -88,8 +90,11 @@ fn extend_date(dst: &mut BytesMut) {
 
 /// Whether a comma-separated header value holds `token` (any case).
 pub(crate) fn has_token(value: &HeaderValue, token: &str) -> bool {
+    has_token_in(value.as_bytes(), token)
+}
+
+fn has_token_in(value: &[u8], token: &str) -> bool {
     value
-        .as_bytes()
         .split(|&b| b == b',')
         .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
 }
@@ -154,25 +159,41 @@ fn enforce_version(
     }
 }
 
-/// Encode the head of a response with `status`, `version` (the response's),
-/// `headers` (which may gain a `Connection` field), an optional custom
-/// reason, to `asked`, whose body announced `body`. `Err` where hyper
-/// refuses the head (it then closes the connection without a response).
+/// A response head to encode.
+pub(crate) struct Head<'a> {
+    pub(crate) status: StatusCode,
+    /// The response's version.
+    pub(crate) version: Version,
+    /// A custom reason phrase.
+    pub(crate) reason: Option<&'a [u8]>,
+    /// Its fields (which may gain a `Connection` field), after the ones
+    /// that came as they came (`raw`).
+    pub(crate) headers: &'a mut HeaderMap,
+    pub(crate) raw: Option<&'a RawFields>,
+}
+
+/// Encode `head` to `asked`, whose body announced `body`. `Err` where
+/// hyper refuses the head (it then closes the connection without a
+/// response).
 pub(crate) fn encode(
-    status: StatusCode,
-    version: Version,
-    reason: Option<&[u8]>,
-    headers: &mut HeaderMap,
+    head: Head<'_>,
     mut body: BodyLength,
     asked: &Asked<'_>,
     dst: &mut BytesMut,
 ) -> Result<Encoded, &'static str> {
+    let Head {
+        status,
+        version,
+        reason,
+        headers,
+        raw,
+    } = head;
     let method = asked.method;
     let (version, keep_alive) = enforce_version(headers, version, asked);
     let mut wrote_len = false;
     let mut status = status;
     let mut unsupported = false;
-    let mut is_last = if status == StatusCode::SWITCHING_PROTOCOLS {
+    let is_last = if status == StatusCode::SWITCHING_PROTOCOLS {
         true
     } else if method == Method::CONNECT && status.is_success() {
         wrote_len = true;
@@ -189,10 +210,12 @@ pub(crate) fn encode(
     };
     // The whole head in one allocation: status line, headers, and what
     // may be added (length, date).
+    let raw = raw.filter(|_| !unsupported);
     let size: usize = headers
         .iter()
         .map(|(n, v)| n.as_str().len() + v.len() + 4)
-        .sum();
+        .sum::<usize>()
+        + raw.map_or(0, RawFields::wire_len);
     dst.reserve(size + 128);
     if version == Version::HTTP_11 && status == StatusCode::OK && reason.is_none() {
         dst.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
@@ -210,126 +233,63 @@ pub(crate) fn encode(
         }
         dst.extend_from_slice(b"\r\n");
     }
-    let mut framing = Framing::Length(0);
-    let mut trailer_fields: Option<Vec<HeaderName>> = None;
-    let mut wrote_date = false;
-    let mut is_name_written = false;
-    let mut must_write_chunked = false;
-    let mut prev_con_len: Option<u64> = None;
-    let mut cur: Option<&HeaderName> = None;
-    let close_name = |dst: &mut BytesMut, written: bool, chunked: bool| {
-        if written {
-            dst.extend_from_slice(if chunked { b", chunked\r\n" } else { b"\r\n" });
-        }
+    let mut w = Fields {
+        method,
+        status,
+        version,
+        body,
+        framing: Framing::Length(0),
+        trailer_fields: None,
+        wrote_len,
+        wrote_date: false,
+        is_name_written: false,
+        must_write_chunked: false,
+        prev_con_len: None,
+        is_last,
     };
-    for (name, value) in headers.iter() {
-        if cur != Some(name) {
-            close_name(dst, is_name_written, must_write_chunked);
-            is_name_written = false;
-            cur = Some(name);
-        }
-        match *name {
-            header::CONTENT_LENGTH => {
-                if wrote_len && !is_name_written {
-                    return Err("unexpected content-length in the response");
-                }
-                match body {
-                    BodyLength::Known(known) => {
-                        if !is_name_written {
-                            framing = Framing::Length(known);
-                            dst.extend_from_slice(b"content-length: ");
-                            dst.extend_from_slice(value.as_bytes());
-                            wrote_len = true;
-                            is_name_written = true;
-                        }
-                        continue;
-                    }
-                    BodyLength::Unknown => {
-                        let Some(len) = parse_content_length(value) else {
-                            return Err("illegal content-length in the response");
-                        };
-                        if let Some(prev) = prev_con_len {
-                            if prev != len {
-                                return Err("multiple content-length values in the response");
-                            }
-                            continue;
-                        }
-                        framing = Framing::Length(len);
-                        dst.extend_from_slice(b"content-length: ");
-                        dst.extend_from_slice(value.as_bytes());
-                        wrote_len = true;
-                        is_name_written = true;
-                        prev_con_len = Some(len);
-                        continue;
-                    }
-                    BodyLength::None => {
-                        if method != Method::HEAD {
-                            continue;
-                        }
-                    }
-                }
-                wrote_len = true;
-            }
-            header::TRANSFER_ENCODING => {
-                if wrote_len && !is_name_written {
-                    return Err("unexpected transfer-encoding in the response");
-                }
-                if version == Version::HTTP_10 || !can_chunked(method, status) {
-                    continue;
-                }
-                wrote_len = true;
-                must_write_chunked = !is_chunked(value);
-                if !is_name_written {
-                    framing = Framing::Chunked(None);
-                    is_name_written = true;
-                    dst.extend_from_slice(b"transfer-encoding: ");
-                } else {
-                    dst.extend_from_slice(b", ");
-                }
-                dst.extend_from_slice(value.as_bytes());
-                continue;
-            }
-            header::CONNECTION => {
-                if !is_last && has_token(value, "close") {
-                    is_last = true;
-                }
-                if !is_name_written {
-                    is_name_written = true;
-                    dst.extend_from_slice(b"connection: ");
-                } else {
-                    dst.extend_from_slice(b", ");
-                }
-                dst.extend_from_slice(value.as_bytes());
-                continue;
-            }
-            header::DATE => wrote_date = true,
-            header::TRAILER => {
-                if version == Version::HTTP_10 || !can_chunked(method, status) {
-                    continue;
-                }
-                if !is_name_written {
-                    is_name_written = true;
-                    dst.extend_from_slice(b"trailer: ");
-                } else {
-                    dst.extend_from_slice(b", ");
-                }
-                dst.extend_from_slice(value.as_bytes());
-                if let Ok(text) = value.to_str() {
-                    let names = text
-                        .split(',')
-                        .filter_map(|s| HeaderName::from_bytes(s.trim().as_bytes()).ok());
-                    trailer_fields.get_or_insert_with(Vec::new).extend(names);
-                }
-                continue;
-            }
-            _ => {}
-        }
-        dst.extend_from_slice(name.as_str().as_bytes());
-        dst.extend_from_slice(b": ");
-        dst.extend_from_slice(value.as_bytes());
-        dst.extend_from_slice(b"\r\n");
+    // The fields that came as they came first (a map's fields are the
+    // ones added since: `Connection`, which never comes so).
+    for f in raw.into_iter().flat_map(RawFields::iter) {
+        let kind = match f.kind {
+            crate::raw_head::Kind::ContentLength => Kind::ContentLength,
+            crate::raw_head::Kind::Date => Kind::Date,
+            crate::raw_head::Kind::Named(_) | crate::raw_head::Kind::Other => Kind::Other,
+        };
+        let name = match f.kind {
+            crate::raw_head::Kind::Named(c) => Name::Lower(c.lower()),
+            _ => Name::Spelt(f.name),
+        };
+        w.field(dst, f.first_of_name, kind, name, f.value)?;
     }
-    close_name(dst, is_name_written, must_write_chunked);
+    let mut cur: Option<&HeaderName> = None;
+    for (name, value) in headers.iter() {
+        let first_of_name = cur != Some(name);
+        cur = Some(name);
+        let kind = match *name {
+            header::CONTENT_LENGTH => Kind::ContentLength,
+            header::TRANSFER_ENCODING => Kind::TransferEncoding,
+            header::CONNECTION => Kind::Connection,
+            header::DATE => Kind::Date,
+            header::TRAILER => Kind::Trailer,
+            _ => Kind::Other,
+        };
+        w.field(
+            dst,
+            first_of_name,
+            kind,
+            Name::Lower(name.as_str()),
+            value.as_bytes(),
+        )?;
+    }
+    w.close_name(dst);
+    let Fields {
+        mut framing,
+        trailer_fields,
+        wrote_len,
+        wrote_date,
+        mut is_last,
+        ..
+    } = w;
     if !wrote_len {
         framing = match body {
             BodyLength::Unknown => {
@@ -386,6 +346,185 @@ pub(crate) fn encode(
     })
 }
 
+/// What the writer does with a field, by its name.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    ContentLength,
+    TransferEncoding,
+    Connection,
+    Date,
+    Trailer,
+    Other,
+}
+
+/// A field's name: a map's (lower-case), or as an upstream spelt it
+/// (written lower-case, as a map would have it).
+#[derive(Clone, Copy)]
+enum Name<'a> {
+    Lower(&'a str),
+    Spelt(&'a [u8]),
+}
+
+/// hyper's `Server::encode` over the fields one at a time, with what it
+/// learns on the way.
+struct Fields<'a> {
+    method: &'a Method,
+    status: StatusCode,
+    version: Version,
+    body: BodyLength,
+    framing: Framing,
+    trailer_fields: Option<Vec<HeaderName>>,
+    wrote_len: bool,
+    wrote_date: bool,
+    is_name_written: bool,
+    must_write_chunked: bool,
+    prev_con_len: Option<u64>,
+    is_last: bool,
+}
+
+impl Fields<'_> {
+    /// End a name whose values were written on one line.
+    fn close_name(&mut self, dst: &mut BytesMut) {
+        if self.is_name_written {
+            dst.extend_from_slice(if self.must_write_chunked {
+                b", chunked\r\n"
+            } else {
+                b"\r\n"
+            });
+        }
+    }
+
+    /// The field `name: value`; `first_of_name`: the field before it had
+    /// another name.
+    fn field(
+        &mut self,
+        dst: &mut BytesMut,
+        first_of_name: bool,
+        kind: Kind,
+        name: Name<'_>,
+        value: &[u8],
+    ) -> Result<(), &'static str> {
+        let (method, status, version) = (self.method, self.status, self.version);
+        if first_of_name {
+            self.close_name(dst);
+            self.is_name_written = false;
+        }
+        match kind {
+            Kind::ContentLength => {
+                if self.wrote_len && !self.is_name_written {
+                    return Err("unexpected content-length in the response");
+                }
+                match self.body {
+                    BodyLength::Known(known) => {
+                        if !self.is_name_written {
+                            self.framing = Framing::Length(known);
+                            dst.extend_from_slice(b"content-length: ");
+                            dst.extend_from_slice(value);
+                            self.wrote_len = true;
+                            self.is_name_written = true;
+                        }
+                        return Ok(());
+                    }
+                    BodyLength::Unknown => {
+                        let Some(len) = parse_content_length(value) else {
+                            return Err("illegal content-length in the response");
+                        };
+                        if let Some(prev) = self.prev_con_len {
+                            if prev != len {
+                                return Err("multiple content-length values in the response");
+                            }
+                            return Ok(());
+                        }
+                        self.framing = Framing::Length(len);
+                        dst.extend_from_slice(b"content-length: ");
+                        dst.extend_from_slice(value);
+                        self.wrote_len = true;
+                        self.is_name_written = true;
+                        self.prev_con_len = Some(len);
+                        return Ok(());
+                    }
+                    BodyLength::None => {
+                        if *method != Method::HEAD {
+                            return Ok(());
+                        }
+                    }
+                }
+                self.wrote_len = true;
+            }
+            Kind::TransferEncoding => {
+                if self.wrote_len && !self.is_name_written {
+                    return Err("unexpected transfer-encoding in the response");
+                }
+                if version == Version::HTTP_10 || !can_chunked(method, status) {
+                    return Ok(());
+                }
+                self.wrote_len = true;
+                self.must_write_chunked = !is_chunked(value);
+                if !self.is_name_written {
+                    self.framing = Framing::Chunked(None);
+                    self.is_name_written = true;
+                    dst.extend_from_slice(b"transfer-encoding: ");
+                } else {
+                    dst.extend_from_slice(b", ");
+                }
+                dst.extend_from_slice(value);
+                return Ok(());
+            }
+            Kind::Connection => {
+                if !self.is_last && has_token_in(value, "close") {
+                    self.is_last = true;
+                }
+                if !self.is_name_written {
+                    self.is_name_written = true;
+                    dst.extend_from_slice(b"connection: ");
+                } else {
+                    dst.extend_from_slice(b", ");
+                }
+                dst.extend_from_slice(value);
+                return Ok(());
+            }
+            Kind::Date => self.wrote_date = true,
+            Kind::Trailer => {
+                if version == Version::HTTP_10 || !can_chunked(method, status) {
+                    return Ok(());
+                }
+                if !self.is_name_written {
+                    self.is_name_written = true;
+                    dst.extend_from_slice(b"trailer: ");
+                } else {
+                    dst.extend_from_slice(b", ");
+                }
+                dst.extend_from_slice(value);
+                // HeaderValue::to_str: visible ASCII and tabs only.
+                if value.iter().all(|&b| b == b'\t' || (32..127).contains(&b)) {
+                    if let Ok(text) = std::str::from_utf8(value) {
+                        let names = text
+                            .split(',')
+                            .filter_map(|s| HeaderName::from_bytes(s.trim().as_bytes()).ok());
+                        self.trailer_fields
+                            .get_or_insert_with(Vec::new)
+                            .extend(names);
+                    }
+                }
+                return Ok(());
+            }
+            Kind::Other => {}
+        }
+        match name {
+            Name::Lower(n) => dst.extend_from_slice(n.as_bytes()),
+            Name::Spelt(n) => {
+                let at = dst.len();
+                dst.extend_from_slice(n);
+                dst[at..].make_ascii_lowercase();
+            }
+        }
+        dst.extend_from_slice(b": ");
+        dst.extend_from_slice(value);
+        dst.extend_from_slice(b"\r\n");
+        Ok(())
+    }
+}
+
 fn push_u64(dst: &mut BytesMut, mut n: u64) {
     let mut digits = [0u8; 20];
     let mut i = digits.len();
@@ -400,18 +539,16 @@ fn push_u64(dst: &mut BytesMut, mut n: u64) {
     dst.extend_from_slice(&digits[i..]);
 }
 
-fn is_chunked(value: &HeaderValue) -> bool {
+fn is_chunked(value: &[u8]) -> bool {
     // hyper: the last encoding is `chunked`.
     value
-        .as_bytes()
         .rsplit(|&b| b == b',')
         .next()
         .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"))
 }
 
 /// hyper's `content_length_parse`: digits only.
-fn parse_content_length(value: &HeaderValue) -> Option<u64> {
-    let b = value.as_bytes();
+fn parse_content_length(b: &[u8]) -> Option<u64> {
     if b.is_empty() || b.len() > 19 || !b.iter().all(u8::is_ascii_digit) {
         return None;
     }
@@ -504,16 +641,14 @@ mod tests {
             keep_alive,
         };
         let mut dst = BytesMut::new();
-        let e = encode(
+        let head = Head {
             status,
-            Version::HTTP_11,
-            None,
-            &mut map,
-            body,
-            &asked,
-            &mut dst,
-        )
-        .unwrap();
+            version: Version::HTTP_11,
+            reason: None,
+            headers: &mut map,
+            raw: None,
+        };
+        let e = encode(head, body, &asked, &mut dst).unwrap();
         (String::from_utf8(dst.to_vec()).unwrap(), e)
     }
 

@@ -8,6 +8,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
 use super::body::Kind;
 use super::Error;
 use crate::hop::{Common, HopFilter, Names};
+use crate::raw_head::RawFields;
 
 /// hyper's default limit of response header fields.
 const MAX_HEADERS: usize = 100;
@@ -17,6 +18,10 @@ pub(super) struct Head {
     pub(super) status: StatusCode,
     pub(super) version: Version,
     pub(super) headers: HeaderMap,
+    /// The kept fields as they came ([`RawFields`], in the extension set
+    /// the response goes on with), `headers` then empty (see
+    /// [`parse_with`]).
+    pub(super) raw: Option<http::Extensions>,
     /// A reason phrase that is not the status's canonical one.
     pub(super) reason: Option<hyper::ext::ReasonPhrase>,
     /// The response lets the connection be kept (its version and
@@ -55,10 +60,15 @@ enum Length {
 impl Length {
     /// The lines so far and `value`.
     fn line(self, value: &HeaderValue) -> Self {
+        self.line_of(value.as_bytes())
+    }
+
+    /// [`Length::line`] of a value's bytes.
+    fn line_of(self, value: &[u8]) -> Self {
         if self == Length::Bad {
             return self;
         }
-        let Some(tokens) = crate::hop::tokens(value) else {
+        let Some(tokens) = crate::hop::tokens_in(value) else {
             return Length::Bad;
         };
         let mut now = self;
@@ -152,7 +162,11 @@ fn asks_close(headers: &HeaderMap) -> bool {
 
 /// Whether a comma-separated token of `value` is `needle` (any case).
 fn has_token(value: &HeaderValue, needle: &str) -> bool {
-    crate::hop::tokens(value)
+    has_token_in(value.as_bytes(), needle)
+}
+
+fn has_token_in(value: &[u8], needle: &str) -> bool {
+    crate::hop::tokens_in(value)
         .is_some_and(|mut t| t.any(|t| t.eq_ignore_ascii_case(needle.as_bytes())))
 }
 
@@ -168,7 +182,19 @@ const FAST_HEADERS: usize = 24;
 /// sent them, and leaving them out keeps the others in the upstream's
 /// order, as nginx sends them (removing them later would move the last
 /// field into their place).
+#[cfg(test)]
 pub(super) fn parse(buf: &mut BytesMut, hidden: &Names) -> Result<Option<Head>, Error> {
+    parse_with(buf, hidden, false)
+}
+
+/// [`parse`], with the kept fields left as they came ([`RawFields`], the
+/// head's map empty) where `raw` asks for it and the head allows it (see
+/// [`raw_fields`]).
+pub(super) fn parse_with(
+    buf: &mut BytesMut,
+    hidden: &Names,
+    raw: bool,
+) -> Result<Option<Head>, Error> {
     let mut spans = [Span::default(); FAST_HEADERS];
     let scanned = {
         let mut fields = [httparse::EMPTY_HEADER; FAST_HEADERS];
@@ -182,11 +208,11 @@ pub(super) fn parse(buf: &mut BytesMut, hidden: &Names) -> Result<Option<Head>, 
                 scan(buf, &mut fields, &mut spans)
             };
             match scanned? {
-                Some(line) => build(buf, line, &spans, hidden).map(Some),
+                Some(line) => build(buf, line, &spans, hidden, false).map(Some),
                 None => Ok(None),
             }
         }
-        Ok(Some(line)) => build(buf, line, &spans, hidden).map(Some),
+        Ok(Some(line)) => build(buf, line, &spans, hidden, raw).map(Some),
         Ok(None) => Ok(None),
         Err(e) => Err(e),
     }
@@ -254,7 +280,13 @@ fn scan<'b>(
     }
 }
 
-fn build(buf: &mut BytesMut, line: Line, spans: &[Span], hidden: &Names) -> Result<Head, Error> {
+fn build(
+    buf: &mut BytesMut,
+    line: Line,
+    spans: &[Span],
+    hidden: &Names,
+    raw: bool,
+) -> Result<Head, Error> {
     let Line {
         len,
         code,
@@ -265,6 +297,28 @@ fn build(buf: &mut BytesMut, line: Line, spans: &[Span], hidden: &Names) -> Resu
     let status =
         StatusCode::from_u16(code).map_err(|_| Error::Parse(format!("invalid status {code}")))?;
     let head = buf.split_to(len).freeze();
+    let reason = match reason {
+        Some(r) => Some(
+            hyper::ext::ReasonPhrase::try_from(r)
+                .map_err(|_| Error::Parse("invalid reason phrase".to_owned()))?,
+        ),
+        None => None,
+    };
+    if raw && status != StatusCode::SWITCHING_PROTOCOLS {
+        if let Some((fields, keep_alive, framed)) =
+            raw_fields(&head, &spans[..count], version, hidden)?
+        {
+            return Ok(Head {
+                status,
+                version,
+                headers: HeaderMap::new(),
+                raw: Some(fields),
+                reason,
+                keep_alive,
+                framed,
+            });
+        }
+    }
     let mut headers = crate::spare::map(count);
     let mut keep_alive = version == Version::HTTP_11;
     let mut saw_close = false;
@@ -325,21 +379,139 @@ fn build(buf: &mut BytesMut, line: Line, spans: &[Span], hidden: &Names) -> Resu
         // clears the length of a chunked response).
         headers.remove(CONTENT_LENGTH);
     }
-    let reason = match reason {
-        Some(r) => Some(
-            hyper::ext::ReasonPhrase::try_from(r)
-                .map_err(|_| Error::Parse("invalid reason phrase".to_owned()))?,
-        ),
-        None => None,
-    };
     Ok(Head {
         status,
         version,
         headers,
+        raw: None,
         reason,
         keep_alive,
         framed,
     })
+}
+
+/// The kept fields of a head as they came, with whether the connection
+/// may be kept and the framing fields, read as [`build`] reads them; None
+/// where a map is the simpler way to the same fields: a kept `Location`
+/// or `Refresh` (`proxy_redirect` reads them), a `Connection` naming a
+/// kept field, `Transfer-Encoding` beside `Content-Length`, a framing
+/// name spelt otherwise than servers spell it, a name past 1 KiB.
+fn raw_fields(
+    head: &bytes::Bytes,
+    spans: &[Span],
+    version: Version,
+    hidden: &Names,
+) -> Result<Option<(http::Extensions, bool, Framed)>, Error> {
+    let mut set = crate::raw_head::start(head.clone());
+    let found = match crate::raw_head::of_mut(&mut set) {
+        Some(fields) => fill_raw(fields, head, spans, version, hidden)?,
+        None => None,
+    };
+    match found {
+        Some((keep_alive, framed)) => Ok(Some((set, keep_alive, framed))),
+        None => {
+            crate::spare::keep_extensions(set);
+            Ok(None)
+        }
+    }
+}
+
+/// [`raw_fields`] into `fields`.
+fn fill_raw(
+    fields: &mut RawFields,
+    head: &bytes::Bytes,
+    spans: &[Span],
+    version: Version,
+    hidden: &Names,
+) -> Result<Option<(bool, Framed)>, Error> {
+    use crate::raw_head::Kind;
+    let mut keep_alive = version == Version::HTTP_11;
+    let mut saw_close = false;
+    let mut framed = Framed::default();
+    let mut connection: smallvec::SmallVec<[&[u8]; 2]> = smallvec::SmallVec::new();
+    let mut again = false;
+    for s in spans {
+        let name = head
+            .get(s.name.0 as usize..s.name.1 as usize)
+            .unwrap_or_default();
+        let kind = match common_of(name) {
+            Some(Common::Connection) => {
+                let value = value_bytes(head, s);
+                // The values servers send, told without splitting them.
+                let (close, kept) = if value.eq_ignore_ascii_case(b"keep-alive") {
+                    (false, true)
+                } else if value.eq_ignore_ascii_case(b"close") {
+                    (true, false)
+                } else {
+                    (
+                        has_token_in(value, "close"),
+                        has_token_in(value, "keep-alive"),
+                    )
+                };
+                // Once a Connection asks to close, a later keep-alive does not undo it.
+                if saw_close || close {
+                    saw_close = true;
+                    keep_alive = false;
+                } else if !keep_alive {
+                    keep_alive = kept;
+                }
+                connection.push(value);
+                continue;
+            }
+            Some(Common::TransferEncoding) => {
+                framed.te = true;
+                framed.chunked = last_token_is_chunked(value_bytes(head, s));
+                continue;
+            }
+            Some(Common::ContentLength) => {
+                framed.cl = true;
+                framed.length = framed.length.line_of(value_bytes(head, s));
+                if hidden.has(Common::ContentLength) {
+                    continue;
+                }
+                Kind::ContentLength
+            }
+            Some(c) if hidden.has(c) => continue,
+            Some(Common::Location) => return Ok(None),
+            Some(Common::Date) => Kind::Date,
+            Some(c) => Kind::Named(c),
+            None => {
+                if name.len() > 1024
+                    || name.eq_ignore_ascii_case(b"connection")
+                    || name.eq_ignore_ascii_case(b"transfer-encoding")
+                    || name.eq_ignore_ascii_case(b"content-length")
+                {
+                    return Ok(None);
+                }
+                if crate::hop::is_hop_by_hop_spelt(name, false) || hidden.contains_spelt(name) {
+                    continue;
+                }
+                if name.eq_ignore_ascii_case(b"refresh") || name.eq_ignore_ascii_case(b"location") {
+                    return Ok(None);
+                }
+                if name.eq_ignore_ascii_case(b"date") {
+                    Kind::Date
+                } else {
+                    Kind::Other
+                }
+            }
+        };
+        again |= fields.push(s.name, s.value, kind);
+    }
+    if framed.te && framed.cl
+        || crate::hop::connection_names_any(&connection, fields.iter().map(|f| f.name))
+    {
+        return Ok(None);
+    }
+    if again {
+        fields.group();
+    }
+    Ok(Some((keep_alive, framed)))
+}
+
+fn value_bytes<'h>(head: &'h bytes::Bytes, s: &Span) -> &'h [u8] {
+    head.get(s.value.0 as usize..s.value.1 as usize)
+        .unwrap_or_default()
 }
 
 /// hyper's `Client::decoder`: how the body is framed, and whether the
@@ -358,7 +530,15 @@ pub(super) fn decoder(
 /// they send them, picked without lower-casing and matching the name (and
 /// told as such).
 fn name_of(b: &[u8]) -> Result<(HeaderName, Option<Common>), http::header::InvalidHeaderName> {
-    let common = match b {
+    match common_of(b) {
+        Some(c) => Ok((c.name(), Some(c))),
+        None => HeaderName::from_bytes(b).map(|n| (n, None)),
+    }
+}
+
+/// The common name spelt `b` as servers spell it.
+fn common_of(b: &[u8]) -> Option<Common> {
+    Some(match b {
         b"Server" => Common::Server,
         b"Date" => Common::Date,
         b"Content-Type" => Common::ContentType,
@@ -374,9 +554,8 @@ fn name_of(b: &[u8]) -> Result<(HeaderName, Option<Common>), http::header::Inval
         b"Vary" => Common::Vary,
         b"Content-Encoding" => Common::ContentEncoding,
         b"Set-Cookie" => Common::SetCookie,
-        _ => return HeaderName::from_bytes(b).map(|n| (n, None)),
-    };
-    Ok((common.name(), Some(common)))
+        _ => return None,
+    })
 }
 
 /// hyper's `Client::decoder` (how the body is framed, and whether the
@@ -655,8 +834,57 @@ mod tests {
             // A name told common is its Common's, spelt as servers spell it.
             if let Ok((name, Some(c))) = fast {
                 assert_eq!(c.name(), name, "{n}");
+                assert_eq!(c.lower(), name.as_str(), "{n}");
                 assert_ne!(n, n.to_ascii_lowercase(), "{n}");
             }
+        }
+    }
+
+    #[test]
+    fn a_plain_head_comes_as_it_came_and_reads_as_its_map() {
+        use crate::h1::write::{Asked, BodyLength};
+        let wire = b"HTTP/1.1 200 OK\r\nServer: nginx\r\nDate: D\r\nContent-Type: text/html\r\n\
+            Set-Cookie: a=1\r\nContent-Length: 5\r\nX-App: 1\r\nset-cookie: b=2\r\n\
+            Connection: keep-alive\r\n\r\n";
+        let hidden = Names::new(vec![http::header::DATE, http::header::SERVER]);
+        let asked = Asked {
+            method: &Method::GET,
+            version: Version::HTTP_11,
+            keep_alive: true,
+        };
+        let by_map = relayed(wire, &hidden, false, BodyLength::Known(5), &asked).unwrap();
+        let as_came = relayed(wire, &hidden, true, BodyLength::Known(5), &asked).unwrap();
+        assert!(as_came.4, "it came as it came");
+        let text = dated(&by_map.0);
+        assert_eq!(
+            text,
+            "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\nset-cookie: a=1\r\nset-cookie: b=2\r\n\
+             content-length: 5\r\nx-app: 1\r\ndate: D\r\n\r\n"
+        );
+        assert_eq!(dated(&as_came.0), text);
+        // A Location to rewrite, a Connection naming a field: read with a map.
+        for wire in [
+            &b"HTTP/1.1 302 Found\r\nLocation: /a\r\nContent-Length: 0\r\n\r\n"[..],
+            b"HTTP/1.1 200 OK\r\nConnection: close, X-App\r\nX-App: 1\r\nContent-Length: 0\r\n\r\n",
+        ] {
+            assert!(
+                !relayed(wire, &hidden, true, BodyLength::None, &asked)
+                    .unwrap()
+                    .4
+            );
+        }
+    }
+
+    /// A written head with the writer's own `Date` value (the clock's)
+    /// as `D`.
+    fn dated(head: &str) -> String {
+        match head.find("\r\ndate: ") {
+            Some(at) => {
+                let from = at + "\r\ndate: ".len();
+                let to = head[from..].find("\r\n").map_or(head.len(), |e| from + e);
+                format!("{}D{}", &head[..from], &head[to..])
+            }
+            None => head.to_owned(),
         }
     }
 
@@ -678,7 +906,133 @@ mod tests {
         assert_eq!(head.framed.length.value(), Some(0));
     }
 
+    /// The client's head of `wire` (an upstream's), read with a map or
+    /// as it came (`raw`), then written as vigil writes it.
+    fn relayed(
+        wire: &[u8],
+        hidden: &Names,
+        raw: bool,
+        body: crate::h1::write::BodyLength,
+        asked: &crate::h1::write::Asked<'_>,
+    ) -> Result<(String, bool, Framed, Option<String>, bool), String> {
+        let mut buf = BytesMut::from(wire);
+        let Some(mut h) = parse_with(&mut buf, hidden, raw).map_err(|e| format!("{e:?}"))? else {
+            return Err("partial".into());
+        };
+        let came_raw = h.raw.is_some();
+        let mut dst = BytesMut::new();
+        let head = crate::h1::write::Head {
+            status: h.status,
+            version: h.version,
+            reason: h.reason.as_ref().map(|r| r.as_bytes()),
+            headers: &mut h.headers,
+            raw: h.raw.as_ref().and_then(crate::raw_head::of),
+        };
+        let encoded = crate::h1::write::encode(head, body, asked, &mut dst)
+            .map(|e| format!("{:?} {}", e.framing, e.last))
+            .ok();
+        Ok((
+            String::from_utf8_lossy(&dst).into_owned(),
+            h.keep_alive,
+            h.framed,
+            encoded,
+            came_raw,
+        ))
+    }
+
+    const NAMES: [&str; 24] = [
+        "Server",
+        "Date",
+        "date",
+        "Content-Type",
+        "content-type",
+        "Content-Length",
+        "content-length",
+        "Connection",
+        "Keep-Alive",
+        "Set-Cookie",
+        "set-cookie",
+        "X-A",
+        "x-a",
+        "Location",
+        "Refresh",
+        "ETag",
+        "Vary",
+        "Transfer-Encoding",
+        "Upgrade",
+        "Trailer",
+        "X-Pad",
+        "Cache-Control",
+        "X-Accel-Expires",
+        "X-B",
+    ];
+    const VALUES: [&str; 10] = [
+        "1",
+        "0",
+        "5",
+        "close",
+        "keep-alive",
+        "chunked",
+        "a, b",
+        "x-a",
+        "text/html",
+        "close, X-B",
+    ];
+
     proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        #[test]
+        fn fields_as_they_came_reach_the_client_as_the_map_brings_them(
+            status in proptest::sample::select(vec![200u16, 204, 206, 302, 304, 404, 500]),
+            http10 in proptest::bool::ANY,
+            fields in proptest::collection::vec((0usize..NAMES.len(), 0usize..VALUES.len()), 0..14),
+            hide in 0usize..3,
+            body in 0usize..4,
+            head_request in proptest::bool::ANY,
+            client10 in proptest::bool::ANY,
+            keep in proptest::bool::ANY,
+        ) {
+            use crate::h1::write::{Asked, BodyLength};
+            let mut wire = format!("HTTP/1.{} {status} X\r\n", if http10 { 0 } else { 1 });
+            for &(n, v) in &fields {
+                wire.push_str(&format!("{}: {}\r\n", NAMES[n], VALUES[v]));
+            }
+            wire.push_str("\r\n");
+            let names = |list: &[&'static str]| {
+                Names::new(list.iter().map(|n| HeaderName::from_static(n)).collect())
+            };
+            // nginx's hidden set; with Date passed; with more hidden.
+            let hidden = match hide {
+                0 => names(&["date", "server", "x-pad", "x-accel-expires"]),
+                1 => names(&["server", "x-pad"]),
+                _ => names(&["date", "server", "etag", "set-cookie", "x-a", "content-length"]),
+            };
+            let body = [
+                BodyLength::None,
+                BodyLength::Known(5),
+                BodyLength::Known(1),
+                BodyLength::Unknown,
+            ][body];
+            let method = if head_request { Method::HEAD } else { Method::GET };
+            let asked = Asked {
+                method: &method,
+                version: if client10 { Version::HTTP_10 } else { Version::HTTP_11 },
+                keep_alive: keep,
+            };
+            let by_map = relayed(wire.as_bytes(), &hidden, false, body, &asked);
+            let as_came = relayed(wire.as_bytes(), &hidden, true, body, &asked);
+            match (by_map, as_came) {
+                (Ok(a), Ok(b)) => {
+                    proptest::prop_assert_eq!(
+                        (dated(&a.0), a.1, a.2, &a.3),
+                        (dated(&b.0), b.1, b.2, &b.3),
+                        "{}", wire
+                    );
+                }
+                (a, b) => proptest::prop_assert_eq!(a.is_err(), b.is_err(), "{}", wire),
+            }
+        }
+
         #[test]
         fn tokens_are_found_as_to_str_and_trim_found_them(
             value in proptest::collection::vec(

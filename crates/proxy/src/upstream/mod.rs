@@ -218,7 +218,9 @@ impl H1 {
     /// An `async` block, holding `self` and `req` once
     /// (rust-lang/rust#62958), with a body's writing boxed out of it.
     /// The fields in `hidden` stay out of the response's map (see
-    /// [`head::parse`]).
+    /// [`head::parse_with`]); `raw`: nothing on the response's way reads
+    /// or edits its fields, which may then come as they came
+    /// ([`crate::raw_head`], in the response's extensions).
     #[allow(
         clippy::manual_async_fn,
         reason = "an async fn would hold its arguments twice"
@@ -228,6 +230,7 @@ impl H1 {
         req: Request<UpBody>,
         t: Timeouts,
         hidden: &'h Names,
+        raw: bool,
     ) -> impl Future<Output = Result<Response<H1Body>, Error>> + Send + 'h {
         async move {
             let (mut parts, mut body) = req.into_parts();
@@ -248,7 +251,7 @@ impl H1 {
             let deadline = vigil_core::clock::coarse_now() + t.read;
             let head = loop {
                 if !self.buf.is_empty() {
-                    match head::parse(&mut self.buf, hidden)? {
+                    match head::parse_with(&mut self.buf, hidden, raw)? {
                         Some(h) if h.status.is_informational() && h.status.as_u16() != 101 => {
                             continue
                         }
@@ -271,6 +274,7 @@ impl H1 {
                 status,
                 version,
                 headers,
+                raw: fields,
                 reason,
                 keep_alive,
                 framed,
@@ -279,6 +283,10 @@ impl H1 {
             let mut resp = Response::new(());
             *resp.status_mut() = status;
             *resp.version_mut() = version;
+            if let Some(set) = fields {
+                // The fields as they came, in a set the writer gives back.
+                *resp.extensions_mut() = set;
+            }
             if let Some(r) = reason {
                 resp.extensions_mut().insert(r);
             }

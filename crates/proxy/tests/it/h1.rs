@@ -274,3 +274,50 @@ async fn bytes_past_a_101_head_go_through_the_tunnel() {
         assert_eq!(more, b"pong", "{addr}");
     }
 }
+
+/// The head a backend sent, through vigil and through nginx: the status
+/// line as it came (a custom reason too), every field the client may see
+/// (a name twice in any case, an application's own), whether or not
+/// vigil's reader left them as they came.
+#[tokio::test]
+async fn a_response_head_reaches_the_client_with_its_reason_and_fields() {
+    const ANSWER: &[u8] = b"HTTP/1.1 299 Fine Thanks\r\nServer: up\r\nX-App: 1\r\n\
+        set-cookie: a=1\r\nX-Other: two words\r\nSet-Cookie: b=2\r\nContent-Length: 2\r\n\
+        X-Pad: gone\r\nConnection: close\r\n\r\nok";
+    let t = twin(ANSWER).await;
+    let mut heads = Vec::new();
+    for addr in [t.vigil.addr, t.nginx.addr] {
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        s.write_all(b"GET /raw HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            .await
+            .expect("write");
+        let got = read_all(&mut s).await;
+        let text = String::from_utf8_lossy(&got).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").expect("a whole head");
+        assert_eq!(body, "ok", "{addr}: {text}");
+        let mut lines = head.split("\r\n");
+        let status = lines.next().unwrap_or_default().to_owned();
+        let mut fields: Vec<String> = lines
+            .map(|l| {
+                let (n, v) = l.split_once(':').unwrap_or((l, ""));
+                format!("{}:{}", n.to_ascii_lowercase(), v.trim())
+            })
+            .filter(|f| !f.starts_with("date:") && !f.starts_with("server:"))
+            .filter(|f| !f.starts_with("connection:"))
+            .collect();
+        fields.sort();
+        heads.push((status, fields));
+    }
+    assert_eq!(heads[0], heads[1], "vigil, then nginx");
+    assert_eq!(heads[0].0, "HTTP/1.1 299 Fine Thanks");
+    assert_eq!(
+        heads[0].1,
+        [
+            "content-length:2",
+            "set-cookie:a=1",
+            "set-cookie:b=2",
+            "x-app:1",
+            "x-other:two words"
+        ]
+    );
+}
