@@ -394,6 +394,18 @@ impl Fields<'_> {
         }
     }
 
+    /// A value of a name whose values go on one line: after `name` for
+    /// the first, after `, ` for the others.
+    fn join(&mut self, dst: &mut BytesMut, name: &[u8], value: &[u8]) {
+        if self.is_name_written {
+            dst.extend_from_slice(b", ");
+        } else {
+            self.is_name_written = true;
+            dst.extend_from_slice(name);
+        }
+        dst.extend_from_slice(value);
+    }
+
     /// The field `name: value`; `first_of_name`: the field before it had
     /// another name.
     fn field(
@@ -462,25 +474,15 @@ impl Fields<'_> {
                 self.must_write_chunked = !is_chunked(value);
                 if !self.is_name_written {
                     self.framing = Framing::Chunked(None);
-                    self.is_name_written = true;
-                    dst.extend_from_slice(b"transfer-encoding: ");
-                } else {
-                    dst.extend_from_slice(b", ");
                 }
-                dst.extend_from_slice(value);
+                self.join(dst, b"transfer-encoding: ", value);
                 return Ok(());
             }
             Kind::Connection => {
                 if !self.is_last && has_token_in(value, "close") {
                     self.is_last = true;
                 }
-                if !self.is_name_written {
-                    self.is_name_written = true;
-                    dst.extend_from_slice(b"connection: ");
-                } else {
-                    dst.extend_from_slice(b", ");
-                }
-                dst.extend_from_slice(value);
+                self.join(dst, b"connection: ", value);
                 return Ok(());
             }
             Kind::Date => self.wrote_date = true,
@@ -488,13 +490,7 @@ impl Fields<'_> {
                 if version == Version::HTTP_10 || !can_chunked(method, status) {
                     return Ok(());
                 }
-                if !self.is_name_written {
-                    self.is_name_written = true;
-                    dst.extend_from_slice(b"trailer: ");
-                } else {
-                    dst.extend_from_slice(b", ");
-                }
-                dst.extend_from_slice(value);
+                self.join(dst, b"trailer: ", value);
                 // HeaderValue::to_str: visible ASCII and tabs only.
                 if value.iter().all(|&b| b == b'\t' || (32..127).contains(&b)) {
                     if let Ok(text) = std::str::from_utf8(value) {
