@@ -10,6 +10,7 @@ and prints the instructions (Ir) per request. Kernel work (syscalls, TCP)
 is not counted: use `strace -c` for syscalls per request.
 
     python3 benches/load/instructions.py --bins base=/path/vigil,new=/path/vigil [--paths /,/16k] [--keep DIR]
+        [--location-extra 'add_header X-Via vigil;']
 
 With --keep, each run's dump stays as DIR/NAME-PATH-ROUND.cg, for
 `callgrind_annotate` (which functions moved).
@@ -39,9 +40,19 @@ def main():
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--keep", help="a folder to keep each run's callgrind dump in")
+    ap.add_argument("--location-extra", default="",
+                    help="directives added to the proxied location (say 'add_header X-Via vigil;', "
+                         "which makes the response's fields go through a header map)")
     a = ap.parse_args()
     bins = [b.split("=", 1) for b in a.bins.split(",")]
     d, backend = c.start_shifted_backends("vigil-instr-", 1100)
+    if a.location_extra:
+        conf = os.path.join(d, "proxy.conf")
+        text = open(conf).read()
+        if "location / {" not in text:
+            raise SystemExit("proxy.conf has no `location / {` to add to")
+        with open(conf, "w") as f:
+            f.write(text.replace("location / {", "location / { " + a.location_extra, 1))
     rows = []
     try:
         for rnd in range(a.rounds):
