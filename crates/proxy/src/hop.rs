@@ -46,7 +46,7 @@ impl HopFilter {
         if *name == header::CONNECTION {
             self.connection.push(value.clone());
         }
-        by_name(name, self.keep_upgrade).unwrap_or(false)
+        self.skips_name(name)
     }
 
     /// Whether a field named `name`, other than `Connection`, stays out of
@@ -229,19 +229,22 @@ impl<'h> Named<'h> {
     where
         I: Iterator<Item = &'v HeaderValue>,
     {
-        self.names_spelt(name.as_str().as_bytes(), lines)
+        self.names_spelt(name.as_str().as_bytes(), || {
+            lines().map(HeaderValue::as_bytes)
+        })
     }
 
-    /// [`Named::names`] for a name spelt `name` (any case).
+    /// [`Named::names`] for a name spelt `name` (any case), the lines'
+    /// bytes given by `lines`.
     fn names_spelt<'v, I>(&self, name: &[u8], lines: impl FnOnce() -> I) -> bool
     where
-        I: Iterator<Item = &'v HeaderValue>,
+        I: Iterator<Item = &'v [u8]>,
     {
         match self.count {
             0 => false,
             n if n <= self.few.len() => self.few[..n].iter().any(|t| t.eq_ignore_ascii_case(name)),
             _ => lines()
-                .any(|v| tokens(v).is_some_and(|mut t| t.any(|t| t.eq_ignore_ascii_case(name)))),
+                .any(|v| tokens_in(v).is_some_and(|mut t| t.any(|t| t.eq_ignore_ascii_case(name)))),
         }
     }
 }
@@ -254,15 +257,7 @@ pub(crate) fn connection_names_any<'n>(
     mut names: impl Iterator<Item = &'n [u8]>,
 ) -> bool {
     let named = Named::of_spelt(values.iter().copied());
-    named.count != 0
-        && names.any(|name| match named.count {
-            n if n <= named.few.len() => {
-                named.few[..n].iter().any(|t| t.eq_ignore_ascii_case(name))
-            }
-            _ => values
-                .iter()
-                .any(|v| tokens_in(v).is_some_and(|mut t| t.any(|t| t.eq_ignore_ascii_case(name)))),
-        })
+    named.count != 0 && names.any(|name| named.names_spelt(name, || values.iter().copied()))
 }
 
 /// The hop-by-hop names but `Upgrade`.
@@ -319,43 +314,31 @@ impl Common {
 
     /// Its field name.
     pub(crate) fn name(self) -> HeaderName {
-        match self {
-            Common::Server => header::SERVER,
-            Common::Date => header::DATE,
-            Common::ContentType => header::CONTENT_TYPE,
-            Common::ContentLength => header::CONTENT_LENGTH,
-            Common::Connection => header::CONNECTION,
-            Common::LastModified => header::LAST_MODIFIED,
-            Common::ETag => header::ETAG,
-            Common::AcceptRanges => header::ACCEPT_RANGES,
-            Common::TransferEncoding => header::TRANSFER_ENCODING,
-            Common::Location => header::LOCATION,
-            Common::CacheControl => header::CACHE_CONTROL,
-            Common::Expires => header::EXPIRES,
-            Common::Vary => header::VARY,
-            Common::ContentEncoding => header::CONTENT_ENCODING,
-            Common::SetCookie => header::SET_COOKIE,
-        }
+        self.spelling().0
     }
 
     /// Its field name, lower-case.
     pub(crate) fn lower(self) -> &'static str {
+        self.spelling().1
+    }
+
+    fn spelling(self) -> (HeaderName, &'static str) {
         match self {
-            Common::Server => "server",
-            Common::Date => "date",
-            Common::ContentType => "content-type",
-            Common::ContentLength => "content-length",
-            Common::Connection => "connection",
-            Common::LastModified => "last-modified",
-            Common::ETag => "etag",
-            Common::AcceptRanges => "accept-ranges",
-            Common::TransferEncoding => "transfer-encoding",
-            Common::Location => "location",
-            Common::CacheControl => "cache-control",
-            Common::Expires => "expires",
-            Common::Vary => "vary",
-            Common::ContentEncoding => "content-encoding",
-            Common::SetCookie => "set-cookie",
+            Common::Server => (header::SERVER, "server"),
+            Common::Date => (header::DATE, "date"),
+            Common::ContentType => (header::CONTENT_TYPE, "content-type"),
+            Common::ContentLength => (header::CONTENT_LENGTH, "content-length"),
+            Common::Connection => (header::CONNECTION, "connection"),
+            Common::LastModified => (header::LAST_MODIFIED, "last-modified"),
+            Common::ETag => (header::ETAG, "etag"),
+            Common::AcceptRanges => (header::ACCEPT_RANGES, "accept-ranges"),
+            Common::TransferEncoding => (header::TRANSFER_ENCODING, "transfer-encoding"),
+            Common::Location => (header::LOCATION, "location"),
+            Common::CacheControl => (header::CACHE_CONTROL, "cache-control"),
+            Common::Expires => (header::EXPIRES, "expires"),
+            Common::Vary => (header::VARY, "vary"),
+            Common::ContentEncoding => (header::CONTENT_ENCODING, "content-encoding"),
+            Common::SetCookie => (header::SET_COOKIE, "set-cookie"),
         }
     }
 
@@ -397,7 +380,7 @@ impl Names {
 
     /// Whether a name spelt `name` (any case) is one of them.
     pub(crate) fn contains_spelt(&self, name: &[u8]) -> bool {
-        self.lengths & (1u64 << name.len().min(63)) != 0
+        self.lengths & length_bit_of(name.len()) != 0
             && self
                 .names
                 .iter()
@@ -411,7 +394,11 @@ impl Names {
 }
 
 fn length_bit(n: &HeaderName) -> u64 {
-    1u64 << n.as_str().len().min(63)
+    length_bit_of(n.as_str().len())
+}
+
+fn length_bit_of(len: usize) -> u64 {
+    1u64 << len.min(63)
 }
 
 /// Remove every field named in `names`, saying whether the fields
@@ -466,14 +453,7 @@ static REFRESH: HeaderName = HeaderName::from_static("refresh");
 /// unless `keep_upgrade` (what [`HopFilter::skips`] leaves out).
 pub(crate) fn is_hop_by_hop_spelt(name: &[u8], keep_upgrade: bool) -> bool {
     let is = |h: &str| name.eq_ignore_ascii_case(h.as_bytes());
-    match name.len() {
-        2 => is("te"),
-        7 => is("trailer") || !keep_upgrade && is("upgrade"),
-        10 => is("connection") || is("keep-alive"),
-        16 => is("proxy-connection"),
-        17 => is("transfer-encoding"),
-        _ => false,
-    }
+    HOP_BY_HOP.iter().any(|h| is(h)) || !keep_upgrade && is("upgrade")
 }
 
 fn is_hop_by_hop(name: &HeaderName) -> bool {
@@ -501,11 +481,6 @@ pub(crate) fn has_field(h: &HeaderMap, name: &HeaderName) -> bool {
 /// `value.to_str()?.split(',').map(str::trim)` gives them: None for a
 /// value that is not visible ASCII, where spaces and tabs are all the
 /// whitespace `str::trim` could take off a token.
-pub(crate) fn tokens(value: &HeaderValue) -> Option<impl Iterator<Item = &[u8]>> {
-    tokens_in(value.as_bytes())
-}
-
-/// [`tokens`] of a value's bytes.
 pub(crate) fn tokens_in(b: &[u8]) -> Option<impl Iterator<Item = &[u8]>> {
     b.iter()
         .all(|&c| c == b'\t' || (0x20..0x7f).contains(&c))
@@ -544,7 +519,7 @@ mod tests {
                 .to_str()
                 .ok()
                 .map(|s| s.split(',').map(str::trim).map(str::as_bytes).collect());
-            let by_bytes: Option<Vec<&[u8]>> = tokens(&v).map(Iterator::collect);
+            let by_bytes: Option<Vec<&[u8]>> = tokens_in(v.as_bytes()).map(Iterator::collect);
             proptest::prop_assert_eq!(by_bytes, by_str);
         }
     }

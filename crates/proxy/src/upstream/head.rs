@@ -90,7 +90,57 @@ impl Length {
     }
 }
 
+/// Whether the connection may be kept: the version's answer, then the
+/// `Connection` lines'.
+struct KeepAlive {
+    keep: bool,
+    saw_close: bool,
+}
+
+impl KeepAlive {
+    fn new(version: Version) -> Self {
+        Self {
+            keep: version == Version::HTTP_11,
+            saw_close: false,
+        }
+    }
+
+    /// One `Connection` line: once one asks to close, a later keep-alive
+    /// does not undo it.
+    fn line(&mut self, value: &[u8]) {
+        // The values servers send, told without splitting them.
+        let (close, kept) = if value.eq_ignore_ascii_case(b"keep-alive") {
+            (false, true)
+        } else if value.eq_ignore_ascii_case(b"close") {
+            (true, false)
+        } else {
+            (
+                has_token_in(value, "close"),
+                has_token_in(value, "keep-alive"),
+            )
+        };
+        if self.saw_close || close {
+            self.saw_close = true;
+            self.keep = false;
+        } else if !self.keep {
+            self.keep = kept;
+        }
+    }
+}
+
 impl Framed {
+    /// A `Transfer-Encoding` line.
+    fn transfer_encoding(&mut self, value: &[u8]) {
+        self.te = true;
+        self.chunked = last_token_is_chunked(value);
+    }
+
+    /// A `Content-Length` line.
+    fn content_length(&mut self, value: &[u8]) {
+        self.cl = true;
+        self.length = self.length.line_of(value);
+    }
+
     #[cfg(test)]
     fn of(headers: &HeaderMap) -> Self {
         Self {
@@ -320,8 +370,7 @@ fn build(
         }
     }
     let mut headers = crate::spare::map(count);
-    let mut keep_alive = version == Version::HTTP_11;
-    let mut saw_close = false;
+    let mut keep_alive = KeepAlive::new(version);
     let mut framed = Framed::default();
     // A 101's Upgrade goes on to the client (the handler lets a 101 through
     // only to a request that asked for it).
@@ -352,20 +401,12 @@ fn build(
             .map_err(|e| Error::Parse(format!("header value: {e}")))?;
         if read {
             if name == CONNECTION {
-                // Once a Connection asks to close, a later keep-alive does not undo it.
-                if saw_close || has_token(&value, "close") {
-                    saw_close = true;
-                    keep_alive = false;
-                } else if !keep_alive {
-                    keep_alive = has_token(&value, "keep-alive");
-                }
+                keep_alive.line(value.as_bytes());
             }
             if name == TRANSFER_ENCODING {
-                framed.te = true;
-                framed.chunked = last_token_is_chunked(value.as_bytes());
+                framed.transfer_encoding(value.as_bytes());
             } else if name == CONTENT_LENGTH {
-                framed.cl = true;
-                framed.length = framed.length.line(&value);
+                framed.content_length(value.as_bytes());
             }
             if hop.skips(&name, &value) || hidden.contains(&name) {
                 continue;
@@ -385,7 +426,7 @@ fn build(
         headers,
         raw: None,
         reason,
-        keep_alive,
+        keep_alive: keep_alive.keep,
         framed,
     })
 }
@@ -425,8 +466,7 @@ fn fill_raw(
     hidden: &Names,
 ) -> Result<Option<(bool, Framed)>, Error> {
     use crate::raw_head::Kind;
-    let mut keep_alive = version == Version::HTTP_11;
-    let mut saw_close = false;
+    let mut keep_alive = KeepAlive::new(version);
     let mut framed = Framed::default();
     let mut connection: smallvec::SmallVec<[&[u8]; 2]> = smallvec::SmallVec::new();
     let mut again = false;
@@ -437,35 +477,16 @@ fn fill_raw(
         let kind = match common_of(name) {
             Some(Common::Connection) => {
                 let value = value_bytes(head, s);
-                // The values servers send, told without splitting them.
-                let (close, kept) = if value.eq_ignore_ascii_case(b"keep-alive") {
-                    (false, true)
-                } else if value.eq_ignore_ascii_case(b"close") {
-                    (true, false)
-                } else {
-                    (
-                        has_token_in(value, "close"),
-                        has_token_in(value, "keep-alive"),
-                    )
-                };
-                // Once a Connection asks to close, a later keep-alive does not undo it.
-                if saw_close || close {
-                    saw_close = true;
-                    keep_alive = false;
-                } else if !keep_alive {
-                    keep_alive = kept;
-                }
+                keep_alive.line(value);
                 connection.push(value);
                 continue;
             }
             Some(Common::TransferEncoding) => {
-                framed.te = true;
-                framed.chunked = last_token_is_chunked(value_bytes(head, s));
+                framed.transfer_encoding(value_bytes(head, s));
                 continue;
             }
             Some(Common::ContentLength) => {
-                framed.cl = true;
-                framed.length = framed.length.line_of(value_bytes(head, s));
+                framed.content_length(value_bytes(head, s));
                 if hidden.has(Common::ContentLength) {
                     continue;
                 }
@@ -506,7 +527,7 @@ fn fill_raw(
     if again {
         fields.group();
     }
-    Ok(Some((keep_alive, framed)))
+    Ok(Some((keep_alive.keep, framed)))
 }
 
 fn value_bytes<'h>(head: &'h bytes::Bytes, s: &Span) -> &'h [u8] {
