@@ -250,14 +250,12 @@ pub(crate) fn encode(
     // The fields that came as they came first (a map's fields are the
     // ones added since: `Connection`, which never comes so).
     for f in raw.into_iter().flat_map(RawFields::iter) {
-        let kind = match f.kind {
-            crate::raw_head::Kind::ContentLength => Kind::ContentLength,
-            crate::raw_head::Kind::Date => Kind::Date,
-            crate::raw_head::Kind::Named(_) | crate::raw_head::Kind::Other => Kind::Other,
-        };
-        let name = match f.kind {
-            crate::raw_head::Kind::Named(c) => Name::Lower(c.lower()),
-            _ => Name::Spelt(f.name),
+        use crate::raw_head::Kind as Raw;
+        let (kind, name) = match f.kind {
+            Raw::ContentLength => (Kind::ContentLength, Name::Spelt(f.name)),
+            Raw::Date => (Kind::Date, Name::Spelt(f.name)),
+            Raw::Named(c) => (Kind::Other, Name::Lower(c.lower())),
+            Raw::Other => (Kind::Other, Name::Spelt(f.name)),
         };
         w.field(dst, f.first_of_name, kind, name, f.value)?;
     }
