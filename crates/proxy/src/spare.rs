@@ -5,10 +5,17 @@
 //! than allocated per message: on a worker's single thread, what one
 //! request gives back is the next one's. Each thread has its own few
 //! spares; a map that grew large is not kept.
+//!
+//! A worker also writes its responses' heads one after another into one
+//! buffer of its own ([`head_room`]): each head is split off the front as
+//! it is sent, and once every head in the buffer is written the room is
+//! taken again from its start, where a buffer per head was two
+//! allocations (its bytes and their shared count).
 
 use std::cell::RefCell;
 use std::thread::LocalKey;
 
+use bytes::BytesMut;
 use http::{Extensions, HeaderMap};
 
 /// Spare maps kept per thread: what requests in flight on one worker give
@@ -19,9 +26,19 @@ const SPARES: usize = 16;
 /// request with hundreds of fields leaves no large map behind).
 const KEPT_ROOM: usize = 64;
 
+/// The room a worker's head buffer is made with, bytes: a few dozen
+/// heads of the usual size, written one after another.
+const HEAD_ROOM: usize = 4096;
+
+/// Room left at the buffer's end under which a head starts a new round
+/// (from the buffer's start if every head in it is written, else in a new
+/// buffer).
+const HEAD_ROOM_LOW: usize = 1024;
+
 thread_local! {
     static MAPS: RefCell<Vec<HeaderMap>> = const { RefCell::new(Vec::new()) };
     static EXTENSIONS: RefCell<Vec<Extensions>> = const { RefCell::new(Vec::new()) };
+    static HEADS: RefCell<Option<BytesMut>> = const { RefCell::new(None) };
 }
 
 /// A spare of this thread's from `spares`, if it has one.
@@ -79,6 +96,34 @@ pub(crate) fn keep_extensions(mut set: Extensions) {
     put(&EXTENSIONS, set);
 }
 
+/// An empty buffer to write a message head into: the rest of this
+/// thread's head buffer, or a new one. Give it back with [`keep_head_room`]
+/// after splitting the head off.
+pub(crate) fn head_room() -> BytesMut {
+    let mut room = HEADS
+        .try_with(|h| h.borrow_mut().take())
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    room.clear();
+    if room.capacity() < HEAD_ROOM_LOW {
+        // Takes the buffer from its start again if no head split off it
+        // is still held (`BytesMut::reserve`), else makes a new one.
+        room.reserve(HEAD_ROOM);
+    }
+    room
+}
+
+/// Give back what is left of a buffer from [`head_room`] once the head
+/// is split off it; a buffer that grew past twice its usual room (a head
+/// of many fields) is not kept.
+pub(crate) fn keep_head_room(room: BytesMut) {
+    if room.capacity() > 2 * HEAD_ROOM {
+        return;
+    }
+    let _ = HEADS.try_with(|h| *h.borrow_mut() = Some(room));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,6 +156,54 @@ mod tests {
             keep(HeaderMap::with_capacity(8));
         }
         assert_eq!(MAPS.with(|m| m.borrow().len()), SPARES);
+    }
+
+    #[test]
+    fn heads_are_written_one_after_another_and_the_room_is_taken_again_once_they_are_sent() {
+        let _ = HEADS.with(|h| h.borrow_mut().take());
+        let mut room = head_room();
+        let start = room.as_ptr();
+        room.extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\n");
+        let first = room.split().freeze();
+        keep_head_room(room);
+        let mut room = head_room();
+        room.extend_from_slice(b"HTTP/1.1 404 Not Found\r\n\r\n");
+        assert_eq!(
+            room.as_ptr(),
+            start.wrapping_add(first.len()),
+            "the next head follows the first in the same buffer"
+        );
+        let second = room.split().freeze();
+        assert_eq!(
+            &first[..],
+            b"HTTP/1.1 200 OK\r\n\r\n",
+            "a head held is not written over"
+        );
+        keep_head_room(room);
+        // Near the buffer's end with a head still held: a new buffer.
+        let mut room = head_room();
+        room.resize(room.capacity() - HEAD_ROOM_LOW + 1, b'x');
+        let filler = room.split().freeze();
+        keep_head_room(room);
+        let room = head_room();
+        assert!(room.capacity() >= HEAD_ROOM);
+        let elsewhere = room.as_ptr();
+        assert!(elsewhere < start || elsewhere > start.wrapping_add(HEAD_ROOM));
+        keep_head_room(room);
+        assert_eq!(&second[..], b"HTTP/1.1 404 Not Found\r\n\r\n");
+        drop((first, second, filler));
+        // All sent: the next round starts at the start of the new buffer,
+        // which nothing holds.
+        let mut room = head_room();
+        room.resize(room.capacity() - HEAD_ROOM_LOW + 1, b'y');
+        drop(room.split());
+        keep_head_room(room);
+        let room = head_room();
+        assert_eq!(
+            room.as_ptr(),
+            elsewhere,
+            "the buffer is taken again from its start"
+        );
     }
 
     #[test]

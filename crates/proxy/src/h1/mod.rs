@@ -682,7 +682,7 @@ async fn write_response(
         .get::<hyper::ext::ReasonPhrase>()
         .map(|r| r.as_bytes());
     let raw = crate::raw_head::of(&parts.extensions);
-    let mut head = BytesMut::new();
+    let mut head = crate::spare::head_room();
     let fields = write::Head {
         status: parts.status,
         version: parts.version,
@@ -690,13 +690,17 @@ async fn write_response(
         headers: &mut parts.headers,
         raw,
     };
-    let encoded = write::encode(fields, length, asked, &mut head).map_err(H1Error::Head)?;
+    let encoded = write::encode(fields, length, asked, &mut head);
     // Written: the map's room is a later message's, and so is the table
-    // of the extensions (the raw fields' set, say).
+    // of the extensions (the raw fields' set, say), and the rest of the
+    // head's buffer.
     crate::spare::keep(parts.headers);
     crate::spare::keep_extensions(parts.extensions);
+    let head_bytes = head.split().freeze();
+    crate::spare::keep_head_room(head);
+    let encoded = encoded.map_err(H1Error::Head)?;
     let mut out = Out::default();
-    out.push(head.freeze());
+    out.push(head_bytes);
     match encoded.framing {
         write::Framing::Length(0) => {}
         write::Framing::Length(mut rest) => {
