@@ -6,6 +6,12 @@
 //! request gives back is the next one's. Each thread has its own few
 //! spares; a map that grew large is not kept.
 //!
+//! A request head is read into the buffer an earlier request of the
+//! worker's came in ([`read_room`]): once that request is done nothing
+//! holds the buffer's bytes, and the next head is copied in at its start,
+//! where a buffer per head was two allocations as well. A connection
+//! between requests holds none.
+//!
 //! A worker also writes its responses' heads one after another into one
 //! buffer of its own ([`head_room`]): each head is split off the front as
 //! it is sent, and once every head in the buffer is written the room is
@@ -39,7 +45,12 @@ thread_local! {
     static MAPS: RefCell<Vec<HeaderMap>> = const { RefCell::new(Vec::new()) };
     static EXTENSIONS: RefCell<Vec<Extensions>> = const { RefCell::new(Vec::new()) };
     static HEADS: RefCell<Option<BytesMut>> = const { RefCell::new(None) };
+    static READS: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
 }
+
+/// Read buffers kept per thread (a buffer is as large as the head that
+/// came in it, up to `large_client_header_buffers`).
+const READ_SPARES: usize = 8;
 
 /// A spare of this thread's from `spares`, if it has one.
 fn take<T: 'static>(spares: &'static LocalKey<RefCell<Vec<T>>>) -> Option<T> {
@@ -94,6 +105,26 @@ pub(crate) fn keep_extensions(mut set: Extensions) {
     }
     set.clear();
     put(&EXTENSIONS, set);
+}
+
+/// An empty buffer to read a request head into: one a done request of
+/// this thread's gave back (its room is taken again from its start when
+/// its bytes are copied in, `BytesMut::reserve`), or a new one.
+pub(crate) fn read_room() -> BytesMut {
+    take(&READS).unwrap_or_default()
+}
+
+/// Give back the (empty) rest of a read buffer whose request is done.
+pub(crate) fn keep_read_room(room: BytesMut) {
+    if !room.is_empty() {
+        return;
+    }
+    let _ = READS.try_with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len() < READ_SPARES {
+            s.push(room);
+        }
+    });
 }
 
 /// An empty buffer to write a message head into: the rest of this
@@ -204,6 +235,41 @@ mod tests {
             elsewhere,
             "the buffer is taken again from its start"
         );
+    }
+
+    #[test]
+    fn a_read_buffer_given_back_empty_is_read_into_again_from_its_start() {
+        while READS.with(|r| r.borrow_mut().pop()).is_some() {}
+        let mut buf = read_room();
+        buf.extend_from_slice(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+        let start = buf.as_ptr();
+        let head = buf.split_to(buf.len()).freeze();
+        keep_read_room(buf);
+        drop(head);
+        let mut again = read_room();
+        again.extend_from_slice(b"GET /b HTTP/1.1\r\n\r\n");
+        assert_eq!(again.as_ptr(), start, "the same buffer, from its start");
+        assert_eq!(&again[..], b"GET /b HTTP/1.1\r\n\r\n");
+        // One still holding bytes is not kept; the spares are bounded.
+        keep_read_room(again);
+        assert_eq!(READS.with(|r| r.borrow().len()), 0);
+        for _ in 0..READ_SPARES * 2 {
+            keep_read_room(BytesMut::new());
+        }
+        assert_eq!(READS.with(|r| r.borrow().len()), READ_SPARES);
+    }
+
+    #[test]
+    fn a_read_buffer_whose_bytes_are_held_is_not_written_over() {
+        while READS.with(|r| r.borrow_mut().pop()).is_some() {}
+        let mut buf = read_room();
+        buf.extend_from_slice(b"first head");
+        let held = buf.split_to(buf.len()).freeze();
+        keep_read_room(buf);
+        let mut next = read_room();
+        next.extend_from_slice(b"second head, longer");
+        assert_eq!(&held[..], b"first head");
+        assert_eq!(&next[..], b"second head, longer");
     }
 
     #[test]

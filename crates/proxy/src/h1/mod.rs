@@ -265,11 +265,9 @@ fn judge(w: &mut Wire, scan: &mut HeadScan) -> Option<Head> {
             rewritten,
             framing,
         } => {
+            // The buffer's empty rest is kept until the request is done,
+            // and then given back for a later head (`spare::read_room`).
             let head = w.buf.split_to(end).freeze();
-            if w.buf.is_empty() {
-                // Release the read buffer: the head keeps what it needs.
-                w.buf = BytesMut::new();
-            }
             let head = rewritten.map_or(head, Bytes::from);
             Some(Head::Accepted(head, framing))
         }
@@ -337,9 +335,10 @@ fn run(
             w.seq = 0;
             w.body = Reading::Done;
             w.continue_at = None;
-            if w.buf.is_empty() && w.buf.capacity() > 0 {
-                // Idle: no per-request memory held.
-                w.buf = BytesMut::new();
+            if w.buf.is_empty() {
+                // Idle: no per-request memory held; the buffer the head
+                // came in is a later head's.
+                crate::spare::keep_read_room(std::mem::take(&mut w.buf));
             }
         }
     }

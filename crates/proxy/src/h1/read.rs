@@ -132,7 +132,8 @@ impl Wire {
     }
 
     /// Read more into `buf`: through a stack chunk when `buf` is empty (an
-    /// idle connection waits holding no buffer), else into its room.
+    /// idle connection waits holding no buffer; a head is copied into a
+    /// worker's spare, `spare::read_room`), else into its room.
     /// Ready(0) at EOF.
     pub(crate) fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         let Some(io) = self.io.as_mut() else {
@@ -149,6 +150,10 @@ impl Wire {
             let n = rb.filled().len();
             if n == 0 {
                 self.eof = true;
+            } else if self.buf.capacity() == 0 && self.seq == 0 {
+                // Between requests the connection holds no buffer: the
+                // head goes into the room of a done request's.
+                self.buf = crate::spare::read_room();
             }
             self.buf.extend_from_slice(rb.filled());
             return Poll::Ready(Ok(n));
