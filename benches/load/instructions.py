@@ -10,7 +10,7 @@ and prints the instructions (Ir) per request. Kernel work (syscalls, TCP)
 is not counted: use `strace -c` for syscalls per request.
 
     python3 benches/load/instructions.py --bins base=/path/vigil,new=/path/vigil [--paths /,/16k] [--keep DIR]
-        [--location-extra 'add_header X-Via vigil;']
+        [--location-extra 'add_header X-Via vigil;'] [--browser-headers]
 
 With --keep, each run's dump stays as DIR/NAME-PATH-ROUND.cg, for
 `callgrind_annotate` (which functions moved).
@@ -43,7 +43,11 @@ def main():
     ap.add_argument("--location-extra", default="",
                     help="directives added to the proxied location (say 'add_header X-Via vigil;', "
                          "which makes the response's fields go through a header map)")
+    ap.add_argument("--browser-headers", action="store_true",
+                    help="send the request fields a browser sends (about 600 bytes: User-Agent, Accept, "
+                         "Accept-Language, Accept-Encoding, Cookie, ...) instead of wrk's Host alone")
     a = ap.parse_args()
+    headers = BROWSER_HEADERS if a.browser_headers else []
     bins = [b.split("=", 1) for b in a.bins.split(",")]
     d, backend = c.start_shifted_backends("vigil-instr-", 1100)
     if a.location_extra:
@@ -63,7 +67,7 @@ def main():
                         os.makedirs(a.keep, exist_ok=True)
                         slug = path.strip("/").replace("/", "_") or "root"
                         keep = os.path.join(a.keep, f"{name}-{slug}-{rnd}.cg")
-                    ir, reqs, mem = measure(binary, path, d, a.duration, keep)
+                    ir, reqs, mem = measure(binary, path, d, a.duration, keep, headers)
                     rows.append((rnd, path, name, ir, reqs, mem))
                     print(f"round {rnd} {path} {name}: {ir} Ir / {reqs} requests = {ir / reqs:.0f} Ir/request"
                           f" ({(ir - mem) / reqs:.0f} without memset/memcpy)", file=sys.stderr, flush=True)
@@ -71,7 +75,8 @@ def main():
         os.killpg(backend.pid, signal.SIGTERM)
         backend.wait(timeout=10)
         shutil.rmtree(d, ignore_errors=True)
-    print(f"\ncallgrind, one worker, wrk -t1 -c8 -d{a.duration}s after warm-up; user-space instructions per request")
+    sent = f", {len(headers)} browser request fields" if headers else ""
+    print(f"\ncallgrind, one worker, wrk -t1 -c8 -d{a.duration}s{sent} after warm-up; user-space instructions per request")
     print("| path | build | Ir/request | ÷ " + bins[0][0] + " | Ir/request without memset/memcpy | ÷ " + bins[0][0] + " | requests |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
 
@@ -87,7 +92,24 @@ def main():
             print(f"| {path} | {name} | {per:,.0f} | {per / b_all:.3f} | {net:,.0f} | {net / b_net:.3f} | {sum(r[4] for r in got)} |")
 
 
-def measure(binary, path, d, duration, keep=None):
+# The fields a desktop browser sends with a page request (Chromium's, with
+# a session cookie): about 600 bytes of head, where wrk alone sends Host.
+BROWSER_HEADERS = [
+    "User-Agent: Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36",
+    "Accept: text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8",
+    "Accept-Language: en-GB,en;q=0.9,de;q=0.8",
+    "Accept-Encoding: gzip, deflate, br, zstd",
+    "Cookie: session=3f2a9c1e8b7d4f60a5e2c9b1d8f7a6e5; theme=dark; _ga=GA1.1.1234567890.1700000000",
+    "Referer: http://127.0.0.1:19180/index.html",
+    "Sec-Fetch-Dest: document",
+    "Sec-Fetch-Mode: navigate",
+    "Sec-Fetch-Site: same-origin",
+    "Upgrade-Insecure-Requests: 1",
+    "Cache-Control: max-age=0",
+]
+
+
+def measure(binary, path, d, duration, keep=None, headers=()):
     out = os.path.join(d, "cg.out")
     for f in glob.glob(out + "*"):
         os.remove(f)
@@ -98,9 +120,10 @@ def measure(binary, path, d, duration, keep=None):
     try:
         c.wait_http("http://127.0.0.1:19180/", timeout=120)
         url = f"http://127.0.0.1:19180{path}"
-        subprocess.run(["wrk", "-t1", "-c8", "-d3s", url], capture_output=True, timeout=120)
+        hs = [arg for h in headers for arg in ("-H", h)]
+        subprocess.run(["wrk", "-t1", "-c8", "-d3s", *hs, url], capture_output=True, timeout=120)
         subprocess.run(["callgrind_control", "--zero", str(p.pid)], capture_output=True, timeout=60)
-        res = subprocess.run(["wrk", "-t1", "-c8", f"-d{duration}s", "--timeout", "10s", url],
+        res = subprocess.run(["wrk", "-t1", "-c8", f"-d{duration}s", "--timeout", "10s", *hs, url],
                              capture_output=True, text=True, timeout=duration + 120).stdout
         subprocess.run(["callgrind_control", "--dump", str(p.pid)], capture_output=True, timeout=60)
         reqs = int(re.search(r"(\d+) requests in", res).group(1))
