@@ -22,6 +22,7 @@ mod location;
 mod log;
 mod marks;
 mod metrics;
+mod names;
 mod payload;
 mod pool;
 mod raw_head;

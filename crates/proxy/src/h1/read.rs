@@ -397,7 +397,7 @@ fn build(head: &Bytes, req: &httparse::Request<'_, '_>) -> Result<Parsed, Status
     let mut headers = crate::spare::map(req.headers.len());
     for h in req.headers.iter() {
         let name =
-            HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| StatusCode::BAD_REQUEST)?;
+            crate::names::header_name(h.name.as_bytes()).map_err(|_| StatusCode::BAD_REQUEST)?;
         let value = HeaderValue::from_maybe_shared(head.slice_ref(h.value))
             .map_err(|_| StatusCode::BAD_REQUEST)?;
         match name {

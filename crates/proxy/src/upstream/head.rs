@@ -549,11 +549,11 @@ pub(super) fn decoder(
 
 /// `HeaderName::from_bytes`, with the names servers send most, spelt as
 /// they send them, picked without lower-casing and matching the name (and
-/// told as such).
+/// told as such), and the others from the worker's table (`crate::names`).
 fn name_of(b: &[u8]) -> Result<(HeaderName, Option<Common>), http::header::InvalidHeaderName> {
     match common_of(b) {
         Some(c) => Ok((c.name(), Some(c))),
-        None => HeaderName::from_bytes(b).map(|n| (n, None)),
+        None => crate::names::header_name(b).map(|n| (n, None)),
     }
 }
 
