@@ -960,17 +960,17 @@ fn request_headers(
     upgrade: bool,
     room: HeaderMap,
 ) -> HeaderMap {
-    use std::borrow::Cow;
+    use upstream_head::{CONNECTION, CONTENT_LENGTH, HOST};
     let mut fields = Fields::without_hop_by_hop(&parts.headers, 3 + route.set_headers.len());
     // insert replaces the client's Host; a proxy_host no header can carry
     // sends none.
     match &route.host_value {
-        Some(v) => fields.insert(Cow::Owned(header::HOST), v.clone()),
+        Some(v) => fields.insert(&HOST, v.clone()),
         None => fields.remove(&header::HOST),
     }
     match len {
         Some(0) => fields.remove(&header::CONTENT_LENGTH),
-        Some(n) => fields.insert(Cow::Owned(header::CONTENT_LENGTH), HeaderValue::from(*n)),
+        Some(n) => fields.insert(&CONTENT_LENGTH, HeaderValue::from(*n)),
         None => {}
     }
     if !route.set_headers.is_empty() {
@@ -981,7 +981,7 @@ fn request_headers(
                 let v = t.expand(&cx);
                 if !v.is_empty() {
                     if let Ok(v) = HeaderValue::from_str(&v) {
-                        fields.insert(Cow::Borrowed(name), v);
+                        fields.insert(name, v);
                     }
                 }
             }
@@ -994,17 +994,11 @@ fn request_headers(
         // proxy_http_version 1.0 a server must ignore (RFC 9110 §7.8).
         _ if route.pool.enabled() => {
             fields.remove(&header::UPGRADE);
-            fields.insert(
-                Cow::Owned(header::CONNECTION),
-                HeaderValue::from_static("keep-alive"),
-            );
+            fields.insert(&CONNECTION, HeaderValue::from_static("keep-alive"));
         }
         _ => {
             fields.remove(&header::UPGRADE);
-            fields.insert(
-                Cow::Owned(header::CONNECTION),
-                HeaderValue::from_static("close"),
-            );
+            fields.insert(&CONNECTION, HeaderValue::from_static("close"));
         }
     }
     fields.into_map(room)

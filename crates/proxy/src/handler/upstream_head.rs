@@ -8,28 +8,38 @@
 //! on a list of the fields (the map's operations, without hashing), and
 //! the map is filled from the list once.
 
-use std::borrow::Cow;
-
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use smallvec::SmallVec;
 
 use crate::hop::HopByHop;
+
+/// The names vigil's own edits put, for a list that borrows its names.
+pub(super) static HOST: HeaderName = header::HOST;
+pub(super) static CONTENT_LENGTH: HeaderName = header::CONTENT_LENGTH;
+pub(super) static CONNECTION: HeaderName = header::CONNECTION;
 
 /// The fields of the request on their way upstream.
 pub(super) struct Fields<'a> {
     client: &'a HeaderMap,
+    /// Borrowed names and values: 24 bytes a field, so the list of a
+    /// browser's request stays under the allocator's thread cache.
     list: Vec<Field<'a>>,
+    /// The values edits put, at `Value::Put`'s indices.
+    puts: SmallVec<[Option<HeaderValue>; 4]>,
 }
 
+#[derive(Clone, Copy)]
 struct Field<'a> {
-    name: Cow<'a, HeaderName>,
+    name: &'a HeaderName,
     value: Value<'a>,
 }
 
 /// A field's values: the client's (its first; `more`: it has others, read
 /// from the client's map when the map is filled), or one an edit put.
+#[derive(Clone, Copy)]
 enum Value<'a> {
     Client { first: &'a HeaderValue, more: bool },
-    Put(HeaderValue),
+    Put(usize),
 }
 
 // === impl Fields ===
@@ -58,14 +68,18 @@ impl<'a> Fields<'a> {
             last = Some(name);
             connection |= name == header::CONNECTION;
             list.push(Field {
-                name: Cow::Borrowed(name),
+                name,
                 value: Value::Client {
                     first: value,
                     more: false,
                 },
             });
         }
-        let mut fields = Self { client, list };
+        let mut fields = Self {
+            client,
+            list,
+            puts: SmallVec::new(),
+        };
         let hop = HopByHop::knowing(client, false, connection);
         for name in client.keys() {
             if hop.drops(name) {
@@ -88,13 +102,12 @@ impl<'a> Fields<'a> {
 
     /// `HeaderMap::insert`: in the name's place (its other values gone),
     /// else last.
-    pub(super) fn insert(&mut self, name: Cow<'a, HeaderName>, value: HeaderValue) {
-        match self.position(&name) {
-            Some(i) => self.list[i].value = Value::Put(value),
-            None => self.list.push(Field {
-                name,
-                value: Value::Put(value),
-            }),
+    pub(super) fn insert(&mut self, name: &'a HeaderName, value: HeaderValue) {
+        let put = Value::Put(self.puts.len());
+        self.puts.push(Some(value));
+        match self.position(name) {
+            Some(i) => self.list[i].value = put,
+            None => self.list.push(Field { name, value: put }),
         }
     }
 
@@ -104,7 +117,7 @@ impl<'a> Fields<'a> {
     }
 
     /// The header map, in the list's order, built in `room` (emptied).
-    pub(super) fn into_map(self, mut room: HeaderMap) -> HeaderMap {
+    pub(super) fn into_map(mut self, mut room: HeaderMap) -> HeaderMap {
         // (A spare map is handed out empty.)
         if !room.is_empty() {
             room.clear();
@@ -113,15 +126,17 @@ impl<'a> Fields<'a> {
         let mut map = room;
         for f in self.list {
             match f.value {
-                Value::Put(v) => {
-                    map.append(f.name.into_owned(), v);
+                Value::Put(i) => {
+                    if let Some(v) = self.puts.get_mut(i).and_then(Option::take) {
+                        map.append(f.name.clone(), v);
+                    }
                 }
                 Value::Client { first, more: false } => {
-                    map.append(f.name.into_owned(), first.clone());
+                    map.append(f.name.clone(), first.clone());
                 }
                 Value::Client { more: true, .. } => {
-                    for v in self.client.get_all(&*f.name) {
-                        map.append(&*f.name, v.clone());
+                    for v in self.client.get_all(f.name) {
+                        map.append(f.name, v.clone());
                     }
                 }
             }
