@@ -9,7 +9,7 @@ and prints req/s, p50/p99 latency, proxy CPU seconds per request and RSS,
 with paired ratios against nginx from the same round.
 
     python3 benches/load/compare.py [--rounds 3] [--duration 10] [--pin split|none]
-        [--targets nginx,vigil:1,vigil:2] [--base nginx]
+        [--targets nginx,vigil:1,vigil:2] [--base nginx] [--browser-headers]
 
 `nginx:N` runs nginx with N worker processes. `vigil:N@NAME` runs the binary $VIGIL_BIN_NAME instead (two builds side by
 side). A target `vigil+preset:N` is vigil with `health_preset recommended;` and a
@@ -211,13 +211,31 @@ def stop(p):
     wait_port_free(PROXY_PORT)
 
 
-def run_one(target, path, d, pin, duration):
+# The fields a desktop browser sends with a page request (Chromium's, with
+# a session cookie): about 600 bytes of head, where wrk alone sends Host.
+BROWSER_HEADERS = [
+    "User-Agent: Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36",
+    "Accept: text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8",
+    "Accept-Language: en-GB,en;q=0.9,de;q=0.8",
+    "Accept-Encoding: gzip, deflate, br, zstd",
+    "Cookie: session=3f2a9c1e8b7d4f60a5e2c9b1d8f7a6e5; theme=dark; _ga=GA1.1.1234567890.1700000000",
+    "Referer: http://127.0.0.1:19180/index.html",
+    "Sec-Fetch-Dest: document",
+    "Sec-Fetch-Mode: navigate",
+    "Sec-Fetch-Site: same-origin",
+    "Upgrade-Insecure-Requests: 1",
+    "Cache-Control: max-age=0",
+]
+
+
+def run_one(target, path, d, pin, duration, headers=()):
     p = start_proxy(target, d, pin)
     try:
         url = f"http://127.0.0.1:{PROXY_PORT}{path}"
-        subprocess.run(taskset(1, pin) + ["wrk", "-t1", "-c64", "-d2s", url], capture_output=True, timeout=60)
+        hs = [arg for h in headers for arg in ("-H", h)]
+        subprocess.run(taskset(1, pin) + ["wrk", "-t1", "-c64", "-d2s", *hs, url], capture_output=True, timeout=60)
         u0, s0 = cpu_seconds(p.pid)
-        out = subprocess.run(taskset(1, pin) + ["wrk", "-t1", "-c64", f"-d{duration}s", "--timeout", "2s", "--latency", url],
+        out = subprocess.run(taskset(1, pin) + ["wrk", "-t1", "-c64", f"-d{duration}s", "--timeout", "2s", "--latency", *hs, url],
                              capture_output=True, text=True, timeout=duration + 60).stdout
         u1, s1 = cpu_seconds(p.pid)
         user, system = u1 - u0, s1 - s0
@@ -301,7 +319,10 @@ def main():
     ap.add_argument("--paths", default="/,/16k")
     ap.add_argument("--base", default="nginx", help="the target ratios are paired against")
     ap.add_argument("--json", help="append raw results here")
+    ap.add_argument("--browser-headers", action="store_true",
+                    help="send a browser's request fields (about 600 bytes) instead of wrk's Host alone")
     a = ap.parse_args()
+    headers = BROWSER_HEADERS if a.browser_headers else []
     if not os.path.exists(VIGIL):
         sys.exit("build first: cargo build --release -p vigil")
     d = tempfile.mkdtemp(prefix="vigil-load-")
@@ -312,7 +333,7 @@ def main():
         for rnd in range(a.rounds):
             for path in a.paths.split(","):
                 for t in targets:
-                    r = run_one(t, path, d, a.pin, a.duration)
+                    r = run_one(t, path, d, a.pin, a.duration, headers)
                     r["round"] = rnd
                     results.append(r)
                     print(json.dumps(r), file=sys.stderr, flush=True)
@@ -327,7 +348,8 @@ def main():
 
 
 def summarize(results, a):
-    print(f"\npin={a.pin} rounds={a.rounds} duration={a.duration}s wrk -t1 -c64, medians; ratios paired per round against {a.base}")
+    sent = ", a browser's request fields" if getattr(a, "browser_headers", False) else ""
+    print(f"\npin={a.pin} rounds={a.rounds} duration={a.duration}s wrk -t1 -c64{sent}, medians; ratios paired per round against {a.base}")
     print(f"{'target':<16} {'path':<5} {'req/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'req/CPU-s':>10} {'µs CPU/req':>10} {'user/sys µs':>11} {'RSS MiB':>8} {'rps÷base':>9} {'eff÷base':>9} {'p99÷base':>9}")
     for path in a.paths.split(","):
         for t in a.targets.split(","):

@@ -47,7 +47,7 @@ def main():
                     help="send the request fields a browser sends (about 600 bytes: User-Agent, Accept, "
                          "Accept-Language, Accept-Encoding, Cookie, ...) instead of wrk's Host alone")
     a = ap.parse_args()
-    headers = BROWSER_HEADERS if a.browser_headers else []
+    headers = c.BROWSER_HEADERS if a.browser_headers else []
     bins = [b.split("=", 1) for b in a.bins.split(",")]
     d, backend = c.start_shifted_backends("vigil-instr-", 1100)
     if a.location_extra:
@@ -90,23 +90,6 @@ def main():
             got = [r for r in rows if r[1] == path and r[2] == name]
             per, net = med([r[3] / r[4] for r in got]), med([(r[3] - r[5]) / r[4] for r in got])
             print(f"| {path} | {name} | {per:,.0f} | {per / b_all:.3f} | {net:,.0f} | {net / b_net:.3f} | {sum(r[4] for r in got)} |")
-
-
-# The fields a desktop browser sends with a page request (Chromium's, with
-# a session cookie): about 600 bytes of head, where wrk alone sends Host.
-BROWSER_HEADERS = [
-    "User-Agent: Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36",
-    "Accept: text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8",
-    "Accept-Language: en-GB,en;q=0.9,de;q=0.8",
-    "Accept-Encoding: gzip, deflate, br, zstd",
-    "Cookie: session=3f2a9c1e8b7d4f60a5e2c9b1d8f7a6e5; theme=dark; _ga=GA1.1.1234567890.1700000000",
-    "Referer: http://127.0.0.1:19180/index.html",
-    "Sec-Fetch-Dest: document",
-    "Sec-Fetch-Mode: navigate",
-    "Sec-Fetch-Site: same-origin",
-    "Upgrade-Insecure-Requests: 1",
-    "Cache-Control: max-age=0",
-]
 
 
 def measure(binary, path, d, duration, keep=None, headers=()):
