@@ -42,6 +42,21 @@ pub(crate) struct Failed {
     pub(crate) connect_time: Option<f64>,
 }
 
+/// Where an attempt's request is built, once its connection is ready:
+/// vigil's own client takes its head written from the request's fields
+/// (no header map); hyper's (a TLS peer) a request with a map, built in
+/// the room of one whose message is done.
+pub(crate) enum Room<'o> {
+    Head(upstream::HeadOut<'o>),
+    Map(http::HeaderMap),
+}
+
+/// An attempt's request, as its [`Room`] asked.
+pub(crate) enum Outgoing {
+    H1(upstream::Written, UpBody),
+    Hyper(Request<UpBody>),
+}
+
 /// What the request's handler sees of one attempt while it runs.
 #[derive(Debug, Default)]
 pub(crate) struct Race {
@@ -81,7 +96,7 @@ pub(crate) fn run<'a, F>(
     make_request: F,
 ) -> impl Future<Output = Result<Box<Answered>, Failed>> + use<'a, F>
 where
-    F: FnOnce(http::HeaderMap) -> Result<Request<UpBody>, String>,
+    F: FnOnce(Room<'_>) -> Result<Outgoing, String>,
 {
     async move {
         let start = vigil_core::clock::coarse_now();
@@ -160,8 +175,7 @@ where
                 race.claimed.store(true, Ordering::Release);
             }
         }
-        // The request's fields go in the room of a map whose message is done.
-        let request = make_request(crate::spare::map(0)).map_err(|detail| Failed {
+        let build_failed = |detail: String| Failed {
             failure: TransportFailure {
                 class: FailureClass::Error,
                 request_sent: false,
@@ -169,9 +183,7 @@ where
             },
             detail,
             connect_time: Some(connect_time),
-        })?;
-        conn.requests += 1;
-        let asked_upgrade = crate::hop::has_field(request.headers(), &http::header::UPGRADE);
+        };
         let timed_out = |phase: Phase| {
             let (what, limit) = match phase {
                 Phase::Sending => ("sending the request", settings.send_timeout),
@@ -191,30 +203,52 @@ where
                 connect_time: Some(connect_time),
             }
         };
-        let response = match std::mem::replace(&mut conn.link, Link::Lent) {
-            Link::H1(h1) => {
+        let (response, asked_upgrade) = match std::mem::replace(&mut conn.link, Link::Lent) {
+            Link::H1(mut h1) => {
+                let (written, body) = match make_request(Room::Head(h1.head_out())) {
+                    Ok(Outgoing::H1(w, b)) => (w, b),
+                    Ok(Outgoing::Hyper(_)) => {
+                        return Err(build_failed("request built for another client".to_owned()))
+                    }
+                    Err(detail) => return Err(build_failed(detail)),
+                };
+                conn.requests += 1;
+                let asked_upgrade = written.upgrade;
                 let t = upstream::Timeouts {
                     send: settings.send_timeout,
                     read: settings.read_timeout,
                 };
                 match Box::pin(h1.send(
-                    request,
+                    written,
+                    body,
                     t,
                     route.headers.hidden(),
                     route.passes_fields_as_they_came(),
                 ))
                 .await
                 {
-                    Ok(r) => r.map(RespBody::H1),
+                    Ok(r) => (r.map(RespBody::H1), asked_upgrade),
                     Err(upstream::Error::Timeout(phase)) => return Err(timed_out(phase)),
                     Err(e) => return Err(classify_h1(e, cached, replayable, &peer, connect_time)),
                 }
             }
             Link::Hyper(mut sender) => {
+                // The request's fields go in the room of a map whose
+                // message is done.
+                let request = match make_request(Room::Map(crate::spare::map(0))) {
+                    Ok(Outgoing::Hyper(r)) => r,
+                    Ok(Outgoing::H1(..)) => {
+                        return Err(build_failed("request built for another client".to_owned()))
+                    }
+                    Err(detail) => return Err(build_failed(detail)),
+                };
+                conn.requests += 1;
+                let asked_upgrade =
+                    crate::hop::has_field(request.headers(), &http::header::UPGRADE);
                 let r = Box::pin(send_hyper(&mut sender, request, settings)).await;
                 conn.link = Link::Hyper(sender);
                 match r {
-                    Ok(Ok(r)) => r.map(RespBody::Hyper),
+                    Ok(Ok(r)) => (r.map(RespBody::Hyper), asked_upgrade),
                     Ok(Err(e)) => return Err(classify(e, cached, replayable, &peer, connect_time)),
                     Err(phase) => return Err(timed_out(phase)),
                 }

@@ -19,7 +19,7 @@ use vigil_core::peer::Peer;
 use vigil_core::upstream::PeerGuard;
 use vigil_core::{FailureVerdict, RequestFacts, SelectKey, StatusVerdict};
 
-use crate::attempt::{self, Answered, Failed};
+use crate::attempt::{self, Answered, Failed, Outgoing, Room};
 use crate::body::{self, BodyError, Buffered, ClientBody, RequestBody, Streamed, UpBody};
 use crate::hop::strip_hop_by_hop;
 use crate::metrics::Outcome;
@@ -927,8 +927,8 @@ fn build_request(
     local: SocketAddr,
     len: &Option<u64>,
     upgrade: bool,
-    room: HeaderMap,
-) -> Result<Request<UpBody>, String> {
+    room: Room<'_>,
+) -> Result<Outgoing, String> {
     // The client's own target goes as it came (no parse, no copy).
     let uri = match parts.uri.path_and_query() {
         Some(pq)
@@ -940,26 +940,34 @@ fn build_request(
         }
         _ => http::Uri::try_from(uri).map_err(|e| format!("cannot build upstream request: {e}"))?,
     };
-    let mut req = Request::new(body);
-    *req.method_mut() = parts.method.clone();
-    *req.uri_mut() = uri;
-    *req.version_mut() = http::Version::HTTP_11;
-    *req.headers_mut() = request_headers(route, parts, client, local, len, upgrade, room);
-    Ok(req)
+    let mut fields = request_fields(route, parts, client, local, len, upgrade);
+    Ok(match room {
+        Room::Head(head) => {
+            let written = head.write(&parts.method, &uri, &mut fields, &body);
+            Outgoing::H1(written, body)
+        }
+        Room::Map(room) => {
+            let mut req = Request::new(body);
+            *req.method_mut() = parts.method.clone();
+            *req.uri_mut() = uri;
+            *req.version_mut() = http::Version::HTTP_11;
+            *req.headers_mut() = fields.into_map(room);
+            Outgoing::Hyper(req)
+        }
+    })
 }
 
 /// The upstream request's header fields: the client's without the
 /// hop-by-hop ones, then (in this order) `Host`, `Content-Length`, the
 /// `proxy_set_header`s and `Upgrade`/`Connection`.
-fn request_headers(
-    route: &Route,
-    parts: &Parts,
+fn request_fields<'p>(
+    route: &'p Route,
+    parts: &'p Parts,
     client: SocketAddr,
     local: SocketAddr,
     len: &Option<u64>,
     upgrade: bool,
-    room: HeaderMap,
-) -> HeaderMap {
+) -> Fields<'p> {
     use upstream_head::{CONNECTION, CONTENT_LENGTH, HOST};
     let mut fields = Fields::without_hop_by_hop(&parts.headers, 3 + route.set_headers.len());
     // insert replaces the client's Host; a proxy_host no header can carry
@@ -1001,7 +1009,7 @@ fn request_headers(
             fields.insert(&CONNECTION, HeaderValue::from_static("close"));
         }
     }
-    fields.into_map(room)
+    fields
 }
 
 /// `proxy_hide_header` / `proxy_pass_header` / `proxy_redirect` on the

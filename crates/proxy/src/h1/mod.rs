@@ -962,7 +962,7 @@ mod tests {
                 "an attempt",
                 returned_size(|(route, peer): AttemptArgs| {
                     crate::attempt::run(route, peer, None, true, None, None, |_| {
-                        Err::<Request<UpBody>, _>(String::new())
+                        Err::<crate::attempt::Outgoing, _>(String::new())
                     })
                 }),
                 1024,

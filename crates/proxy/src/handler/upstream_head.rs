@@ -6,12 +6,15 @@
 //! removed one's place, `insert` of a name already there keeps its place
 //! and drops the name's other values, a new name goes last. The edits run
 //! on a list of the fields (the map's operations, without hashing), and
-//! the map is filled from the list once.
+//! the list is written as the upstream request's head (vigil's own
+//! client, [`crate::upstream::HeadOut`]), or a map is filled from it once
+//! (hyper's client, for a TLS peer).
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use smallvec::SmallVec;
 
 use crate::hop::HopByHop;
+use crate::upstream::{RequestFields, Values};
 
 /// The names vigil's own edits put, for a list that borrows its names.
 pub(super) static HOST: HeaderName = header::HOST;
@@ -24,7 +27,7 @@ pub(super) struct Fields<'a> {
     /// Borrowed names and values: 24 bytes a field, so the list of a
     /// browser's request stays under the allocator's thread cache.
     list: Vec<Field<'a>>,
-    /// The values edits put, at `Value::Put`'s indices.
+    /// The values edits put, at `Value::Put`'s places.
     puts: SmallVec<[Option<HeaderValue>; 4]>,
 }
 
@@ -35,11 +38,11 @@ struct Field<'a> {
 }
 
 /// A field's values: the client's (its first; `more`: it has others, read
-/// from the client's map when the map is filled), or one an edit put.
+/// from the client's map), or the `n` at `at` of those edits put.
 #[derive(Clone, Copy)]
 enum Value<'a> {
     Client { first: &'a HeaderValue, more: bool },
-    Put(usize),
+    Put { at: usize, n: usize },
 }
 
 // === impl Fields ===
@@ -103,12 +106,45 @@ impl<'a> Fields<'a> {
     /// `HeaderMap::insert`: in the name's place (its other values gone),
     /// else last.
     pub(super) fn insert(&mut self, name: &'a HeaderName, value: HeaderValue) {
-        let put = Value::Put(self.puts.len());
+        let put = Value::Put {
+            at: self.puts.len(),
+            n: 1,
+        };
         self.puts.push(Some(value));
         match self.position(name) {
             Some(i) => self.list[i].value = put,
             None => self.list.push(Field { name, value: put }),
         }
+    }
+
+    /// `HeaderMap::append`: after the name's values, else last. (The
+    /// values a name has are kept side by side: those it had are copied
+    /// after the last put one, unless they are the last already.)
+    pub(super) fn append(&mut self, name: &'a HeaderName, value: HeaderValue) {
+        let Some(i) = self.position(name) else {
+            self.insert(name, value);
+            return;
+        };
+        let end = self.puts.len();
+        let put = match self.list[i].value {
+            Value::Put { at, n } if at + n == end => Value::Put { at, n: n + 1 },
+            Value::Put { at, n } => {
+                for k in at..at + n {
+                    let v = self.puts[k].take();
+                    self.puts.push(v);
+                }
+                Value::Put { at: end, n: n + 1 }
+            }
+            Value::Client { .. } => {
+                let had: SmallVec<[HeaderValue; 2]> =
+                    self.client.get_all(name).iter().cloned().collect();
+                let n = had.len();
+                self.puts.extend(had.into_iter().map(Some));
+                Value::Put { at: end, n: n + 1 }
+            }
+        };
+        self.puts.push(Some(value));
+        self.list[i].value = put;
     }
 
     /// Whether a field `name` is there.
@@ -126,8 +162,8 @@ impl<'a> Fields<'a> {
         let mut map = room;
         for f in self.list {
             match f.value {
-                Value::Put(i) => {
-                    if let Some(v) = self.puts.get_mut(i).and_then(Option::take) {
+                Value::Put { at, n } => {
+                    for v in self.puts[at..at + n].iter_mut().filter_map(Option::take) {
                         map.append(f.name.clone(), v);
                     }
                 }
@@ -142,6 +178,47 @@ impl<'a> Fields<'a> {
             }
         }
         map
+    }
+}
+
+impl RequestFields for Fields<'_> {
+    fn values(&self, name: &HeaderName) -> Values<'_> {
+        match self.position(name).map(|i| self.list[i].value) {
+            None => Values::One(None),
+            Some(Value::Client { first, more: false }) => Values::One(Some(first)),
+            Some(Value::Client { more: true, .. }) => Values::Map(self.client.get_all(name).iter()),
+            Some(Value::Put { at, n }) => Values::Put(self.puts[at..at + n].iter()),
+        }
+    }
+
+    fn remove(&mut self, name: &HeaderName) {
+        Fields::remove(self, name);
+    }
+
+    fn insert(&mut self, name: &'static HeaderName, value: HeaderValue) {
+        Fields::insert(self, name, value);
+    }
+
+    fn append(&mut self, name: &'static HeaderName, value: HeaderValue) {
+        Fields::append(self, name, value);
+    }
+
+    fn each(&self, mut f: impl FnMut(&HeaderName, &HeaderValue)) {
+        for field in &self.list {
+            match field.value {
+                Value::Client { first, more: false } => f(field.name, first),
+                Value::Client { more: true, .. } => {
+                    for v in self.client.get_all(field.name) {
+                        f(field.name, v);
+                    }
+                }
+                Value::Put { at, n } => {
+                    for v in self.puts[at..at + n].iter().flatten() {
+                        f(field.name, v);
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -156,53 +156,133 @@ impl Framed {
     }
 }
 
-/// The request line and header fields, as hyper's `Client::encode` writes
-/// them (the header map's order, its lowercase names).
-pub(super) fn encode(parts: &http::request::Parts, dst: &mut Vec<u8>) {
-    dst.reserve(30 + parts.headers.len() * 32);
-    dst.extend_from_slice(parts.method.as_str().as_bytes());
+/// The fields of a request vigil's own client sends, as hyper's client
+/// rules read and edit them and in the order they go out: the handler's
+/// edit list of the client's fields, written without a header map (and,
+/// in the tests, a `HeaderMap`: the rules as they were written for one).
+/// The edits are the map's: `remove` moves the last field into the
+/// removed one's place, `insert` keeps a name's place, `append` adds to a
+/// name's values, a new name goes last.
+pub(crate) trait RequestFields {
+    /// The values of `name`, in order.
+    fn values(&self, name: &HeaderName) -> Values<'_>;
+    /// `HeaderMap::remove`.
+    fn remove(&mut self, name: &HeaderName);
+    /// `HeaderMap::insert`.
+    fn insert(&mut self, name: &'static HeaderName, value: HeaderValue);
+    /// `HeaderMap::append`.
+    fn append(&mut self, name: &'static HeaderName, value: HeaderValue);
+    /// Each field in the order it goes out, a name's values one after
+    /// another.
+    fn each(&self, f: impl FnMut(&HeaderName, &HeaderValue));
+}
+
+/// The values of one name of a [`RequestFields`].
+pub(crate) enum Values<'a> {
+    /// None or one.
+    One(Option<&'a HeaderValue>),
+    /// Values an edit put (a taken one skipped).
+    Put(std::slice::Iter<'a, Option<HeaderValue>>),
+    /// A map's.
+    Map(http::header::ValueIter<'a, HeaderValue>),
+}
+
+impl<'a> Iterator for Values<'a> {
+    type Item = &'a HeaderValue;
+
+    fn next(&mut self) -> Option<&'a HeaderValue> {
+        match self {
+            Values::One(v) => v.take(),
+            Values::Put(i) => i.find_map(Option::as_ref),
+            Values::Map(i) => i.next(),
+        }
+    }
+}
+
+/// A map's fields: the rules as they were written for a map, which the
+/// handler's list is held to.
+#[cfg(test)]
+impl RequestFields for HeaderMap {
+    fn values(&self, name: &HeaderName) -> Values<'_> {
+        Values::Map(self.get_all(name).iter())
+    }
+
+    fn remove(&mut self, name: &HeaderName) {
+        HeaderMap::remove(self, name);
+    }
+
+    fn insert(&mut self, name: &'static HeaderName, value: HeaderValue) {
+        HeaderMap::insert(self, name.clone(), value);
+    }
+
+    fn append(&mut self, name: &'static HeaderName, value: HeaderValue) {
+        HeaderMap::append(self, name.clone(), value);
+    }
+
+    fn each(&self, mut f: impl FnMut(&HeaderName, &HeaderValue)) {
+        for (name, value) in self {
+            f(name, value);
+        }
+    }
+}
+
+/// The names hyper's framing rules put, for a list that borrows its names.
+pub(super) static TRANSFER_ENCODING_NAME: HeaderName = TRANSFER_ENCODING;
+pub(super) static CONTENT_LENGTH_NAME: HeaderName = CONTENT_LENGTH;
+
+/// The request line and `fields`, as hyper's `Client::encode` writes
+/// them (their order, their lowercase names).
+pub(super) fn encode(
+    method: &Method,
+    uri: &http::Uri,
+    version: Version,
+    fields: &impl RequestFields,
+    dst: &mut Vec<u8>,
+) {
+    dst.reserve(256);
+    dst.extend_from_slice(method.as_str().as_bytes());
     dst.push(b' ');
-    match parts.uri.path_and_query() {
-        Some(pq) if parts.uri.scheme().is_none() && parts.uri.authority().is_none() => {
+    match uri.path_and_query() {
+        Some(pq) if uri.scheme().is_none() && uri.authority().is_none() => {
             dst.extend_from_slice(pq.as_str().as_bytes())
         }
         _ => {
-            let _ = std::io::Write::write_fmt(dst, format_args!("{}", parts.uri));
+            let _ = std::io::Write::write_fmt(dst, format_args!("{uri}"));
         }
     }
-    dst.extend_from_slice(if parts.version == Version::HTTP_10 {
+    dst.extend_from_slice(if version == Version::HTTP_10 {
         b" HTTP/1.0\r\n"
     } else {
         b" HTTP/1.1\r\n"
     });
-    for (name, value) in &parts.headers {
+    fields.each(|name, value| {
         dst.extend_from_slice(name.as_str().as_bytes());
         dst.extend_from_slice(b": ");
         dst.extend_from_slice(value.as_bytes());
         dst.extend_from_slice(b"\r\n");
-    }
+    });
     dst.extend_from_slice(b"\r\n");
 }
 
-/// Whether a request has a `Transfer-Encoding`, and whether its
-/// `Connection` asks to close after the response: one pass over the
-/// fields of a map of a few names.
-pub(super) fn framing_fields(headers: &HeaderMap) -> (bool, bool) {
-    if headers.keys_len() > 8 {
-        return (headers.contains_key(TRANSFER_ENCODING), asks_close(headers));
-    }
-    let (mut te, mut close) = (false, false);
-    for (name, value) in headers {
+/// What the client reads of a request's fields before it writes them:
+/// whether it has a `Transfer-Encoding`, whether its `Connection` asks to
+/// close after the response, whether it asks to `Upgrade`. One pass.
+pub(super) fn request_facts(fields: &impl RequestFields) -> (bool, bool, bool) {
+    let (mut te, mut close, mut upgrade) = (false, false, false);
+    fields.each(|name, value| {
         if *name == TRANSFER_ENCODING {
             te = true;
-        } else if *name == CONNECTION && !close {
-            close = has_token(value, "close");
+        } else if *name == CONNECTION {
+            close = close || has_token(value, "close");
+        } else if *name == http::header::UPGRADE {
+            upgrade = true;
         }
-    }
-    (te, close)
+    });
+    (te, close, upgrade)
 }
 
 /// Whether a request's `Connection` asks to close after the response.
+#[cfg(test)]
 fn asks_close(headers: &HeaderMap) -> bool {
     headers
         .get_all(CONNECTION)
@@ -634,11 +714,15 @@ pub(super) fn last_token_is_chunked(v: &[u8]) -> bool {
 
 /// hyper's `content_length_parse_all`: every Content-Length value (also
 /// comma-separated ones) is digits and they all agree.
-pub(super) fn content_length_parse_all(headers: &HeaderMap) -> Option<u64> {
-    lengths(headers).value()
+pub(super) fn content_length_parse_all(fields: &impl RequestFields) -> Option<u64> {
+    fields
+        .values(&CONTENT_LENGTH)
+        .fold(Length::Absent, Length::line)
+        .value()
 }
 
 /// Every `Content-Length` line of `headers`, in order.
+#[cfg(test)]
 fn lengths(headers: &HeaderMap) -> Length {
     headers
         .get_all(CONTENT_LENGTH)
@@ -1071,13 +1155,13 @@ mod tests {
         }
 
         #[test]
-        fn framing_fields_read_as_the_lookups(
+        fn request_facts_read_as_the_lookups(
             fields in proptest::collection::vec(
                 (0usize..11, proptest::sample::select(vec!["close", "keep-alive", "x, Close", "chunked", ""])),
                 0..24,
             ),
         ) {
-            // Past eight names the lookups answer: some maps have more.
+            // Up to 24 fields of 11 names, a name more than once.
             let names = [
                 "transfer-encoding", "connection", "host", "x-a", "x-b", "upgrade",
                 "x-c", "x-d", "x-e", "x-f", "x-g",
@@ -1087,8 +1171,12 @@ mod tests {
                 h.append(HeaderName::from_static(names[*n]), HeaderValue::from_static(v));
             }
             proptest::prop_assert_eq!(
-                framing_fields(&h),
-                (h.contains_key(TRANSFER_ENCODING), asks_close(&h))
+                request_facts(&h),
+                (
+                    h.contains_key(TRANSFER_ENCODING),
+                    asks_close(&h),
+                    h.contains_key(http::header::UPGRADE)
+                )
             );
             proptest::prop_assert_eq!(
                 crate::hop::has_field(&h, &http::header::UPGRADE),

@@ -20,7 +20,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::{BufMut, BytesMut};
-use http::{HeaderMap, Method, Request, Response};
+use http::{Method, Response};
 use http_body_util::BodyExt;
 use hyper::body::{Body as _, Incoming};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -30,6 +30,7 @@ use crate::hop::Names;
 use crate::payload::{BoxError, UpBody};
 
 pub(crate) use body::{H1Body, Upgraded};
+pub(crate) use head::{RequestFields, Values};
 pub(crate) use stream::Stream;
 
 /// The longest response head read (hyper's default read buffer limit).
@@ -105,6 +106,50 @@ enum Framing {
     None,
     Length(u64),
     Chunked,
+}
+
+/// A request head written where its connection sends it from, straight
+/// from the request's fields (no header map), by hyper's client rules.
+pub(crate) struct HeadOut<'o> {
+    out: &'o mut Vec<u8>,
+}
+
+impl<'o> HeadOut<'o> {
+    /// A head written at the end of `out`.
+    pub(crate) fn new(out: &'o mut Vec<u8>) -> Self {
+        Self { out }
+    }
+
+    /// Write the request line and `fields`, framed for `body` as hyper's
+    /// client frames it (`set_length`).
+    pub(crate) fn write(
+        self,
+        method: &Method,
+        uri: &http::Uri,
+        fields: &mut impl RequestFields,
+        body: &UpBody,
+    ) -> Written {
+        let (te, close, upgrade) = head::request_facts(fields);
+        let framing = set_length(fields, method, body, te);
+        head::encode(method, uri, http::Version::HTTP_11, fields, self.out);
+        Written {
+            method: method.clone(),
+            framing,
+            close,
+            upgrade,
+        }
+    }
+}
+
+/// What the client keeps of a request whose head [`HeadOut`] wrote.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Written {
+    method: Method,
+    framing: Framing,
+    /// Its `Connection` asks to close after the response.
+    close: bool,
+    /// It asks to `Upgrade`.
+    pub(crate) upgrade: bool,
 }
 
 /// The response body of either client.
@@ -214,38 +259,45 @@ impl H1 {
         }
     }
 
-    /// Send `req` and read the response head, within nginx's two timers.
-    /// An `async` block, holding `self` and `req` once
-    /// (rust-lang/rust#62958), with a body's writing boxed out of it.
-    /// The fields in `hidden` stay out of the response's map (see
-    /// [`head::parse_with`]); `raw`: nothing on the response's way reads
-    /// or edits its fields, which may then come as they came
-    /// ([`crate::raw_head`], in the response's extensions).
+    /// Where the next request's head is written: the connection's own
+    /// buffer, emptied.
+    pub(crate) fn head_out(&mut self) -> HeadOut<'_> {
+        self.out.clear();
+        HeadOut::new(&mut self.out)
+    }
+
+    /// Send the request whose head [`H1::head_out`] took, and `body`, and
+    /// read the response head, within nginx's two timers. An `async`
+    /// block, holding `self` once (rust-lang/rust#62958), with a body's
+    /// writing boxed out of it. The fields in `hidden` stay out of the
+    /// response's map (see [`head::parse_with`]); `raw`: nothing on the
+    /// response's way reads or edits its fields, which may then come as
+    /// they came ([`crate::raw_head`], in the response's extensions).
     #[allow(
         clippy::manual_async_fn,
         reason = "an async fn would hold its arguments twice"
     )]
     pub(crate) fn send<'h>(
         mut self,
-        req: Request<UpBody>,
+        written: Written,
+        mut body: UpBody,
         t: Timeouts,
         hidden: &'h Names,
         raw: bool,
     ) -> impl Future<Output = Result<Response<H1Body>, Error>> + Send + 'h {
         async move {
-            let (mut parts, mut body) = req.into_parts();
-            let (te, close) = head::framing_fields(&parts.headers);
-            let framing = set_length(&mut parts.headers, &parts.method, &body, te);
+            let Written {
+                method,
+                framing,
+                close,
+                ..
+            } = written;
             let keep = !close;
-            self.out.clear();
-            head::encode(&parts, &mut self.out);
-            // Written: the map's room is a later message's.
-            crate::spare::keep(std::mem::take(&mut parts.headers));
-            let mut written = false;
+            let mut sent = false;
             if matches!(framing, Framing::None | Framing::Length(0)) {
-                self.write_out(&mut written, None, t.send).await?;
+                self.write_out(&mut sent, None, t.send).await?;
             } else {
-                Box::pin(self.send_body(&mut body, framing, &mut written, t.send)).await?;
+                Box::pin(self.send_body(&mut body, framing, &mut sent, t.send)).await?;
             }
             drop(body);
             let deadline = vigil_core::clock::coarse_now() + t.read;
@@ -279,7 +331,7 @@ impl H1 {
                 keep_alive,
                 framed,
             } = head;
-            let (kind, upgrade) = head::decode(status, &parts.method, version, framed)?;
+            let (kind, upgrade) = head::decode(status, &method, version, framed)?;
             let mut resp = Response::new(());
             *resp.status_mut() = status;
             *resp.version_mut() = version;
@@ -442,22 +494,29 @@ impl H1 {
     }
 }
 
-/// hyper's `Client::set_length`: how the body goes, and the headers that
+/// hyper's `Client::set_length`: how the body goes, and the fields that
 /// say so (a body of unknown length is chunked except for GET, HEAD and
-/// CONNECT, which then send none). `te`: `headers` has a
+/// CONNECT, which then send none). `te`: `fields` has a
 /// `Transfer-Encoding`.
-fn set_length(headers: &mut HeaderMap, method: &Method, body: &UpBody, te: bool) -> Framing {
-    use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
+fn set_length(
+    fields: &mut impl RequestFields,
+    method: &Method,
+    body: &UpBody,
+    te: bool,
+) -> Framing {
+    use head::{
+        CONTENT_LENGTH_NAME as CONTENT_LENGTH, TRANSFER_ENCODING_NAME as TRANSFER_ENCODING,
+    };
     if body.is_end_stream() {
         if te {
-            headers.remove(TRANSFER_ENCODING);
+            fields.remove(&TRANSFER_ENCODING);
         }
         return Framing::None;
     }
-    let existing = head::content_length_parse_all(headers);
+    let existing = head::content_length_parse_all(fields);
     if te {
-        let mut values: Vec<http::HeaderValue> =
-            headers.get_all(TRANSFER_ENCODING).iter().cloned().collect();
+        let mut values: smallvec::SmallVec<[http::HeaderValue; 2]> =
+            fields.values(&TRANSFER_ENCODING).cloned().collect();
         let last_chunked = values
             .last()
             .is_some_and(|v| head::last_token_is_chunked(v.as_bytes()));
@@ -468,12 +527,12 @@ fn set_length(headers: &mut HeaderMap, method: &Method, body: &UpBody, te: bool)
                 v.extend_from_slice(b", chunked");
                 values.push(http::HeaderValue::from_bytes(&v).unwrap_or(last));
             }
-            headers.remove(TRANSFER_ENCODING);
+            fields.remove(&TRANSFER_ENCODING);
             for v in values {
-                headers.append(TRANSFER_ENCODING, v);
+                fields.append(&TRANSFER_ENCODING, v);
             }
         }
-        headers.remove(CONTENT_LENGTH);
+        fields.remove(&CONTENT_LENGTH);
         return Framing::Chunked;
     }
     if let Some(n) = existing {
@@ -481,14 +540,17 @@ fn set_length(headers: &mut HeaderMap, method: &Method, body: &UpBody, te: bool)
     }
     match body.size_hint().exact() {
         Some(n) => {
-            headers.insert(CONTENT_LENGTH, http::HeaderValue::from(n));
+            fields.insert(&CONTENT_LENGTH, http::HeaderValue::from(n));
             Framing::Length(n)
         }
         None => match *method {
             Method::GET | Method::HEAD | Method::CONNECT => Framing::Length(0),
             _ => {
-                headers.insert(TRANSFER_ENCODING, http::HeaderValue::from_static("chunked"));
-                headers.remove(CONTENT_LENGTH);
+                fields.insert(
+                    &TRANSFER_ENCODING,
+                    http::HeaderValue::from_static("chunked"),
+                );
+                fields.remove(&CONTENT_LENGTH);
                 Framing::Chunked
             }
         },

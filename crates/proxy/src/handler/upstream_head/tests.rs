@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http::header::{self, HeaderMap, HeaderValue};
-use http::{Request, Uri, Version};
+use http::{HeaderName, Method, Request, Uri, Version};
 use proptest::prelude::*;
 use vigil_core::config::{literal_resolver, nginx};
 use vigil_core::event::EventBus;
@@ -14,6 +14,7 @@ use vigil_core::registry::Registry;
 use crate::hop::strip_hop_by_hop;
 use crate::pool::Pool;
 use crate::route::{Route, Routes};
+use crate::upstream::{HeadOut, RequestFields};
 
 fn route(conf: &str) -> Arc<Route> {
     let config = nginx::load_str(conf, "t.conf".as_ref(), ".".as_ref(), &literal_resolver)
@@ -122,24 +123,53 @@ fn both(
     len: Option<u64>,
     upgrade: bool,
 ) -> Vec<(String, String)> {
-    let new = super::super::request_headers(
-        route,
-        parts,
-        addr(),
-        addr(),
-        &len,
-        upgrade,
-        http::HeaderMap::new(),
-    );
+    let fields = || super::super::request_fields(route, parts, addr(), addr(), &len, upgrade);
+    let new = fields().into_map(HeaderMap::new());
     let old = edited(route, parts, &len, upgrade);
     assert_eq!(wire(&new), wire(&old));
     // Built again in the room of the last request's map (an upstream
     // connection's), with fields of its own left in it: the same fields.
     let mut room = new.clone();
     room.append("x-left-over", http::HeaderValue::from_static("1"));
-    let again = super::super::request_headers(route, parts, addr(), addr(), &len, upgrade, room);
+    let again = fields().into_map(room);
     assert_eq!(wire(&again), wire(&new));
+    // The head vigil's client writes from the list, framed for each kind
+    // of body: the bytes (and what the client keeps) the map gives.
+    for method in [Method::GET, Method::POST] {
+        for body in 0..3 {
+            let mut list = fields();
+            let mut by_list = b"left ".to_vec();
+            let w_list =
+                HeadOut::new(&mut by_list).write(&method, &parts.uri, &mut list, &a_body(body));
+            let mut map = old.clone();
+            let mut by_map = b"left ".to_vec();
+            let w_map =
+                HeadOut::new(&mut by_map).write(&method, &parts.uri, &mut map, &a_body(body));
+            assert_eq!(
+                String::from_utf8_lossy(&by_list),
+                String::from_utf8_lossy(&by_map),
+                "{method} body {body}"
+            );
+            assert_eq!(w_list, w_map);
+        }
+    }
     wire(&new)
+}
+
+/// An empty body, one of a known length, one of an unknown length.
+fn a_body(kind: u8) -> crate::payload::UpBody {
+    match kind {
+        0 => crate::payload::empty(),
+        1 => crate::payload::full("abc"),
+        _ => {
+            let chunks = vec![Ok::<_, crate::payload::BoxError>(hyper::body::Frame::data(
+                bytes::Bytes::from_static(b"abc"),
+            ))];
+            http_body_util::BodyExt::boxed(http_body_util::StreamBody::new(
+                futures_util::stream::iter(chunks),
+            ))
+        }
+    }
 }
 
 const SETS: &str = "upstream u { server 127.0.0.1:1; keepalive 4; }
@@ -297,8 +327,13 @@ const NAMES: &[&str] = &[
     "x-c",
     "user-agent",
     "proxy-connection",
+    "x-te",
+    "x-cl",
 ];
 const CONNECTION: &[&str] = &["keep-alive", "close", "x-a", "X-B, upgrade", "te, x-c", ""];
+/// Values of the fields framing reads (`proxy_set_header`s put the x- ones).
+const TE: &[&str] = &["gzip", "chunked", "gzip, chunked", "Chunked", "", "x"];
+const LENGTH: &[&str] = &["3", "4", "3, 3", "x", "", "03"];
 
 fn arb_fields() -> impl Strategy<Value = Vec<(usize, usize)>> {
     proptest::collection::vec((0..NAMES.len(), 0..CONNECTION.len()), 0..40)
@@ -315,7 +350,12 @@ proptest! {
             .iter()
             .enumerate()
             .map(|(i, &(n, c))| {
-                let v = if NAMES[n] == "connection" { CONNECTION[c].to_owned() } else { format!("v{i}") };
+                let v = match NAMES[n] {
+                    "connection" => CONNECTION[c].to_owned(),
+                    "x-te" => TE[c].to_owned(),
+                    "x-cl" | "content-length" => LENGTH[c].to_owned(),
+                    _ => format!("v{i}"),
+                };
                 (NAMES[n], v)
             })
             .collect();
@@ -328,5 +368,65 @@ proptest! {
              server { listen 127.0.0.1:8080; server_name x.test; location / { proxy_pass http://u; } }",
         );
         both(&plain, &p, len, upgrade);
+        // Framing fields a location puts (the client's Transfer-Encoding
+        // is hop-by-hop).
+        let framing = route(
+            "upstream u { server 127.0.0.1:1; keepalive 2; }
+             server { listen 127.0.0.1:8080; server_name x.test; location / { proxy_pass http://u;
+               proxy_http_version 1.1;
+               proxy_set_header Transfer-Encoding $http_x_te;
+               proxy_set_header Content-Length $http_x_cl; } }",
+        );
+        both(&framing, &p, len, upgrade);
+    }
+
+    #[test]
+    fn the_list_edits_as_the_map_does(
+        fields in arb_fields(),
+        edits in proptest::collection::vec((0u8..3, 0..EDITED.len(), 0u8..4), 0..12),
+    ) {
+        let pairs: Vec<(&str, String)> =
+            fields.iter().enumerate().map(|(i, &(n, _))| (NAMES[n], format!("v{i}"))).collect();
+        let borrowed: Vec<(&str, &str)> = pairs.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        let p = parts(&borrowed);
+        let mut list = super::Fields::without_hop_by_hop(&p.headers, 0);
+        let mut map = p.headers.clone();
+        strip_hop_by_hop(&mut map, false);
+        for (op, n, v) in edits {
+            let name = &EDITED[n];
+            let value = HeaderValue::from(u16::from(v));
+            match op {
+                0 => {
+                    list.remove(name);
+                    map.remove(name);
+                }
+                1 => {
+                    RequestFields::insert(&mut list, name, value.clone());
+                    map.insert(name.clone(), value);
+                }
+                _ => {
+                    RequestFields::append(&mut list, name, value.clone());
+                    map.append(name.clone(), value);
+                }
+            }
+            let mut by_list = Vec::new();
+            list.each(|n, v| by_list.push((n.clone(), v.clone())));
+            let by_map: Vec<_> = map.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
+            prop_assert_eq!(&by_list, &by_map);
+            for name in EDITED.iter() {
+                let a: Vec<_> = list.values(name).collect();
+                let b: Vec<_> = map.get_all(name).iter().collect();
+                prop_assert_eq!(a, b);
+            }
+        }
     }
 }
+
+/// Names the edits of `the_list_edits_as_the_map_does` take, the
+/// client's among them.
+static EDITED: [HeaderName; 4] = [
+    header::ACCEPT,
+    header::USER_AGENT,
+    header::CONTENT_LENGTH,
+    header::TRANSFER_ENCODING,
+];
