@@ -7,7 +7,7 @@
 //! client's field) makes a second one for the shared count. Browsers and
 //! services send the same few such names on every request, so each worker
 //! keeps the names it parsed in a small table (sets of four, by a hash of
-//! the name in lower case): a name found there is a clone of the one
+//! a few of the name's bytes in lower case): a name found there is a clone of the one
 //! parsed before (a count raised), and a name that is not takes the oldest
 //! place of its set. The table is bounded and takes what comes, so names
 //! sent once (a scanner's) only pass through it.
@@ -80,11 +80,16 @@ static LOWER: [u8; 256] = {
     t
 };
 
-/// FNV-1a over the name in lower case.
+/// FNV-1a over the name's length and five of its bytes in lower case (the
+/// first two, the middle one, the last two): the names clients send
+/// differ there (`sec-fetch-mode`, `sec-fetch-site`), and names that do
+/// not share a set of four rather than push each other out.
 fn set_of(raw: &[u8]) -> usize {
-    let mut h: u32 = 0x811c_9dc5;
-    for &b in raw {
-        h = (h ^ u32::from(LOWER[usize::from(b)])).wrapping_mul(0x0100_0193);
+    let n = raw.len();
+    let lower = |i: usize| raw.get(i).map_or(0, |&b| u32::from(LOWER[usize::from(b)]));
+    let mut h: u32 = 0x811c_9dc5 ^ (n as u32);
+    for i in [0, 1, n / 2, n.wrapping_sub(2), n.wrapping_sub(1)] {
+        h = (h ^ lower(i)).wrapping_mul(0x0100_0193);
     }
     (h ^ (h >> 16)) as usize & (SETS - 1)
 }
