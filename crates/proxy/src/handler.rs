@@ -968,7 +968,7 @@ fn request_fields<'p>(
     len: &Option<u64>,
     upgrade: bool,
 ) -> Fields<'p> {
-    use upstream_head::{CONNECTION, CONTENT_LENGTH, HOST};
+    use crate::upstream::put::{CONNECTION, CONTENT_LENGTH, HOST};
     let mut fields = Fields::without_hop_by_hop(&parts.headers, 3 + route.set_headers.len());
     // insert replaces the client's Host; a proxy_host no header can carry
     // sends none.

@@ -16,11 +16,6 @@ use smallvec::SmallVec;
 use crate::hop::HopByHop;
 use crate::upstream::{RequestFields, Values};
 
-/// The names vigil's own edits put, for a list that borrows its names.
-pub(super) static HOST: HeaderName = header::HOST;
-pub(super) static CONTENT_LENGTH: HeaderName = header::CONTENT_LENGTH;
-pub(super) static CONNECTION: HeaderName = header::CONNECTION;
-
 /// The fields of the request on their way upstream.
 pub(super) struct Fields<'a> {
     client: &'a HeaderMap,

@@ -226,16 +226,24 @@ impl RequestFields for HeaderMap {
     }
 }
 
-/// The names hyper's framing rules put, for a list that borrows its names.
-pub(super) static TRANSFER_ENCODING_NAME: HeaderName = TRANSFER_ENCODING;
-pub(super) static CONTENT_LENGTH_NAME: HeaderName = CONTENT_LENGTH;
+/// The names put into a [`RequestFields`] list, which borrows its names:
+/// by the handler's edits (`Host`, `Content-Length`, `Connection`) and by
+/// hyper's framing rules (`Content-Length`, `Transfer-Encoding`).
+pub(crate) mod put {
+    use http::header::{self, HeaderName};
 
-/// The request line and `fields`, as hyper's `Client::encode` writes
-/// them (their order, their lowercase names).
+    pub(crate) static HOST: HeaderName = header::HOST;
+    pub(crate) static CONTENT_LENGTH: HeaderName = header::CONTENT_LENGTH;
+    pub(crate) static CONNECTION: HeaderName = header::CONNECTION;
+    pub(crate) static TRANSFER_ENCODING: HeaderName = header::TRANSFER_ENCODING;
+}
+
+/// The request line (HTTP/1.1, which vigil's client always speaks) and
+/// `fields`, as hyper's `Client::encode` writes them (their order, their
+/// lowercase names).
 pub(super) fn encode(
     method: &Method,
     uri: &http::Uri,
-    version: Version,
     fields: &impl RequestFields,
     dst: &mut Vec<u8>,
 ) {
@@ -250,11 +258,7 @@ pub(super) fn encode(
             let _ = std::io::Write::write_fmt(dst, format_args!("{uri}"));
         }
     }
-    dst.extend_from_slice(if version == Version::HTTP_10 {
-        b" HTTP/1.0\r\n"
-    } else {
-        b" HTTP/1.1\r\n"
-    });
+    dst.extend_from_slice(b" HTTP/1.1\r\n");
     fields.each(|name, value| {
         dst.extend_from_slice(name.as_str().as_bytes());
         dst.extend_from_slice(b": ");

@@ -30,7 +30,7 @@ use crate::hop::Names;
 use crate::payload::{BoxError, UpBody};
 
 pub(crate) use body::{H1Body, Upgraded};
-pub(crate) use head::{RequestFields, Values};
+pub(crate) use head::{put, RequestFields, Values};
 pub(crate) use stream::Stream;
 
 /// The longest response head read (hyper's default read buffer limit).
@@ -131,7 +131,7 @@ impl<'o> HeadOut<'o> {
     ) -> Written {
         let (te, close, upgrade) = head::request_facts(fields);
         let framing = set_length(fields, method, body, te);
-        head::encode(method, uri, http::Version::HTTP_11, fields, self.out);
+        head::encode(method, uri, fields, self.out);
         Written {
             method: method.clone(),
             framing,
@@ -504,9 +504,7 @@ fn set_length(
     body: &UpBody,
     te: bool,
 ) -> Framing {
-    use head::{
-        CONTENT_LENGTH_NAME as CONTENT_LENGTH, TRANSFER_ENCODING_NAME as TRANSFER_ENCODING,
-    };
+    use head::put::{CONTENT_LENGTH, TRANSFER_ENCODING};
     if body.is_end_stream() {
         if te {
             fields.remove(&TRANSFER_ENCODING);
