@@ -114,25 +114,29 @@ def main():
     ap.add_argument("--instrumented", help="an instrumented vigil built already (skips step 1)")
     a = ap.parse_args()
     profdata_tool = llvm_profdata()
+    out = os.path.abspath(a.out)
+    generate = os.path.join(ROOT, "target", "pgo-generate")
     profiles = tempfile.mkdtemp(prefix="vigil-pgo-profiles-")
     try:
-        binary = a.instrumented or build(os.path.join(ROOT, "target", "pgo-generate"), f"-Cprofile-generate={profiles}")
+        # The flag's folder stays the same (the training sets LLVM_PROFILE_FILE),
+        # so cargo rebuilds the instrumented binary only when the code changed.
+        binary = a.instrumented or build(generate, f"-Cprofile-generate={os.path.join(generate, 'profiles')}")
         train(binary, a.train_seconds, profiles)
         raws = glob.glob(os.path.join(profiles, "*.profraw"))
         if not raws:
             raise SystemExit("training wrote no profile")
-        os.makedirs(a.out, exist_ok=True)
+        os.makedirs(out, exist_ok=True)
         merged = os.path.join(profiles, "merged.profdata")
         subprocess.run([profdata_tool, "merge", "-o", merged, *raws], check=True)
         # Named by its content: cargo sees the flags change with the profile
         # and builds every crate again (it does not look into the file).
         with open(merged, "rb") as f:
             digest = hashlib.sha256(f.read()).hexdigest()[:16]
-        for old in glob.glob(os.path.join(os.path.abspath(a.out), "vigil-*.profdata")):
+        for old in glob.glob(os.path.join(out, "vigil-*.profdata")):
             os.remove(old)
-        kept = os.path.join(os.path.abspath(a.out), f"vigil-{digest}.profdata")
+        kept = os.path.join(out, f"vigil-{digest}.profdata")
         shutil.move(merged, kept)
-        optimized = build(os.path.abspath(a.out), f"-Cprofile-use={kept}")
+        optimized = build(out, f"-Cprofile-use={kept}")
         print(f"built {optimized} (profile {kept})")
     finally:
         shutil.rmtree(profiles, ignore_errors=True)
