@@ -12,6 +12,10 @@ is not counted: use `strace -c` for syscalls per request.
     python3 benches/load/instructions.py --bins base=/path/vigil,new=/path/vigil [--paths /,/16k] [--keep DIR]
         [--location-extra 'add_header X-Via vigil;'] [--browser-headers]
 
+A path of `nginx` (`--bins nginx=nginx,new=/path/vigil`) runs nginx itself
+on the same proxy.conf, as one process (`master_process off`), for its
+figure beside vigil's.
+
 With --keep, each run's dump stays as DIR/NAME-PATH-ROUND.cg, for
 `callgrind_annotate` (which functions moved).
 
@@ -34,7 +38,7 @@ import compare as c  # noqa: E402
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bins", required=True, help="name=path,name=path")
+    ap.add_argument("--bins", required=True, help="name=path,name=path (a path of `nginx`: nginx on the same conf)")
     ap.add_argument("--paths", default="/,/16k")
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=1)
@@ -45,6 +49,9 @@ def main():
     ap.add_argument("--browser-headers", action="store_true",
                     help="send the request fields a browser sends (about 600 bytes: User-Agent, Accept, "
                          "Accept-Language, Accept-Encoding, Cookie, ...) instead of wrk's Host alone")
+    ap.add_argument("--sim", action="store_true",
+                    help="also simulate the caches and branch predictor (callgrind --cache-sim --branch-sim; "
+                         "slower): misses per request, the part of the time instructions do not show")
     a = ap.parse_args()
     headers = c.BROWSER_HEADERS if a.browser_headers else []
     bins = [b.split("=", 1) for b in a.bins.split(",")]
@@ -56,7 +63,7 @@ def main():
             raise SystemExit("proxy.conf has no `location / {` to add to")
         with open(conf, "w") as f:
             f.write(text.replace("location / {", "location / { " + a.location_extra, 1))
-    rows = []
+    rows, sims = [], []
     try:
         for rnd in range(a.rounds):
             for path in a.paths.split(","):
@@ -66,8 +73,9 @@ def main():
                         os.makedirs(a.keep, exist_ok=True)
                         slug = path.strip("/").replace("/", "_") or "root"
                         keep = os.path.join(a.keep, f"{name}-{slug}-{rnd}.cg")
-                    ir, reqs, mem = measure(binary, path, d, a.duration, keep, headers)
+                    ir, reqs, mem, events = measure(binary, path, d, a.duration, keep, headers, a.sim)
                     rows.append((rnd, path, name, ir, reqs, mem))
+                    sims.append((path, name, reqs, events))
                     print(f"round {rnd} {path} {name}: {ir} Ir / {reqs} requests = {ir / reqs:.0f} Ir/request"
                           f" ({(ir - mem) / reqs:.0f} without memset/memcpy)", file=sys.stderr, flush=True)
     finally:
@@ -89,15 +97,51 @@ def main():
             got = [r for r in rows if r[1] == path and r[2] == name]
             per, net = med([r[3] / r[4] for r in got]), med([(r[3] - r[5]) / r[4] for r in got])
             print(f"| {path} | {name} | {per:,.0f} | {per / b_all:.3f} | {net:,.0f} | {net / b_net:.3f} | {sum(r[4] for r in got)} |")
+    if a.sim:
+        print_sims(sims)
 
 
-def measure(binary, path, d, duration, keep=None, headers=()):
+# What --sim prints: callgrind's simulated misses (its caches are the
+# host's L1 and last level; its branch predictor a simple one), per request.
+SIM_COLUMNS = [
+    ("L1 i-misses", ("I1mr",)),
+    ("LL i-misses", ("ILmr",)),
+    ("L1 d-misses", ("D1mr", "D1mw")),
+    ("LL d-misses", ("DLmr", "DLmw")),
+    ("branches", ("Bc", "Bi")),
+    ("mispredicted", ("Bcm", "Bim")),
+]
+
+
+def print_sims(sims):
+    print("\nsimulated by callgrind, per request (summed over rounds)")
+    print("| path | build | " + " | ".join(col for col, _ in SIM_COLUMNS) + " |")
+    print("| --- | --- | " + " | ".join("---" for _ in SIM_COLUMNS) + " |")
+    seen = []
+    for path, name, _, _ in sims:
+        if (path, name) not in seen:
+            seen.append((path, name))
+    for path, name in seen:
+        got = [(reqs, ev) for p, n, reqs, ev in sims if (p, n) == (path, name)]
+        reqs = sum(r for r, _ in got)
+        cells = [sum(ev.get(k, 0) for _, ev in got for k in keys) / reqs for _, keys in SIM_COLUMNS]
+        print(f"| {path} | {name} | " + " | ".join(f"{v:,.0f}" for v in cells) + " |")
+
+
+def measure(binary, path, d, duration, keep=None, headers=(), sim=False):
     out = os.path.join(d, "cg.out")
     for f in glob.glob(out + "*"):
         os.remove(f)
     env = dict(os.environ, VIGIL_LOG="error")
-    p = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", binary, "serve",
-                          "--nginx-conf", os.path.join(d, "proxy.conf"), "--threads", "1"],
+    if binary == "nginx":
+        # nginx itself on the same conf: one process serving as its worker
+        # would (`master_process off`), so its instructions are a worker's.
+        cmd = [c.nginx_bin(), "-p", d + "/", "-e", d + "/proxy.err", "-c", os.path.join(d, "proxy.conf"),
+               "-g", "master_process off;"]
+    else:
+        cmd = [binary, "serve", "--nginx-conf", os.path.join(d, "proxy.conf"), "--threads", "1"]
+    sim_args = ["--cache-sim=yes", "--branch-sim=yes"] if sim else []
+    p = subprocess.Popen(["valgrind", "--tool=callgrind", *sim_args, f"--callgrind-out-file={out}", *cmd],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
     try:
         c.wait_http("http://127.0.0.1:19180/", timeout=120)
@@ -109,13 +153,17 @@ def measure(binary, path, d, duration, keep=None, headers=()):
                              capture_output=True, text=True, timeout=duration + 120).stdout
         subprocess.run(["callgrind_control", "--dump", str(p.pid)], capture_output=True, timeout=60)
         reqs = int(re.search(r"(\d+) requests in", res).group(1))
-        ir = None
+        ir, events = None, {}
         deadline = time.time() + 30
         while ir is None and time.time() < deadline:
             for f in sorted(glob.glob(out + ".*")):
-                m = re.search(r"^(?:summary|totals):\s+(\d+)", open(f).read(), re.M)
-                if m:
-                    ir = int(m.group(1))
+                text = open(f).read()
+                m = re.search(r"^(?:summary|totals):\s+([\d ]+)$", text, re.M)
+                names = re.search(r"^events:\s+(.+)$", text, re.M)
+                if m and names:
+                    counts = [int(x) for x in m.group(1).split()]
+                    events = dict(zip(names.group(1).split(), counts))
+                    ir = events.get("Ir", counts[0])
             time.sleep(0.2)
         if ir is None:
             raise RuntimeError("no callgrind dump")
@@ -123,13 +171,13 @@ def measure(binary, path, d, duration, keep=None, headers=()):
         # memset/memcpy for larger sizes) as an instruction: show them apart.
         mem = 0
         for f in sorted(glob.glob(out + ".*")):
-            ann = subprocess.run(["callgrind_annotate", "--inclusive=yes", f], capture_output=True, text=True).stdout
+            ann = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--show=Ir", f], capture_output=True, text=True).stdout
             for m in re.finditer(r"^\s*([\d,]+) \([^)]*\)\s+\S*(?:memset|memmove|memcpy)-vec-unaligned-erms\.S:\S+", ann, re.M):
                 mem += int(m.group(1).replace(",", ""))
         if keep:
             dumps = sorted(glob.glob(out + ".*"))
             shutil.copyfile(dumps[-1], keep)
-        return ir, reqs, mem
+        return ir, reqs, mem, events
     finally:
         os.killpg(p.pid, signal.SIGTERM)
         try:
