@@ -165,7 +165,7 @@ impl Load {
                 break;
             }
             let id = base + ((c as u64) << 24 | n);
-            let post = self.post_every != 0 && mix(id) % u64::from(self.post_every) == 0;
+            let post = self.post_every != 0 && mix(id).is_multiple_of(u64::from(self.post_every));
             let sent = Instant::now();
             let attempt = self.request(&mut conn, id, post);
             let (outcome, backend, keep) = match timeout(self.timeout, attempt).await {

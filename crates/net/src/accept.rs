@@ -204,7 +204,7 @@ mod tests {
                 logged.push(n);
             }
             // Every fifth try finds a free descriptor for a moment.
-            if failures % 5 == 0 {
+            if failures.is_multiple_of(5) {
                 if let Some(n) = b.on_accept(Instant::now()) {
                     logged.push(n);
                 }

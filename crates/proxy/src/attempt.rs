@@ -218,13 +218,15 @@ where
                     send: settings.send_timeout,
                     read: settings.read_timeout,
                 };
-                match Box::pin(h1.send(
-                    written,
-                    body,
-                    t,
-                    route.headers.hidden(),
-                    route.passes_fields_as_they_came(),
-                ))
+                match crate::spare::boxed(|| {
+                    h1.send(
+                        written,
+                        body,
+                        t,
+                        route.headers.hidden(),
+                        route.passes_fields_as_they_came(),
+                    )
+                })
                 .await
                 {
                     Ok(r) => (r.map(RespBody::H1), asked_upgrade),

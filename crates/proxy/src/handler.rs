@@ -840,28 +840,30 @@ impl<'a> Job<'a> {
         let race = self.hedged.then(|| Arc::new(attempt::Race::default()));
         // The attempt's own future, boxed as it is (no block around it to
         // hold what it is given a second time).
-        let run = Box::pin(attempt::run(
-            route,
-            peer.clone(),
-            route.tls.as_ref(),
-            replayable,
-            race.clone(),
-            self.once.clone(),
-            move |room| {
-                let b = match replay {
-                    Some(b) => b,
-                    None => match body {
-                        ReqBody::Stream(s) => s
-                            .lock()
-                            .ok()
-                            .and_then(|mut s| s.take())
-                            .map_or_else(body::empty, |i| i.boxed()),
-                        ReqBody::Buffered(_) => body::empty(),
-                    },
-                };
-                build_request(route, parts, uri, b, client, local, &len, upgrade, room)
-            },
-        ));
+        let run = crate::spare::boxed(|| {
+            attempt::run(
+                route,
+                peer.clone(),
+                route.tls.as_ref(),
+                replayable,
+                race.clone(),
+                self.once.clone(),
+                move |room| {
+                    let b = match replay {
+                        Some(b) => b,
+                        None => match body {
+                            ReqBody::Stream(s) => s
+                                .lock()
+                                .ok()
+                                .and_then(|mut s| s.take())
+                                .map_or_else(body::empty, |i| i.boxed()),
+                            ReqBody::Buffered(_) => body::empty(),
+                        },
+                    };
+                    build_request(route, parts, uri, b, client, local, &len, upgrade, room)
+                },
+            )
+        });
         Ok(Flight {
             guard,
             peer,

@@ -19,6 +19,7 @@
 //! allocations (its bytes and their shared count).
 
 use std::cell::RefCell;
+use std::pin::Pin;
 use std::thread::LocalKey;
 
 use bytes::BytesMut;
@@ -153,6 +154,15 @@ pub(crate) fn keep_head_room(room: BytesMut) {
         return;
     }
     let _ = HEADS.try_with(|h| *h.borrow_mut() = Some(room));
+}
+
+/// `Box::pin(make())`, with the box allocated before `make` runs, so that
+/// the value can be built in the box. A request's future is kilobytes, and
+/// `Box::pin` builds it on the stack and copies all of it, every cache
+/// line, where the state a future starts in is a few hundred bytes.
+#[inline(always)]
+pub(crate) fn boxed<T>(make: impl FnOnce() -> T) -> Pin<Box<T>> {
+    Box::into_pin(Box::write(Box::new_uninit(), make()))
 }
 
 #[cfg(test)]

@@ -323,7 +323,9 @@ fn run(
                 w.continue_at = parsed.expect_continue.then_some(0);
             }
             // Boxed per request: an idle connection holds no request state.
-            let after = Box::pin(exchange(&cx, &wire, parsed, framing, seq, &shutdown)).await?;
+            let after =
+                crate::spare::boxed(|| exchange(&cx, &wire, parsed, framing, seq, &shutdown))
+                    .await?;
             if after == After::Gone {
                 return Ok(());
             }
@@ -843,7 +845,7 @@ mod tests {
             bufs: &[io::IoSlice<'_>],
         ) -> Poll<io::Result<usize>> {
             self.calls += 1;
-            if self.calls % 2 == 0 {
+            if self.calls.is_multiple_of(2) {
                 cx.waker().wake_by_ref();
                 return Poll::Pending;
             }

@@ -511,7 +511,7 @@ fn path_text(p: &Path) -> String {
 /// A size in nginx's notation, in the largest unit that divides it.
 fn format_size(n: u64) -> String {
     for (unit, per) in [("g", 1u64 << 30), ("m", 1 << 20), ("k", 1 << 10)] {
-        if n != 0 && n % per == 0 {
+        if n != 0 && n.is_multiple_of(per) {
             return format!("{}{unit}", n / per);
         }
     }
