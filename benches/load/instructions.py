@@ -19,7 +19,12 @@ figure beside vigil's.
 With --keep, each run's dump stays as DIR/NAME-PATH-ROUND.cg, for
 `callgrind_annotate` (which functions moved).
 
-Needs valgrind, nginx and wrk.
+--sim adds callgrind's cache and branch simulation (misses per request),
+--atomics the locked read-modify-write instructions per request (atomic
+counts, mutexes, reference counts: each costs tens of cycles, and an
+instruction count weighs it as one).
+
+Needs valgrind, nginx and wrk (and objdump for --atomics).
 """
 
 import argparse
@@ -52,6 +57,10 @@ def main():
     ap.add_argument("--sim", action="store_true",
                     help="also simulate the caches and branch predictor (callgrind --cache-sim --branch-sim; "
                          "slower): misses per request, the part of the time instructions do not show")
+    ap.add_argument("--atomics", action="store_true",
+                    help="also count the locked read-modify-write instructions (`lock`-prefixed, and `xchg` "
+                         "with memory: atomic counts, mutexes, wakers) executed per request, which cost "
+                         "tens of cycles each and which instructions counts weigh as one")
     a = ap.parse_args()
     headers = c.BROWSER_HEADERS if a.browser_headers else []
     bins = [b.split("=", 1) for b in a.bins.split(",")]
@@ -63,7 +72,7 @@ def main():
             raise SystemExit("proxy.conf has no `location / {` to add to")
         with open(conf, "w") as f:
             f.write(text.replace("location / {", "location / { " + a.location_extra, 1))
-    rows, sims = [], []
+    rows, sims, atomics = [], [], []
     try:
         for rnd in range(a.rounds):
             for path in a.paths.split(","):
@@ -73,9 +82,11 @@ def main():
                         os.makedirs(a.keep, exist_ok=True)
                         slug = path.strip("/").replace("/", "_") or "root"
                         keep = os.path.join(a.keep, f"{name}-{slug}-{rnd}.cg")
-                    ir, reqs, mem, events = measure(binary, path, d, a.duration, keep, headers, a.sim)
+                    ir, reqs, mem, events, locked = measure(binary, path, d, a.duration, keep, headers,
+                                                            a.sim, a.atomics)
                     rows.append((rnd, path, name, ir, reqs, mem))
                     sims.append((path, name, reqs, events))
+                    atomics.append((path, name, reqs, locked))
                     print(f"round {rnd} {path} {name}: {ir} Ir / {reqs} requests = {ir / reqs:.0f} Ir/request"
                           f" ({(ir - mem) / reqs:.0f} without memset/memcpy)", file=sys.stderr, flush=True)
     finally:
@@ -99,6 +110,13 @@ def main():
             print(f"| {path} | {name} | {per:,.0f} | {per / b_all:.3f} | {net:,.0f} | {net / b_net:.3f} | {sum(r[4] for r in got)} |")
     if a.sim:
         print_sims(sims)
+    if a.atomics:
+        print("\nlocked read-modify-write instructions per request (summed over rounds)")
+        print("| path | build | locked/request |")
+        print("| --- | --- | --- |")
+        for path, name in dict.fromkeys((p, n) for p, n, _, _ in atomics):
+            got = [(r, k) for p, n, r, k in atomics if (p, n) == (path, name)]
+            print(f"| {path} | {name} | {sum(k for _, k in got) / sum(r for r, _ in got):,.1f} |")
 
 
 # What --sim prints: callgrind's simulated misses (its caches are the
@@ -128,7 +146,53 @@ def print_sims(sims):
         print(f"| {path} | {name} | " + " | ".join(f"{v:,.0f}" for v in cells) + " |")
 
 
-def measure(binary, path, d, duration, keep=None, headers=(), sim=False):
+def locked_instructions(dump):
+    """How many times the dump's locked read-modify-write instructions ran
+    (needs `--dump-instr=yes`): its per-instruction counts, matched
+    against each object's disassembly (objdump)."""
+    counts = {}  # (object, address) -> executions
+    obj, names, pos, after_call = None, {}, 0, False
+    for line in open(dump):
+        if not line.strip() or line.startswith("#"):
+            continue
+        m = re.match(r"^(c?ob|c?fn|c?f[lie]|calls)=(.*)$", line.rstrip("\n"))
+        if m:
+            key, val = m.groups()
+            if key in ("ob", "cob"):
+                ref = re.match(r"\((\d+)\)(?: (.*))?", val)
+                if ref and ref.group(2):
+                    names[ref.group(1)] = ref.group(2)
+                if key == "ob" and ref:
+                    obj = names.get(ref.group(1))
+            after_call = after_call or key == "calls"
+            continue
+        if line[0] not in "0123456789+-*":
+            continue
+        fields = line.split()
+        at = fields[0]
+        if at.startswith("0x"):
+            pos = int(at, 16)
+        elif at[0] in "+-":
+            step = int(at[1:], 16) if at[1:].startswith("0x") else int(at[1:])
+            pos += step if at[0] == "+" else -step
+        if after_call:
+            # The line after calls= is the call's inclusive cost, not the
+            # instruction's own.
+            after_call = False
+            continue
+        if len(fields) >= 3 and obj:
+            counts[(obj, pos)] = counts.get((obj, pos), 0) + int(fields[2])
+    total = 0
+    for o in {o for o, _ in counts}:
+        if not os.path.exists(o):
+            continue
+        asm = subprocess.run(["objdump", "-d", "--no-show-raw-insn", o], capture_output=True, text=True).stdout
+        for m in re.finditer(r"^\s*([0-9a-f]+):\s+(lock\b|xchg\b.*\()", asm, re.M):
+            total += counts.get((o, int(m.group(1), 16)), 0)
+    return total
+
+
+def measure(binary, path, d, duration, keep=None, headers=(), sim=False, atomics=False):
     out = os.path.join(d, "cg.out")
     for f in glob.glob(out + "*"):
         os.remove(f)
@@ -140,7 +204,7 @@ def measure(binary, path, d, duration, keep=None, headers=(), sim=False):
                "-g", "master_process off;"]
     else:
         cmd = [binary, "serve", "--nginx-conf", os.path.join(d, "proxy.conf"), "--threads", "1"]
-    sim_args = ["--cache-sim=yes", "--branch-sim=yes"] if sim else []
+    sim_args = (["--cache-sim=yes", "--branch-sim=yes"] if sim else []) + (["--dump-instr=yes"] if atomics else [])
     p = subprocess.Popen(["valgrind", "--tool=callgrind", *sim_args, f"--callgrind-out-file={out}", *cmd],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
     try:
@@ -177,7 +241,8 @@ def measure(binary, path, d, duration, keep=None, headers=(), sim=False):
         if keep:
             dumps = sorted(glob.glob(out + ".*"))
             shutil.copyfile(dumps[-1], keep)
-        return ir, reqs, mem, events
+        locked = sum(locked_instructions(f) for f in sorted(glob.glob(out + ".*"))) if atomics else 0
+        return ir, reqs, mem, events, locked
     finally:
         os.killpg(p.pid, signal.SIGTERM)
         try:
