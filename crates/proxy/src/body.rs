@@ -271,11 +271,10 @@ pub(crate) struct Streamed {
     progressed: bool,
     guard: Option<PeerGuard>,
     conn: Option<(Arc<Pool>, Conn)>,
-    /// For the error_log line when the body breaks.
+    /// For the error_log line when the body breaks (about the guard's
+    /// peer).
     cx: crate::errlog::Context,
-    /// Core's clock, for charging a failure after the header.
-    clock: Arc<dyn vigil_core::Clock>,
-    /// The upstream's counters, where such a charge is counted.
+    /// The upstream's counters, where a charge after the header is counted.
     stats: Option<Arc<UpstreamStats>>,
 }
 
@@ -286,7 +285,6 @@ impl Streamed {
         guard: PeerGuard,
         conn: Option<(Arc<Pool>, Conn)>,
         cx: crate::errlog::Context,
-        clock: Arc<dyn vigil_core::Clock>,
         stats: Option<Arc<UpstreamStats>>,
     ) -> Self {
         let mut s = Self {
@@ -297,7 +295,6 @@ impl Streamed {
             guard: Some(guard),
             conn,
             cx,
-            clock,
             stats,
         };
         // No body (HEAD, 204, 304, Content-Length: 0): hyper's server does
@@ -308,11 +305,22 @@ impl Streamed {
         s
     }
 
-    /// The body broke after the header went out: core decides whether that
-    /// is charged (`passive_count after_header`; nginx never charges it).
-    fn broke(&mut self, class: vigil_core::FailureClass) {
+    /// The body broke after the header went out: nginx's error_log line
+    /// (about the guard's peer), then core decides whether that is charged
+    /// (`passive_count after_header`; nginx never charges it).
+    fn broke(
+        &mut self,
+        class: vigil_core::FailureClass,
+        failure: crate::errlog::Failure,
+        detail: &dyn std::fmt::Display,
+    ) {
+        let names = self.guard.as_ref().map_or(("", ""), |g| {
+            (&**g.upstream().name(), &**g.peer().addr_text())
+        });
+        self.cx.log(names, failure, "reading upstream", detail);
         if let Some(g) = self.guard.as_mut() {
-            let charged = g.fail_after_header(class, self.clock.now());
+            let now = g.upstream().clock().now();
+            let charged = g.fail_after_header(class, now);
             if let Some(s) = &self.stats {
                 s.charged(g.peer().id(), charged);
             }
@@ -375,11 +383,10 @@ impl Body for Streamed {
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
-                this.broke(vigil_core::FailureClass::Error);
                 // nginx: "upstream prematurely closed connection while
                 // reading upstream" and its kin, at error level.
-                this.cx
-                    .log(crate::errlog::Failure::of(&*e), "reading upstream", &*e);
+                let failure = crate::errlog::Failure::of(&*e);
+                this.broke(vigil_core::FailureClass::Error, failure, &*e);
                 Poll::Ready(Some(Err(e)))
             }
             Poll::Ready(None) => {
@@ -388,10 +395,9 @@ impl Body for Streamed {
             }
             Poll::Pending => {
                 ready!(this.poll_timer(cx));
-                this.broke(vigil_core::FailureClass::Timeout);
-                this.cx.log(
+                this.broke(
+                    vigil_core::FailureClass::Timeout,
                     crate::errlog::Failure::Timeout,
-                    "reading upstream",
                     &BodyTimeout,
                 );
                 Poll::Ready(Some(Err(Box::new(BodyTimeout))))

@@ -4,7 +4,6 @@
 //! kept as cheap clones and formatted only when a line is written.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use http::request::Parts;
 use http::{Method, Uri, Version};
@@ -12,8 +11,6 @@ use http::{Method, Uri, Version};
 /// Who a failure after the header concerns.
 #[derive(Clone, Debug)]
 pub(crate) struct Context {
-    pub(crate) upstream: Arc<str>,
-    pub(crate) peer: Arc<str>,
     pub(crate) client: SocketAddr,
     method: Method,
     uri: Uri,
@@ -40,18 +37,12 @@ pub(crate) enum Failure {
 // === impl Context ===
 
 impl Context {
-    /// The context of `parts` (whose first `Host` is `host`), proxied to
-    /// `peer` of `upstream`.
-    pub(crate) fn new(
-        upstream: &Arc<str>,
-        peer: &Arc<str>,
-        client: SocketAddr,
-        parts: &Parts,
-        host: Option<http::HeaderValue>,
-    ) -> Self {
+    /// The context of `parts` (whose first `Host` is `host`). The
+    /// upstream and the peer are the ones the line is about (from the
+    /// attempt's guard): not kept here, as cloning their names was two
+    /// atomic counts a request.
+    pub(crate) fn new(client: SocketAddr, parts: &Parts, host: Option<http::HeaderValue>) -> Self {
         Self {
-            upstream: upstream.clone(),
-            peer: peer.clone(),
             client,
             method: parts.method.clone(),
             uri: parts.uri.clone(),
@@ -74,9 +65,15 @@ impl Context {
             .unwrap_or("")
     }
 
-    /// Write one error_log line: `failure` while `action` (nginx's
-    /// `c->log->action`, e.g. "reading upstream").
-    pub(crate) fn log(&self, failure: Failure, action: &str, detail: &dyn std::fmt::Display) {
+    /// Write one error_log line about `peer` of `upstream`: `failure`
+    /// while `action` (nginx's `c->log->action`, e.g. "reading upstream").
+    pub(crate) fn log(
+        &self,
+        (upstream, peer): (&str, &str),
+        failure: Failure,
+        action: &str,
+        detail: &dyn std::fmt::Display,
+    ) {
         let what = match failure {
             Failure::PrematureClose => "upstream prematurely closed connection",
             Failure::InvalidChunk => "upstream sent invalid chunked response",
@@ -85,8 +82,8 @@ impl Context {
             Failure::Other => "upstream read failed",
         };
         tracing::error!(
-            upstream = %self.upstream,
-            peer = %self.peer,
+            upstream = %upstream,
+            peer = %peer,
             client = %self.client.ip(),
             request = %self.request(),
             host = %self.host(),
@@ -94,8 +91,8 @@ impl Context {
             "{what} while {action}, client: {}, request: \"{}\", upstream: \"{}\" ({}), host: \"{}\"",
             self.client.ip(),
             self.request(),
-            self.peer,
-            self.upstream,
+            peer,
+            upstream,
             self.host(),
         );
     }

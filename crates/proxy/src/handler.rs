@@ -85,13 +85,13 @@ fn observer<'p>(
     clippy::manual_async_fn,
     reason = "an async fn would hold its arguments twice"
 )]
-pub(crate) fn handle(
-    proxy: Arc<Proxy>,
+pub(crate) fn handle<'a>(
+    proxy: &'a Arc<Proxy>,
     local: SocketAddr,
     client: SocketAddr,
     mut req: Request<RequestBody>,
-    conn: Arc<crate::conn::ConnState>,
-) -> impl Future<Output = Response<UpBody>> + Send {
+    conn: &'a Arc<crate::conn::ConnState>,
+) -> impl Future<Output = Response<UpBody>> + Send + 'a {
     async move {
         let start = vigil_core::clock::coarse_now();
         // Only where a template or log line may read it ($request_id).
@@ -120,7 +120,7 @@ pub(crate) fn handle(
             },
             Err(refusal) => {
                 return Box::pin(not_routed(
-                    &proxy,
+                    proxy,
                     &generation,
                     refusal,
                     parts,
@@ -132,13 +132,13 @@ pub(crate) fn handle(
                 .await
             }
         };
-        crate::conn::on_route(&conn, &route.location.proxy);
-        let mut obs = observer(&proxy, &generation, &route, &parts, start);
+        crate::conn::on_route(conn, &route.location.proxy);
+        let mut obs = observer(proxy, &generation, &route, &parts, start);
         // error_page redirects with the routes of this generation.
         let pages = saved.map(|p| (generation.clone(), p));
         drop(generation);
         let net = (local, client);
-        let resp = proxy_request(&proxy, &route, net, &mut parts, &mut body, start, &mut obs).await;
+        let resp = proxy_request(proxy, &route, net, &mut parts, &mut body, start, &mut obs).await;
         // Done with (logged): the map's and the extensions' room is a later
         // message's.
         crate::spare::keep(std::mem::take(&mut parts.headers));
@@ -151,7 +151,7 @@ pub(crate) fn handle(
                     pages: &route.error_pages,
                     parts: *parts,
                 };
-                Box::pin(error_paged(&proxy, page, &mut body, net, start, resp)).await
+                Box::pin(error_paged(proxy, page, &mut body, net, start, resp)).await
             }
             None => resp,
         };
@@ -435,7 +435,7 @@ fn proxy_request<'a, 'o>(
             ClientRequestBody::Unread(_) => return error_page(StatusCode::INTERNAL_SERVER_ERROR),
         };
         let facts = RequestFacts::new(parts.method.as_str(), matches!(body, ReqBody::Buffered(_)));
-        let upstream = route.upstream.clone();
+        let upstream = &route.upstream;
         let hash_key = route
             .hash_key
             .as_ref()
@@ -625,13 +625,7 @@ fn proxy_request<'a, 'o>(
                             // vigil's own reader left the hop-by-hop fields out as it
                             // built the map (upstream::head::parse); hyper's did not.
                             let stripped = matches!(incoming, crate::upstream::RespBody::H1(_));
-                            let cx = crate::errlog::Context::new(
-                                upstream.name(),
-                                peer.addr_text(),
-                                client,
-                                parts,
-                                asked.host.take(),
-                            );
+                            let cx = crate::errlog::Context::new(client, parts, asked.host.take());
                             if head.status == StatusCode::SWITCHING_PROTOCOLS {
                                 // attempt::run lets a 101 through only when this
                                 // request asked for it, so on_upgrade is there.
@@ -644,14 +638,18 @@ fn proxy_request<'a, 'o>(
                                         client_send: settings.client_send_timeout,
                                     };
                                     tokio::spawn(async move {
-                                        let _guard = guard;
+                                        let names = (
+                                            &**guard.upstream().name(),
+                                            &**guard.peer().addr_text(),
+                                        );
                                         match (client_up.await, upstream_up.io().await) {
                                             (Ok(a), Ok(b)) => {
-                                                crate::tunnel::run(a, b, timeouts, &cx).await;
+                                                crate::tunnel::run(a, b, timeouts, &cx, names)
+                                                    .await;
                                             }
                                             (a, b) => tracing::warn!(
                                                 client = %cx.client,
-                                                upstream = %cx.upstream,
+                                                upstream = %names.0,
                                                 client_ok = a.is_ok(),
                                                 upstream_ok = b.is_ok(),
                                                 "upgrade failed"
@@ -689,7 +687,6 @@ fn proxy_request<'a, 'o>(
                                 guard,
                                 pooled,
                                 cx,
-                                clock.clone(),
                                 obs.stats(),
                             );
                             let mut resp = Response::from_parts(head, BodyExt::boxed(streamed));

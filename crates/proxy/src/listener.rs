@@ -252,10 +252,10 @@ where
     let svc = conn::tracking(
         state.clone(),
         move |mut req: http::Request<hyper::body::Incoming>| {
-            let proxy = proxy.clone();
+            let (proxy, served) = (proxy.clone(), served.clone());
             req.extensions_mut().insert(Secure);
             let req = req.map(crate::body::RequestBody::Hyper);
-            crate::handler::handle(proxy, addr, client, req, served.clone())
+            async move { crate::handler::handle(&proxy, addr, client, req, &served).await }
         },
     );
     let conn = site

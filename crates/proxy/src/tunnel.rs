@@ -32,8 +32,15 @@ pub(crate) enum End {
     ClientTimeout,
 }
 
-/// Copy between `client` and `upstream` until one closes or a timer fires.
-pub(crate) async fn run<C, U>(mut client: C, mut upstream: U, t: Timeouts, cx: &Context) -> End
+/// Copy between `client` and `upstream` until one closes or a timer fires;
+/// `names` are the upstream's and the peer's, for the error_log line.
+pub(crate) async fn run<C, U>(
+    mut client: C,
+    mut upstream: U,
+    t: Timeouts,
+    cx: &Context,
+    names: (&str, &str),
+) -> End
 where
     C: AsyncRead + AsyncWrite + Unpin,
     U: AsyncRead + AsyncWrite + Unpin,
@@ -65,6 +72,7 @@ where
     };
     match end {
         End::UpstreamTimeout => cx.log(
+            names,
             Failure::Timeout,
             "proxying upgraded connection",
             &"tunnel idle or upstream write stalled",

@@ -221,6 +221,11 @@ impl Upstream {
         &self.name
     }
 
+    /// The clock its rules run on.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
     /// Its configuration.
     pub fn config(&self) -> &UpstreamConfig {
         &self.config

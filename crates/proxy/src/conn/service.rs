@@ -3,6 +3,7 @@
 //! the handler routes it, and a response can close the connection unsent.
 
 use std::future::Future;
+use std::ops::Deref;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -18,7 +19,9 @@ use super::ConnState;
 use crate::payload::{BoxError, UpBody};
 
 /// A request being served; dropping it (with the response body) ends it.
-pub(crate) struct RequestGuard(Arc<ConnState>);
+/// HTTP/2's is in the response body and holds the connection's state; an
+/// HTTP/1 exchange's lives inside the connection's loop and borrows it.
+pub(crate) struct RequestGuard<S: Deref<Target = ConnState> = Arc<ConnState>>(S);
 
 /// The response body, ending the request when hyper drops it.
 pub(crate) struct Tracked {
@@ -110,16 +113,17 @@ fn respond(
 
 /// A request (of `version`) starts on the connection of `state`; it ends
 /// when the guard drops.
-pub(crate) fn begin(state: &Arc<ConnState>, version: Version) -> RequestGuard {
-    RequestGuard::new(state, version)
+pub(crate) fn begin(state: &ConnState, version: Version) -> RequestGuard<&ConnState> {
+    state.request(version);
+    RequestGuard(state)
 }
 
 /// What the service does to a response before it is sent: `Err` when it
 /// must not be sent (the connection closes); a 101 turns the timers off;
 /// `keepalive_timeout 0` adds `Connection: close`.
-pub(crate) fn prepare(
+pub(crate) fn prepare<S: Deref<Target = ConnState>>(
     resp: &mut Response<UpBody>,
-    guard: &RequestGuard,
+    guard: &RequestGuard<S>,
     version: Version,
 ) -> Result<(), Abort> {
     if resp.extensions().get::<CloseSilently>().is_some() {
@@ -145,7 +149,7 @@ impl RequestGuard {
     }
 }
 
-impl Drop for RequestGuard {
+impl<S: Deref<Target = ConnState>> Drop for RequestGuard<S> {
     fn drop(&mut self) {
         self.0.finished();
     }

@@ -329,18 +329,29 @@ fn run(
             if after == After::Gone {
                 return Ok(());
             }
-            if after == After::Close || shutdown.load(Ordering::Acquire) || !drain(&wire).await {
+            // The next head, if the rest of this request's body is here
+            // already; under one lock of the connection.
+            let next = std::future::poll_fn(|task| {
+                let mut w = lock(&wire);
+                let next = after == After::Next
+                    && !shutdown.load(Ordering::Acquire)
+                    && drain(&mut w, task);
+                if next {
+                    w.seq = 0;
+                    w.body = Reading::Done;
+                    w.continue_at = None;
+                    if w.buf.is_empty() {
+                        // Idle: no per-request memory held; the buffer the
+                        // head came in is a later head's.
+                        crate::spare::keep_read_room(std::mem::take(&mut w.buf));
+                    }
+                }
+                Poll::Ready(next)
+            })
+            .await;
+            if !next {
                 close(&wire).await;
                 return Ok(());
-            }
-            let mut w = lock(&wire);
-            w.seq = 0;
-            w.body = Reading::Done;
-            w.continue_at = None;
-            if w.buf.is_empty() {
-                // Idle: no per-request memory held; the buffer the head
-                // came in is a later head's.
-                crate::spare::keep_read_room(std::mem::take(&mut w.buf));
             }
         }
     }
@@ -453,8 +464,7 @@ fn exchange<'a>(
                 if serve == Serve::Tls {
                     req.extensions_mut().insert(crate::tls::Secure);
                 }
-                let conn = cx.state.clone();
-                crate::handler::handle(cx.proxy.clone(), cx.local, cx.client, req, conn).await
+                crate::handler::handle(&cx.proxy, cx.local, cx.client, req, &cx.state).await
             }
         };
         gate::close_if_blind(&verdict, &mut resp);
@@ -489,25 +499,21 @@ fn exchange<'a>(
 
 /// Discard what is left of the request body if it is already here
 /// (hyper's `poll_drain_or_close_read`); false when the connection must close.
-async fn drain(wire: &Mutex<Wire>) -> bool {
-    std::future::poll_fn(|cx| {
-        let mut w = lock(wire);
-        w.continue_at = None;
-        let mut drained = 0usize;
-        loop {
-            match w.poll_body(cx) {
-                Poll::Ready(None) => return Poll::Ready(true),
-                Poll::Ready(Some(Ok(f))) => {
-                    drained += f.data_ref().map_or(0, Bytes::len);
-                    if drained > DRAIN_LIMIT {
-                        return Poll::Ready(false);
-                    }
+fn drain(w: &mut Wire, task: &mut Context<'_>) -> bool {
+    w.continue_at = None;
+    let mut drained = 0usize;
+    loop {
+        match w.poll_body(task) {
+            Poll::Ready(None) => return true,
+            Poll::Ready(Some(Ok(f))) => {
+                drained += f.data_ref().map_or(0, Bytes::len);
+                if drained > DRAIN_LIMIT {
+                    return false;
                 }
-                Poll::Ready(Some(Err(_))) | Poll::Pending => return Poll::Ready(false),
             }
+            Poll::Ready(Some(Err(_))) | Poll::Pending => return false,
         }
-    })
-    .await
+    }
 }
 
 /// Shut the stream down (as hyper does before dropping it).
@@ -538,7 +544,7 @@ async fn serve_h2(cx: &Ctx, wire: &Mutex<Wire>, shutdown: &AtomicBool) -> Result
             let (proxy, state) = (proxy.clone(), state.clone());
             async move {
                 let req = req.map(RequestBody::Hyper);
-                crate::handler::handle(proxy, local, client, req, state).await
+                crate::handler::handle(&proxy, local, client, req, &state).await
             }
         },
     );
@@ -927,11 +933,11 @@ mod tests {
             &'static AtomicBool,
         );
         type HandleArgs = (
-            Arc<Proxy>,
+            &'static Arc<Proxy>,
             SocketAddr,
             SocketAddr,
             Request<RequestBody>,
-            Arc<crate::conn::ConnState>,
+            &'static Arc<crate::conn::ConnState>,
         );
         type AttemptArgs = (&'static crate::route::Route, Arc<vigil_core::peer::Peer>);
         // Every connection holds its loop's future, idle or not: memory per

@@ -666,6 +666,11 @@ async fn body_failures_after_the_header_are_logged_in_nginx_words() {
             "{what}: {line}"
         );
         assert!(line.contains("client: 127.0.0.1"), "{what}: {line}");
+        // The peer and its upstream, from the attempt's guard.
+        assert!(
+            line.contains("upstream: \"127.0.0.1:") && line.contains("\" (r), host: \"a\""),
+            "{what}: {line}"
+        );
         let theirs = t.stock.error_log();
         assert!(
             theirs.contains(words),
