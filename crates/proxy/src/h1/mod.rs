@@ -437,7 +437,7 @@ fn exchange<'a>(
     let version = parsed.version;
     let keep_alive = parsed.keep_alive;
     let method = parsed.method.clone();
-    let body = H1Body::new(wire.clone(), seq, parsed.body);
+    let body = H1Body::new(wire, seq, parsed.body);
     let mut req = Request::new(RequestBody::H1(body));
     *req.method_mut() = parsed.method;
     *req.uri_mut() = parsed.uri;

@@ -68,7 +68,8 @@ pub(crate) enum Reading {
 /// A request body on an HTTP/1.x connection, read from the connection's
 /// [`Wire`] on demand.
 pub(crate) struct H1Body {
-    wire: Arc<Mutex<Wire>>,
+    /// None when there is no body (most requests): nothing to share.
+    wire: Option<Arc<Mutex<Wire>>>,
     seq: u64,
     /// `Content-Length`, for the size hint.
     length: Option<u64>,
@@ -264,9 +265,9 @@ impl Wire {
 // === impl H1Body ===
 
 impl H1Body {
-    pub(crate) fn new(wire: Arc<Mutex<Wire>>, seq: u64, kind: BodyKind) -> Self {
+    pub(crate) fn new(wire: &Arc<Mutex<Wire>>, seq: u64, kind: BodyKind) -> Self {
         Self {
-            wire,
+            wire: (kind != BodyKind::Empty).then(|| wire.clone()),
             seq,
             length: match kind {
                 BodyKind::Empty => Some(0),
@@ -289,8 +290,11 @@ impl Body for H1Body {
         if self.ended {
             return Poll::Ready(None);
         }
+        let Some(wire) = self.wire.as_ref() else {
+            return Poll::Ready(None);
+        };
         let polled = {
-            let Ok(mut wire) = self.wire.lock() else {
+            let Ok(mut wire) = wire.lock() else {
                 return Poll::Ready(Some(Err(Box::new(BodyError::Stale))));
             };
             if wire.seq != self.seq {
