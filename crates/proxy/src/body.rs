@@ -314,10 +314,8 @@ impl Streamed {
         failure: crate::errlog::Failure,
         detail: &dyn std::fmt::Display,
     ) {
-        let names = self.guard.as_ref().map_or(("", ""), |g| {
-            (&**g.upstream().name(), &**g.peer().addr_text())
-        });
-        self.cx.log(names, failure, "reading upstream", detail);
+        self.cx
+            .log(self.guard.as_ref(), failure, "reading upstream", detail);
         if let Some(g) = self.guard.as_mut() {
             let now = g.upstream().clock().now();
             let charged = g.fail_after_header(class, now);

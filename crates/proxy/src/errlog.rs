@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 
 use http::request::Parts;
 use http::{Method, Uri, Version};
+use vigil_core::upstream::PeerGuard;
 
 /// Who a failure after the header concerns.
 #[derive(Clone, Debug)]
@@ -65,15 +66,19 @@ impl Context {
             .unwrap_or("")
     }
 
-    /// Write one error_log line about `peer` of `upstream`: `failure`
-    /// while `action` (nginx's `c->log->action`, e.g. "reading upstream").
+    /// Write one error_log line about the attempt of `guard` (its peer
+    /// and upstream; empty without one): `failure` while `action` (nginx's
+    /// `c->log->action`, e.g. "reading upstream").
     pub(crate) fn log(
         &self,
-        (upstream, peer): (&str, &str),
+        guard: Option<&PeerGuard>,
         failure: Failure,
         action: &str,
         detail: &dyn std::fmt::Display,
     ) {
+        let (upstream, peer) = guard.map_or(("", ""), |g| {
+            (&**g.upstream().name(), &**g.peer().addr_text())
+        });
         let what = match failure {
             Failure::PrematureClose => "upstream prematurely closed connection",
             Failure::InvalidChunk => "upstream sent invalid chunked response",

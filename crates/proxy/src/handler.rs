@@ -638,18 +638,14 @@ fn proxy_request<'a, 'o>(
                                         client_send: settings.client_send_timeout,
                                     };
                                     tokio::spawn(async move {
-                                        let names = (
-                                            &**guard.upstream().name(),
-                                            &**guard.peer().addr_text(),
-                                        );
                                         match (client_up.await, upstream_up.io().await) {
                                             (Ok(a), Ok(b)) => {
-                                                crate::tunnel::run(a, b, timeouts, &cx, names)
+                                                crate::tunnel::run(a, b, timeouts, &cx, &guard)
                                                     .await;
                                             }
                                             (a, b) => tracing::warn!(
                                                 client = %cx.client,
-                                                upstream = %names.0,
+                                                upstream = %guard.upstream().name(),
                                                 client_ok = a.is_ok(),
                                                 upstream_ok = b.is_ok(),
                                                 "upgrade failed"

@@ -157,7 +157,8 @@ pub(crate) fn keep_head_room(room: BytesMut) {
 }
 
 /// `Box::pin(make())`, with the box allocated before `make` runs, so that
-/// the value can be built in the box. A request's future is kilobytes, and
+/// the optimizer can build the value in the box (it does in the release
+/// build, not in a debug one). A request's future is kilobytes, and
 /// `Box::pin` builds it on the stack and copies all of it, every cache
 /// line, where the state a future starts in is a few hundred bytes.
 #[inline(always)]

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use vigil_core::upstream::PeerGuard;
+
 use crate::errlog::{Context, Failure};
 
 /// The timers of a tunnel.
@@ -33,13 +35,13 @@ pub(crate) enum End {
 }
 
 /// Copy between `client` and `upstream` until one closes or a timer fires;
-/// `names` are the upstream's and the peer's, for the error_log line.
+/// `guard` is the attempt's, whose peer the error_log line names.
 pub(crate) async fn run<C, U>(
     mut client: C,
     mut upstream: U,
     t: Timeouts,
     cx: &Context,
-    names: (&str, &str),
+    guard: &PeerGuard,
 ) -> End
 where
     C: AsyncRead + AsyncWrite + Unpin,
@@ -72,7 +74,7 @@ where
     };
     match end {
         End::UpstreamTimeout => cx.log(
-            names,
+            Some(guard),
             Failure::Timeout,
             "proxying upgraded connection",
             &"tunnel idle or upstream write stalled",

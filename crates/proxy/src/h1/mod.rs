@@ -337,9 +337,9 @@ fn run(
                     && !shutdown.load(Ordering::Acquire)
                     && drain(&mut w, task);
                 if next {
+                    // (drain cleared `continue_at`.)
                     w.seq = 0;
                     w.body = Reading::Done;
-                    w.continue_at = None;
                     if w.buf.is_empty() {
                         // Idle: no per-request memory held; the buffer the
                         // head came in is a later head's.

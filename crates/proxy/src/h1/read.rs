@@ -68,7 +68,8 @@ pub(crate) enum Reading {
 /// A request body on an HTTP/1.x connection, read from the connection's
 /// [`Wire`] on demand.
 pub(crate) struct H1Body {
-    /// None when there is no body (most requests): nothing to share.
+    /// None when there is no body (most requests): nothing to share, and
+    /// `ended` is set.
     wire: Option<Arc<Mutex<Wire>>>,
     seq: u64,
     /// `Content-Length`, for the size hint.
@@ -266,15 +267,16 @@ impl Wire {
 
 impl H1Body {
     pub(crate) fn new(wire: &Arc<Mutex<Wire>>, seq: u64, kind: BodyKind) -> Self {
+        let ended = kind == BodyKind::Empty || kind == BodyKind::Length(0);
         Self {
-            wire: (kind != BodyKind::Empty).then(|| wire.clone()),
+            wire: (!ended).then(|| wire.clone()),
             seq,
             length: match kind {
                 BodyKind::Empty => Some(0),
                 BodyKind::Length(n) => Some(n),
                 BodyKind::Chunked => None,
             },
-            ended: kind == BodyKind::Empty || kind == BodyKind::Length(0),
+            ended,
         }
     }
 }
