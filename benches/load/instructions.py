@@ -28,6 +28,7 @@ Needs valgrind, nginx and wrk (and objdump for --atomics).
 """
 
 import argparse
+import functools
 import glob
 import os
 import re
@@ -184,12 +185,16 @@ def locked_instructions(dump):
             counts[(obj, pos)] = counts.get((obj, pos), 0) + int(fields[2])
     total = 0
     for o in {o for o, _ in counts}:
-        if not os.path.exists(o):
-            continue
-        asm = subprocess.run(["objdump", "-d", "--no-show-raw-insn", o], capture_output=True, text=True).stdout
-        for m in re.finditer(r"^\s*([0-9a-f]+):\s+(lock\b|xchg\b.*\()", asm, re.M):
-            total += counts.get((o, int(m.group(1), 16)), 0)
+        if os.path.exists(o):
+            total += sum(counts.get((o, at), 0) for at in locked_addresses(o))
     return total
+
+
+@functools.lru_cache(maxsize=None)
+def locked_addresses(obj):
+    """The addresses of `obj`'s locked instructions, disassembled once a run."""
+    asm = subprocess.run(["objdump", "-d", "--no-show-raw-insn", obj], capture_output=True, text=True).stdout
+    return tuple(int(m.group(1), 16) for m in re.finditer(r"^\s*([0-9a-f]+):\s+(lock\b|xchg\b.*\()", asm, re.M))
 
 
 def measure(binary, path, d, duration, keep=None, headers=(), sim=False, atomics=False):

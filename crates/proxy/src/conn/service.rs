@@ -85,7 +85,7 @@ where
 {
     hyper::service::service_fn(move |req: Request<Incoming>| {
         let version = req.version();
-        let guard = RequestGuard::new(&state, version);
+        let guard = RequestGuard::new(state.clone(), version);
         // Boxed per request: hyper keeps one slot for the service's future
         // per connection for as long as it lives, idle or not, so an inline
         // handler future (several KiB) would be held by every idle
@@ -114,8 +114,7 @@ fn respond(
 /// A request (of `version`) starts on the connection of `state`; it ends
 /// when the guard drops.
 pub(crate) fn begin(state: &ConnState, version: Version) -> RequestGuard<&ConnState> {
-    state.request(version);
-    RequestGuard(state)
+    RequestGuard::new(state, version)
 }
 
 /// What the service does to a response before it is sent: `Err` when it
@@ -142,10 +141,10 @@ pub(crate) fn prepare<S: Deref<Target = ConnState>>(
 
 // === impl RequestGuard ===
 
-impl RequestGuard {
-    fn new(state: &Arc<ConnState>, version: Version) -> Self {
+impl<S: Deref<Target = ConnState>> RequestGuard<S> {
+    fn new(state: S, version: Version) -> Self {
         state.request(version);
-        Self(state.clone())
+        Self(state)
     }
 }
 

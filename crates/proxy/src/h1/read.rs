@@ -289,10 +289,7 @@ impl Body for H1Body {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        if self.ended {
-            return Poll::Ready(None);
-        }
-        let Some(wire) = self.wire.as_ref() else {
+        let (false, Some(wire)) = (self.ended, self.wire.as_ref()) else {
             return Poll::Ready(None);
         };
         let polled = {
