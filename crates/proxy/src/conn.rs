@@ -113,8 +113,11 @@ impl ConnState {
         })
     }
 
+    /// Milliseconds since `origin`, by the worker's cached clock (as
+    /// nginx sets its timers from `ngx_current_msec`, the time of the last
+    /// wake-up): a deadline is at most one turn of the event loop early.
     fn now_ms(&self) -> u64 {
-        ms(Instant::now().saturating_duration_since(self.origin))
+        ms(vigil_core::clock::coarse_now().saturating_duration_since(self.origin))
     }
 
     fn after(&self, timeout_ms: u64) -> u64 {

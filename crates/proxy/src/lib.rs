@@ -37,6 +37,7 @@ pub mod route;
 mod router;
 mod server;
 mod shard;
+mod sock;
 mod spare;
 mod status_page;
 mod telemetry;

@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::{BufMut, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
+use tokio::time::Instant;
 
 use crate::raw_head::RawFields;
 
@@ -58,31 +59,38 @@ pub(crate) struct Encoded {
 /// The formatted `Date` value of the current second, one per thread.
 struct CachedDate {
     bytes: [u8; 29],
-    next: SystemTime,
+    /// When, by the worker's cached clock, the second `bytes` names ends
+    /// (None before the first response).
+    until: Option<Instant>,
 }
 
 thread_local! {
     static DATE: RefCell<CachedDate> = const {
         RefCell::new(CachedDate {
             bytes: [b' '; 29],
-            next: UNIX_EPOCH,
+            until: None,
         })
     };
 }
 
+/// The `Date` of a response, written in place. As nginx's
+/// `ngx_cached_http_time`, it is the time of the worker's last wake-up
+/// (`vigil_core::clock::coarse_now`): the wall clock itself is read only
+/// when a new second is formatted, not once per response.
 fn extend_date(dst: &mut BytesMut) {
     DATE.with(|c| {
         let mut c = c.borrow_mut();
-        let now = SystemTime::now();
-        if now >= c.next {
-            let text = httpdate::fmt_http_date(now);
+        let now = vigil_core::clock::coarse_now();
+        if c.until.is_none_or(|until| now >= until) {
+            let wall = SystemTime::now();
+            let text = httpdate::fmt_http_date(wall);
             let n = text.len().min(29);
             c.bytes[..n].copy_from_slice(&text.as_bytes()[..n]);
-            let nanos = now
+            let nanos = wall
                 .duration_since(UNIX_EPOCH)
                 .unwrap_or_default()
                 .subsec_nanos();
-            c.next = now + Duration::from_secs(1) - Duration::from_nanos(u64::from(nanos));
+            c.until = Some(now + Duration::from_secs(1) - Duration::from_nanos(u64::from(nanos)));
         }
         dst.extend_from_slice(&c.bytes);
     });
@@ -758,5 +766,23 @@ mod tests {
             "HTTP/1.1 200 OK\r\ndate: D\r\nconnection: close\r\ncontent-length: 1\r\n\r\n"
         );
         assert!(e.last);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_date_is_formatted_again_only_when_the_worker_clock_passes_its_second() {
+        let until = || DATE.with(|c| c.borrow().until).expect("formatted");
+        let mut dst = BytesMut::new();
+        extend_date(&mut dst);
+        assert_eq!(dst.len(), 29, "an IMF-fixdate");
+        assert!(httpdate::parse_http_date(std::str::from_utf8(&dst).unwrap()).is_ok());
+        let first = until();
+        let left = first - Instant::now();
+        assert!(left > Duration::ZERO && left <= Duration::from_secs(1));
+        tokio::time::advance(left / 2).await;
+        extend_date(&mut BytesMut::new());
+        assert_eq!(until(), first, "the same second: not formatted again");
+        tokio::time::advance(left).await;
+        extend_date(&mut BytesMut::new());
+        assert!(until() > first, "a later second: formatted again");
     }
 }

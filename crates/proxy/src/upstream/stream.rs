@@ -11,7 +11,8 @@ use tokio::net::{TcpStream, UnixStream};
 /// A connected stream to a peer.
 #[derive(Debug)]
 pub(crate) enum Stream {
-    /// TCP (TCP_NODELAY set by the connector).
+    /// TCP (TCP_NODELAY set by the connector), written through
+    /// [`crate::sock`].
     Tcp(TcpStream),
     /// A unix-domain socket.
     Unix(UnixStream),
@@ -29,7 +30,7 @@ impl Stream {
     /// Write what fits without waiting (`WouldBlock` when nothing does).
     pub(crate) fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
         match self {
-            Stream::Tcp(s) => s.try_write(buf),
+            Stream::Tcp(s) => crate::sock::try_send(s, buf),
             Stream::Unix(s) => s.try_write(buf),
         }
     }
@@ -55,7 +56,7 @@ impl AsyncWrite for Stream {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tcp(s) => crate::sock::poll_send(s, cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
@@ -66,7 +67,7 @@ impl AsyncWrite for Stream {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Tcp(s) => crate::sock::poll_writev(s, cx, bufs),
             Stream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
         }
     }

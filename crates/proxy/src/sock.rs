@@ -1,0 +1,212 @@
+//! TCP writes made as system calls of their own (a leaf).
+//!
+//! In a process with more than one thread, glibc wraps each `send` and
+//! `writev` in a cancellation point: two compare-and-swaps on the thread's
+//! cancellation state around the call (`__pthread_enable_asynccancel`,
+//! `__pthread_disable_asynccancel`), about 1 % of a worker's CPU with two
+//! writes a request (docs/performance.md). nginx, single-threaded, skips
+//! them. vigil never cancels a thread, so the writes to clients and to
+//! peers go to the kernel through rustix instead, under tokio's readiness
+//! as tokio's own writes do ([`TcpStream::try_io`]): the same calls, the
+//! same flags (`MSG_NOSIGNAL` on `send`, as std sets it), the same errors.
+//!
+//! Reads stay tokio's: a read into a buffer's uninitialized room needs
+//! code this crate does not allow (`unsafe`).
+
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use rustix::net::SendFlags;
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use tokio::net::TcpStream;
+
+/// A client's TCP stream whose writes are [`poll_send`] and [`poll_writev`].
+#[derive(Debug)]
+pub(crate) struct Tcp(TcpStream);
+
+/// Write what fits of `buf` without waiting (`WouldBlock` when nothing does).
+pub(crate) fn try_send(s: &TcpStream, buf: &[u8]) -> io::Result<usize> {
+    s.try_io(Interest::WRITABLE, || {
+        rustix::net::send(s, buf, SendFlags::NOSIGNAL).map_err(io::Error::from)
+    })
+}
+
+/// Write `bufs` in one call, without waiting.
+fn try_writev(s: &TcpStream, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    s.try_io(Interest::WRITABLE, || {
+        rustix::io::writev(s, bufs).map_err(io::Error::from)
+    })
+}
+
+/// Write what fits of `buf`, once the socket takes some.
+pub(crate) fn poll_send(
+    s: &TcpStream,
+    cx: &mut Context<'_>,
+    buf: &[u8],
+) -> Poll<io::Result<usize>> {
+    poll_write_with(s, cx, || try_send(s, buf))
+}
+
+/// Write what fits of `bufs` in one call, once the socket takes some.
+pub(crate) fn poll_writev(
+    s: &TcpStream,
+    cx: &mut Context<'_>,
+    bufs: &[IoSlice<'_>],
+) -> Poll<io::Result<usize>> {
+    poll_write_with(s, cx, || try_writev(s, bufs))
+}
+
+/// tokio's write loop: wait until writable, try; a `WouldBlock` cleared
+/// the readiness, so the next wait registers the task.
+fn poll_write_with(
+    s: &TcpStream,
+    cx: &mut Context<'_>,
+    mut write: impl FnMut() -> io::Result<usize>,
+) -> Poll<io::Result<usize>> {
+    loop {
+        ready!(s.poll_write_ready(cx))?;
+        match write() {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            r => return Poll::Ready(r),
+        }
+    }
+}
+
+// === impl Tcp ===
+
+impl Tcp {
+    pub(crate) fn new(s: TcpStream) -> Self {
+        Self(s)
+    }
+}
+
+impl AsyncRead for Tcp {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Tcp {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        poll_send(&self.0, cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        poll_writev(&self.0, cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        (s, c)
+    }
+
+    #[tokio::test]
+    async fn writes_reach_the_peer_whole_and_vectored() {
+        let (s, mut peer) = pair().await;
+        let mut tcp = Tcp::new(s);
+        tcp.write_all(b"head ").await.unwrap();
+        let n = tcp
+            .write_vectored(&[IoSlice::new(b"one "), IoSlice::new(b"two")])
+            .await
+            .unwrap();
+        assert_eq!(n, 7, "a small vectored write is taken whole");
+        tcp.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        peer.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"head one two");
+    }
+
+    #[tokio::test]
+    async fn a_full_socket_waits_for_room_then_writes() {
+        let (s, mut peer) = pair().await;
+        let chunk = vec![7u8; 64 * 1024];
+        let mut queued = 0usize;
+        // Fill the socket: a write that finds no room says WouldBlock and
+        // clears tokio's readiness.
+        loop {
+            match try_send(&s, &chunk) {
+                Ok(n) => queued += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if s.poll_write_ready(&mut Context::from_waker(std::task::Waker::noop()))
+                        .is_pending()
+                    {
+                        break;
+                    }
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        let mut tcp = Tcp::new(s);
+        let reader = tokio::spawn(async move {
+            let mut got = 0usize;
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                match peer.read(&mut buf).await.unwrap() {
+                    0 => return got,
+                    n => got += n,
+                }
+            }
+        });
+        // Pending until the peer reads, then written: the wait registered.
+        tcp.write_all(&chunk).await.unwrap();
+        tcp.shutdown().await.unwrap();
+        assert_eq!(reader.await.unwrap(), queued + chunk.len());
+    }
+
+    #[tokio::test]
+    async fn a_write_to_a_reset_connection_is_an_error() {
+        let (s, peer) = pair().await;
+        peer.set_zero_linger().unwrap();
+        drop(peer);
+        let mut tcp = Tcp::new(s);
+        let mut failed = None;
+        for _ in 0..64 {
+            if let Err(e) = tcp.write_all(b"after the reset").await {
+                failed = Some(e.kind());
+                break;
+            }
+        }
+        let kind = failed.expect("the reset is seen by a write");
+        assert!(
+            matches!(
+                kind,
+                io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
+            ),
+            "{kind:?}"
+        );
+    }
+}
