@@ -201,52 +201,105 @@ enum Head {
     Closed,
 }
 
+/// The connection's [`Wire`]: the loop's own while no request body can
+/// read it (no lock taken), shared with the body behind a lock while one
+/// can (a request with a body, from its head until its exchange is done).
+struct Held {
+    /// The wire while it is not lent (an empty one while it is).
+    own: Box<Wire>,
+    /// The wire while the current request's body may read it.
+    lent: Option<Arc<Mutex<Wire>>>,
+}
+
 fn lock(wire: &Mutex<Wire>) -> std::sync::MutexGuard<'_, Wire> {
     wire.lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+// === impl Held ===
+
+impl Held {
+    fn new(wire: Wire) -> Self {
+        Self {
+            own: Box::new(wire),
+            lent: None,
+        }
+    }
+
+    /// `f` on the wire, wherever it is.
+    fn with<R>(&mut self, f: impl FnOnce(&mut Wire) -> R) -> R {
+        match &self.lent {
+            Some(shared) => f(&mut lock(shared)),
+            None => f(&mut self.own),
+        }
+    }
+
+    /// The wire, shared, for a request body to read.
+    fn lend(&mut self) -> Arc<Mutex<Wire>> {
+        self.lent
+            .get_or_insert_with(|| Arc::new(Mutex::new(std::mem::take(&mut *self.own))))
+            .clone()
+    }
+
+    /// The wire back from the body it was lent to, once nothing else
+    /// holds it (a body that outlives its exchange keeps it shared; it
+    /// reads nothing of a later request's, `Wire::seq`).
+    fn reclaim(&mut self) {
+        if let Some(shared) = self.lent.take() {
+            match Arc::try_unwrap(shared) {
+                Ok(wire) => {
+                    *self.own = wire
+                        .into_inner()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                }
+                Err(shared) => self.lent = Some(shared),
+            }
+        }
+    }
+}
+
 /// Read the next head into the buffer and judge it.
 async fn read_head(
-    wire: &Mutex<Wire>,
+    held: &mut Held,
     limits: HeadLimits,
     first: bool,
     shutdown: &AtomicBool,
 ) -> Result<Head, H1Error> {
     let mut scan = HeadScan::new(limits);
     std::future::poll_fn(|cx| {
-        let mut w = lock(wire);
-        loop {
-            if !w.buf.is_empty() {
-                if first {
-                    let n = w.buf.len().min(H2_PREFACE.len());
-                    if w.buf[..n] == H2_PREFACE[..n] {
-                        if n == H2_PREFACE.len() {
-                            return Poll::Ready(Ok(Head::H2));
+        held.with(|w| {
+            loop {
+                if !w.buf.is_empty() {
+                    if first {
+                        let n = w.buf.len().min(H2_PREFACE.len());
+                        if w.buf[..n] == H2_PREFACE[..n] {
+                            if n == H2_PREFACE.len() {
+                                return Poll::Ready(Ok(Head::H2));
+                            }
+                            // Not decided yet: read more.
+                        } else if let Some(h) = judge(w, &mut scan) {
+                            return Poll::Ready(Ok(h));
                         }
-                        // Not decided yet: read more.
-                    } else if let Some(h) = judge(&mut w, &mut scan) {
+                    } else if let Some(h) = judge(w, &mut scan) {
                         return Poll::Ready(Ok(h));
                     }
-                } else if let Some(h) = judge(&mut w, &mut scan) {
-                    return Poll::Ready(Ok(h));
+                } else if shutdown.load(Ordering::Acquire) {
+                    return Poll::Ready(Ok(Head::Closed));
                 }
-            } else if shutdown.load(Ordering::Acquire) {
-                return Poll::Ready(Ok(Head::Closed));
-            }
-            match w.poll_fill(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(H1Error::Read(e))),
-                Poll::Ready(Ok(0)) => {
-                    return Poll::Ready(if w.buf.is_empty() {
-                        Ok(Head::Closed)
-                    } else {
-                        Err(H1Error::Incomplete)
-                    })
+                match w.poll_fill(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(H1Error::Read(e))),
+                    Poll::Ready(Ok(0)) => {
+                        return Poll::Ready(if w.buf.is_empty() {
+                            Ok(Head::Closed)
+                        } else {
+                            Err(H1Error::Incomplete)
+                        })
+                    }
+                    Poll::Ready(Ok(_)) => {}
                 }
-                Poll::Ready(Ok(_)) => {}
             }
-        }
+        })
     })
     .await
 }
@@ -289,68 +342,72 @@ fn run(
     shutdown: Arc<AtomicBool>,
 ) -> impl Future<Output = Result<(), ConnError>> + Send {
     async move {
-        let wire = Arc::new(Mutex::new(Wire::new(io, BytesMut::new())));
+        let mut held = Held::new(Wire::new(io, BytesMut::new()));
         let mut first = true;
         let mut seq = 0u64;
         loop {
-            let head = read_head(&wire, cx.limits, first, &shutdown).await?;
+            let head = read_head(&mut held, cx.limits, first, &shutdown).await?;
             let was_first = first;
             first = false;
             let (head, framing) = match head {
                 Head::Accepted(head, framing) => (head, framing),
                 Head::Closed => {
-                    close(&wire).await;
+                    close(&mut held).await;
                     return Ok(());
                 }
                 other => {
-                    return Box::pin(unaccepted(&cx, &wire, &shutdown, other, was_first)).await
+                    return Box::pin(unaccepted(&cx, &mut held, &shutdown, other, was_first)).await
                 }
             };
             let parsed = match read::parse(&head) {
                 Ok(p) => p,
-                Err(status) => return Box::pin(parse_failed(&wire, status)).await,
+                Err(status) => return Box::pin(parse_failed(&mut held, status)).await,
             };
             drop(head);
             seq += 1;
-            {
-                let mut w = lock(&wire);
+            // (Read out of `parsed` first: a closure borrowing it would
+            // keep its storage in this future across the exchange.)
+            let body = match parsed.body {
+                read::BodyKind::Empty => Reading::Done,
+                read::BodyKind::Length(n) => Reading::Length(n),
+                read::BodyKind::Chunked => Reading::Chunked(read::Chunked::new()),
+            };
+            let continue_at = parsed.expect_continue.then_some(0);
+            held.with(|w| {
                 w.seq = seq;
-                w.body = match parsed.body {
-                    read::BodyKind::Empty => Reading::Done,
-                    read::BodyKind::Length(n) => Reading::Length(n),
-                    read::BodyKind::Chunked => Reading::Chunked(read::Chunked::new()),
-                };
-                w.continue_at = parsed.expect_continue.then_some(0);
-            }
+                w.body = body;
+                w.continue_at = continue_at;
+            });
             // Boxed per request: an idle connection holds no request state.
             let after =
-                crate::spare::boxed(|| exchange(&cx, &wire, parsed, framing, seq, &shutdown))
+                crate::spare::boxed(|| exchange(&cx, &mut held, parsed, framing, seq, &shutdown))
                     .await?;
             if after == After::Gone {
                 return Ok(());
             }
+            held.reclaim();
             // The next head, if the rest of this request's body is here
             // already; under one lock of the connection.
             let next = std::future::poll_fn(|task| {
-                let mut w = lock(&wire);
-                let next = after == After::Next
-                    && !shutdown.load(Ordering::Acquire)
-                    && drain(&mut w, task);
-                if next {
-                    // (drain cleared `continue_at`.)
-                    w.seq = 0;
-                    w.body = Reading::Done;
-                    if w.buf.is_empty() {
-                        // Idle: no per-request memory held; the buffer the
-                        // head came in is a later head's.
-                        crate::spare::keep_read_room(std::mem::take(&mut w.buf));
+                held.with(|w| {
+                    let next =
+                        after == After::Next && !shutdown.load(Ordering::Acquire) && drain(w, task);
+                    if next {
+                        // (drain cleared `continue_at`.)
+                        w.seq = 0;
+                        w.body = Reading::Done;
+                        if w.buf.is_empty() {
+                            // Idle: no per-request memory held; the buffer the
+                            // head came in is a later head's.
+                            crate::spare::keep_read_room(std::mem::take(&mut w.buf));
+                        }
                     }
-                }
-                Poll::Ready(next)
+                    Poll::Ready(next)
+                })
             })
             .await;
             if !next {
-                close(&wire).await;
+                close(&mut held).await;
                 return Ok(());
             }
         }
@@ -361,7 +418,7 @@ fn run(
 /// the gate refused.
 async fn unaccepted(
     cx: &Ctx,
-    wire: &Mutex<Wire>,
+    wire: &mut Held,
     shutdown: &AtomicBool,
     head: Head,
     was_first: bool,
@@ -398,7 +455,7 @@ async fn unaccepted(
 
 /// hyper's automatic answer to a head it cannot parse; no request is
 /// served, and the connection closes.
-async fn parse_failed(wire: &Mutex<Wire>, status: StatusCode) -> Result<(), ConnError> {
+async fn parse_failed(wire: &mut Held, status: StatusCode) -> Result<(), ConnError> {
     let mut out = BytesMut::new();
     write::parse_error(status, &mut out);
     let mut q = Out::default();
@@ -424,7 +481,7 @@ enum After {
 /// (as an `async fn` would, twice: see [`run`]).
 fn exchange<'a>(
     cx: &'a Ctx,
-    wire: &'a Arc<Mutex<Wire>>,
+    wire: &'a mut Held,
     parsed: read::Parsed,
     framing: Framing,
     seq: u64,
@@ -437,7 +494,7 @@ fn exchange<'a>(
     let version = parsed.version;
     let keep_alive = parsed.keep_alive;
     let method = parsed.method.clone();
-    let body = H1Body::new(wire, seq, parsed.body);
+    let body = H1Body::new(|| wire.lend(), seq, parsed.body);
     let mut req = Request::new(RequestBody::H1(body));
     *req.method_mut() = parsed.method;
     *req.uri_mut() = parsed.uri;
@@ -481,10 +538,11 @@ fn exchange<'a>(
         drop(guard);
         let last = written?;
         if switching {
-            let mut w = lock(wire);
-            let pre = w.buf.split().freeze();
-            w.seq = 0;
-            if let (Some(io), Some(tx)) = (w.io.take(), upgrade) {
+            let (io, pre) = wire.with(|w| {
+                w.seq = 0;
+                (w.io.take(), w.buf.split().freeze())
+            });
+            if let (Some(io), Some(tx)) = (io, upgrade) {
                 let _ = tx.send(Box::new(Rewind::new(io, pre)));
             }
             return Ok(After::Gone);
@@ -517,23 +575,19 @@ fn drain(w: &mut Wire, task: &mut Context<'_>) -> bool {
 }
 
 /// Shut the stream down (as hyper does before dropping it).
-async fn close(wire: &Mutex<Wire>) {
+async fn close(wire: &mut Held) {
     let _ = std::future::poll_fn(|cx| {
-        let mut w = lock(wire);
-        match w.io.as_mut() {
+        wire.with(|w| match w.io.as_mut() {
             Some(io) => Pin::new(io).poll_shutdown(cx),
             None => Poll::Ready(Ok(())),
-        }
+        })
     })
     .await;
 }
 
 /// Hand the connection to hyper's HTTP/2 server, with the bytes read.
-async fn serve_h2(cx: &Ctx, wire: &Mutex<Wire>, shutdown: &AtomicBool) -> Result<(), ConnError> {
-    let (io, pre) = {
-        let mut w = lock(wire);
-        (w.io.take(), w.buf.split().freeze())
-    };
+async fn serve_h2(cx: &Ctx, wire: &mut Held, shutdown: &AtomicBool) -> Result<(), ConnError> {
+    let (io, pre) = wire.with(|w| (w.io.take(), w.buf.split().freeze()));
     let (Some(io), Some(builder)) = (io, cx.h2.as_ref()) else {
         return Ok(());
     };
@@ -590,56 +644,59 @@ impl Out {
     }
 
     /// Write everything (one `writev` where the stream takes it) and flush.
-    async fn write(&mut self, wire: &Mutex<Wire>) -> Result<(), H1Error> {
+    async fn write(&mut self, wire: &mut Held) -> Result<(), H1Error> {
         std::future::poll_fn(|cx| {
-            let mut w = lock(wire);
-            let Some(io) = w.io.as_mut() else {
-                return Poll::Ready(Err(H1Error::Write(io::ErrorKind::NotConnected.into())));
-            };
-            let mut io = Pin::new(io);
-            if !io.is_write_vectored() && self.pieces.len() - self.front > 1 {
-                let rest = &self.pieces[self.front..];
-                let mut flat = BytesMut::with_capacity(rest.iter().map(Bytes::len).sum());
-                for p in rest {
-                    flat.extend_from_slice(p);
+            wire.with(|w| {
+                let Some(io) = w.io.as_mut() else {
+                    return Poll::Ready(Err(H1Error::Write(io::ErrorKind::NotConnected.into())));
+                };
+                let mut io = Pin::new(io);
+                if !io.is_write_vectored() && self.pieces.len() - self.front > 1 {
+                    let rest = &self.pieces[self.front..];
+                    let mut flat = BytesMut::with_capacity(rest.iter().map(Bytes::len).sum());
+                    for p in rest {
+                        flat.extend_from_slice(p);
+                    }
+                    self.pieces.clear();
+                    self.front = 0;
+                    self.pieces.push(flat.freeze());
                 }
+                while self.front < self.pieces.len() {
+                    let mut slices = [io::IoSlice::new(&[]); MAX_PIECES];
+                    let mut k = 0;
+                    for p in self.pieces[self.front..].iter().take(MAX_PIECES) {
+                        slices[k] = io::IoSlice::new(p);
+                        k += 1;
+                    }
+                    let n = match io.as_mut().poll_write_vectored(cx, &slices[..k]) {
+                        Poll::Ready(Ok(0)) => {
+                            return Poll::Ready(Err(H1Error::Write(
+                                io::ErrorKind::WriteZero.into(),
+                            )))
+                        }
+                        Poll::Ready(Ok(n)) => n,
+                        Poll::Ready(Err(e)) => return Poll::Ready(Err(H1Error::Write(e))),
+                        Poll::Pending => return Poll::Pending,
+                    };
+                    let mut left = n;
+                    while left > 0 {
+                        let Some(front) = self.pieces.get_mut(self.front) else {
+                            break;
+                        };
+                        if front.len() <= left {
+                            left -= front.len();
+                            self.front += 1;
+                        } else {
+                            front.advance(left);
+                            left = 0;
+                        }
+                    }
+                }
+                // All written: the pieces go, the room stays.
                 self.pieces.clear();
                 self.front = 0;
-                self.pieces.push(flat.freeze());
-            }
-            while self.front < self.pieces.len() {
-                let mut slices = [io::IoSlice::new(&[]); MAX_PIECES];
-                let mut k = 0;
-                for p in self.pieces[self.front..].iter().take(MAX_PIECES) {
-                    slices[k] = io::IoSlice::new(p);
-                    k += 1;
-                }
-                let n = match io.as_mut().poll_write_vectored(cx, &slices[..k]) {
-                    Poll::Ready(Ok(0)) => {
-                        return Poll::Ready(Err(H1Error::Write(io::ErrorKind::WriteZero.into())))
-                    }
-                    Poll::Ready(Ok(n)) => n,
-                    Poll::Ready(Err(e)) => return Poll::Ready(Err(H1Error::Write(e))),
-                    Poll::Pending => return Poll::Pending,
-                };
-                let mut left = n;
-                while left > 0 {
-                    let Some(front) = self.pieces.get_mut(self.front) else {
-                        break;
-                    };
-                    if front.len() <= left {
-                        left -= front.len();
-                        self.front += 1;
-                    } else {
-                        front.advance(left);
-                        left = 0;
-                    }
-                }
-            }
-            // All written: the pieces go, the room stays.
-            self.pieces.clear();
-            self.front = 0;
-            io.as_mut().poll_flush(cx).map_err(H1Error::Write)
+                io.as_mut().poll_flush(cx).map_err(H1Error::Write)
+            })
         })
         .await
     }
@@ -657,7 +714,7 @@ fn try_frame(
 async fn next_frame(
     body: &mut UpBody,
     out: &mut Out,
-    wire: &Mutex<Wire>,
+    wire: &mut Held,
 ) -> Result<Option<hyper::body::Frame<Bytes>>, H1Error> {
     let polled = match try_frame(body).await {
         Poll::Ready(f) => f,
@@ -672,7 +729,7 @@ async fn next_frame(
 /// Write `resp` as hyper would to a request `asked`; true when the
 /// connection closes after it.
 async fn write_response(
-    wire: &Mutex<Wire>,
+    wire: &mut Held,
     resp: Response<UpBody>,
     asked: &Asked<'_>,
 ) -> Result<bool, H1Error> {
@@ -797,24 +854,46 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_wire_lent_to_a_body_comes_back_once_nothing_else_holds_it() {
+        let (_c, s) = tokio::io::duplex(64);
+        let mut held = Held::new(Wire::new(Box::new(s), BytesMut::from(&b"rest"[..])));
+        held.with(|w| w.seq = 7);
+        let body = held.lend();
+        assert!(held.own.io.is_none(), "lent: the loop keeps an empty wire");
+        assert_eq!(lock(&body).seq, 7);
+        assert!(Arc::ptr_eq(&body, &held.lend()), "lent once per request");
+        held.with(|w| w.seq = 8);
+        // A body that outlives its exchange keeps the wire shared.
+        held.reclaim();
+        assert!(held.lent.is_some());
+        assert_eq!(held.with(|w| w.seq), 8, "the lent wire is the one used");
+        drop(body);
+        held.reclaim();
+        assert!(held.lent.is_none(), "back once the body is gone");
+        assert!(held.own.io.is_some());
+        assert_eq!(&held.own.buf[..], b"rest");
+        assert_eq!(held.with(|w| w.seq), 8);
+    }
+
     #[tokio::test]
     async fn pipelined_heads_stay_in_the_buffer_and_an_idle_connection_holds_none() {
         let (mut c, s) = tokio::io::duplex(4096);
-        let wire = Mutex::new(Wire::new(Box::new(s), BytesMut::new()));
+        let mut wire = Held::new(Wire::new(Box::new(s), BytesMut::new()));
         let off = AtomicBool::new(false);
         let limits = HeadLimits::default();
         c.write_all(b"GET /1 HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\n")
             .await
             .unwrap();
-        let h = read_head(&wire, limits, true, &off).await.unwrap();
+        let h = read_head(&mut wire, limits, true, &off).await.unwrap();
         assert_eq!(uri(&h), "/1");
-        assert!(!lock(&wire).buf.is_empty(), "the second head is kept");
-        let h = read_head(&wire, limits, false, &off).await.unwrap();
+        assert!(!wire.own.buf.is_empty(), "the second head is kept");
+        let h = read_head(&mut wire, limits, false, &off).await.unwrap();
         assert_eq!(uri(&h), "/2");
-        assert_eq!(lock(&wire).buf.capacity(), 0, "no buffer while idle");
+        assert_eq!(wire.own.buf.capacity(), 0, "no buffer while idle");
         // A drain while idle closes at once.
         off.store(true, Ordering::Release);
-        let h = read_head(&wire, limits, false, &off).await.unwrap();
+        let h = read_head(&mut wire, limits, false, &off).await.unwrap();
         assert!(matches!(h, Head::Closed));
     }
 
@@ -892,13 +971,13 @@ mod tests {
                 vectored,
                 calls: 0,
             };
-            let wire = Mutex::new(Wire::new(Box::new(io), BytesMut::new()));
+            let mut wire = Held::new(Wire::new(Box::new(io), BytesMut::new()));
             let mut out = Out::default();
             // More than the four on the stack, and past MAX_PIECES (a
             // write before the queue takes more), an empty one among them.
             for (i, p) in pieces.iter().enumerate() {
                 if out.full() {
-                    out.write(&wire).await.unwrap();
+                    out.write(&mut wire).await.unwrap();
                 }
                 if i == 3 {
                     out.push(Bytes::new());
@@ -906,7 +985,7 @@ mod tests {
                 out.push(Bytes::from(p.clone()));
             }
             out.push_static(b"end");
-            out.write(&wire).await.unwrap();
+            out.write(&mut wire).await.unwrap();
             let want = pieces.concat() + "end";
             assert_eq!(
                 String::from_utf8(got.lock().unwrap().clone()).unwrap(),
@@ -926,7 +1005,7 @@ mod tests {
     fn the_futures_of_a_connection_and_of_a_request_stay_small() {
         type ExchangeArgs = (
             &'static Ctx,
-            &'static Arc<Mutex<Wire>>,
+            &'static mut Held,
             read::Parsed,
             Framing,
             u64,
@@ -946,7 +1025,8 @@ mod tests {
         // past 1,032 bytes glibc's slower path for the allocation. The
         // bounds: the sizes with the rare paths boxed, no argument held
         // twice and hyper's HTTP/2 builder shared (512, 3,552 and 3,024
-        // bytes with rust 1.95; as `async fn`s with the rare paths inline
+        // bytes with rust 1.95, the loop 552 since it holds its wire
+        // itself; as `async fn`s with the rare paths inline
         // and a builder each they were 1,632, 5,216 and 4,160), and room to
         // grow by about a sixth; an attempt (824 bytes, was 3,816) boxes
         // its connect and its send, to stay under glibc's limit.
@@ -990,11 +1070,11 @@ mod tests {
     #[tokio::test]
     async fn the_http2_preface_is_recognised_only_first_and_in_pieces() {
         let (mut c, s) = tokio::io::duplex(4096);
-        let wire = Mutex::new(Wire::new(Box::new(s), BytesMut::new()));
+        let mut wire = Held::new(Wire::new(Box::new(s), BytesMut::new()));
         let off = AtomicBool::new(false);
         let (a, b) = H2_PREFACE.split_at(10);
         c.write_all(a).await.unwrap();
-        let read = read_head(&wire, HeadLimits::default(), true, &off);
+        let read = read_head(&mut wire, HeadLimits::default(), true, &off);
         tokio::pin!(read);
         assert!(futures_util::poll!(read.as_mut()).is_pending());
         c.write_all(b).await.unwrap();
@@ -1004,10 +1084,10 @@ mod tests {
     #[tokio::test]
     async fn a_refused_head_carries_its_request_line_and_a_partial_one_at_eof_is_an_error() {
         let (mut c, s) = tokio::io::duplex(4096);
-        let wire = Mutex::new(Wire::new(Box::new(s), BytesMut::new()));
+        let mut wire = Held::new(Wire::new(Box::new(s), BytesMut::new()));
         let off = AtomicBool::new(false);
         c.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
-        match read_head(&wire, HeadLimits::default(), true, &off)
+        match read_head(&mut wire, HeadLimits::default(), true, &off)
             .await
             .unwrap()
         {
@@ -1018,11 +1098,11 @@ mod tests {
             _ => panic!("accepted a head without Host"),
         }
         let (mut c, s) = tokio::io::duplex(4096);
-        let wire = Mutex::new(Wire::new(Box::new(s), BytesMut::new()));
+        let mut wire = Held::new(Wire::new(Box::new(s), BytesMut::new()));
         c.write_all(b"GET / HT").await.unwrap();
         drop(c);
         assert!(matches!(
-            read_head(&wire, HeadLimits::default(), true, &off).await,
+            read_head(&mut wire, HeadLimits::default(), true, &off).await,
             Err(H1Error::Incomplete)
         ));
     }

@@ -121,6 +121,21 @@ pub(crate) enum BodyKind {
 
 // === impl Wire ===
 
+/// An empty wire: no stream, nothing read (what the loop keeps while it
+/// lends its wire to a request body).
+impl Default for Wire {
+    fn default() -> Self {
+        Self {
+            io: None,
+            buf: BytesMut::new(),
+            body: Reading::Done,
+            seq: 0,
+            continue_at: None,
+            eof: false,
+        }
+    }
+}
+
 impl Wire {
     pub(crate) fn new(io: BoxIo, buf: BytesMut) -> Self {
         Self {
@@ -266,10 +281,12 @@ impl Wire {
 // === impl H1Body ===
 
 impl H1Body {
-    pub(crate) fn new(wire: &Arc<Mutex<Wire>>, seq: u64, kind: BodyKind) -> Self {
+    /// The body of request `seq`, framed as `kind`; `share` lends it the
+    /// connection's wire, if it has any bytes to read.
+    pub(crate) fn new(share: impl FnOnce() -> Arc<Mutex<Wire>>, seq: u64, kind: BodyKind) -> Self {
         let ended = kind == BodyKind::Empty || kind == BodyKind::Length(0);
         Self {
-            wire: (!ended).then(|| wire.clone()),
+            wire: (!ended).then(share),
             seq,
             length: match kind {
                 BodyKind::Empty => Some(0),
