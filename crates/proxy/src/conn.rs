@@ -114,8 +114,10 @@ impl ConnState {
     }
 
     /// Milliseconds since `origin`, by the worker's cached clock (as
-    /// nginx sets its timers from `ngx_current_msec`, the time of the last
-    /// wake-up): a deadline is at most one turn of the event loop early.
+    /// nginx sets its timers from `ngx_current_msec`): a deadline may be
+    /// early by the reading's age, the time since the worker's last wait
+    /// for events (or its last 32 cached readings, on a loop that does not
+    /// wait).
     fn now_ms(&self) -> u64 {
         ms(vigil_core::clock::coarse_now().saturating_duration_since(self.origin))
     }

@@ -7,8 +7,11 @@
 //! writes a request (docs/performance.md). nginx, single-threaded, skips
 //! them. vigil never cancels a thread, so the writes to clients and to
 //! peers go to the kernel through rustix instead, under tokio's readiness
-//! as tokio's own writes do ([`TcpStream::try_io`]): the same calls, the
-//! same flags (`MSG_NOSIGNAL` on `send`, as std sets it), the same errors.
+//! ([`TcpStream::try_io`]): the same calls, the same flags (`MSG_NOSIGNAL`
+//! on `send`, as std sets it), the same errors. One difference: after a
+//! short write tokio clears the readiness at once, where here the next
+//! write finds the socket full itself (one `EAGAIN` more, only when a
+//! client or peer reads slower than vigil writes).
 //!
 //! Reads stay tokio's: a read into a buffer's uninitialized room needs
 //! code this crate does not allow (`unsafe`).
@@ -182,7 +185,12 @@ mod tests {
             }
         });
         // Pending until the peer reads, then written: the wait registered.
-        tcp.write_all(&chunk).await.unwrap();
+        // (Bounded: a wait that never registered would hang.)
+        let wait = std::time::Duration::from_secs(30);
+        tokio::time::timeout(wait, tcp.write_all(&chunk))
+            .await
+            .expect("woken once the peer read")
+            .unwrap();
         tcp.shutdown().await.unwrap();
         assert_eq!(reader.await.unwrap(), queued + chunk.len());
     }

@@ -785,4 +785,20 @@ mod tests {
         extend_date(&mut BytesMut::new());
         assert!(until() > first, "a later second: formatted again");
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_date_follows_the_worker_clock_not_the_clock() {
+        let until = || DATE.with(|c| c.borrow().until).expect("formatted");
+        vigil_core::clock::refresh();
+        extend_date(&mut BytesMut::new());
+        let first = until();
+        // The clock passes the second, the worker's reading does not (no
+        // wake-up since): the same Date.
+        tokio::time::advance(Duration::from_secs(2)).await;
+        extend_date(&mut BytesMut::new());
+        assert_eq!(until(), first, "the cached reading, not the clock");
+        vigil_core::clock::refresh();
+        extend_date(&mut BytesMut::new());
+        assert!(until() > first, "after the next wake-up: the next second");
+    }
 }
