@@ -10,7 +10,7 @@ and prints the instructions (Ir) per request. Kernel work (syscalls, TCP)
 is not counted: use `strace -c` for syscalls per request.
 
     python3 benches/load/instructions.py --bins base=/path/vigil,new=/path/vigil [--paths /,/16k] [--keep DIR]
-        [--location-extra 'add_header X-Via vigil;'] [--browser-headers]
+        [--location-extra 'add_header X-Via vigil;'] [--browser-headers] [--post BYTES]
 
 A path of `nginx` (`--bins nginx=nginx,new=/path/vigil`) runs nginx itself
 on the same proxy.conf, as one process (`master_process off`), for its
@@ -58,6 +58,8 @@ def main():
     ap.add_argument("--sim", action="store_true",
                     help="also simulate the caches and branch predictor (callgrind --cache-sim --branch-sim; "
                          "slower): misses per request, the part of the time instructions do not show")
+    ap.add_argument("--post", type=int, metavar="BYTES",
+                    help="send POSTs with a body of BYTES bytes (Content-Length) instead of GETs")
     ap.add_argument("--atomics", action="store_true",
                     help="also count the locked read-modify-write instructions (`lock`-prefixed, and `xchg` "
                          "with memory: atomic counts, mutexes, wakers) executed per request, which cost "
@@ -66,6 +68,12 @@ def main():
     headers = c.BROWSER_HEADERS if a.browser_headers else []
     bins = [b.split("=", 1) for b in a.bins.split(",")]
     d, backend = c.start_shifted_backends("vigil-instr-", 1100)
+    script = None
+    if a.post is not None:
+        script = os.path.join(d, "post.lua")
+        with open(script, "w") as f:
+            f.write(f'wrk.method = "POST"\nwrk.body = string.rep("x", {a.post})\n'
+                    'wrk.headers["Content-Type"] = "text/plain"\n')
     if a.location_extra:
         conf = os.path.join(d, "proxy.conf")
         text = open(conf).read()
@@ -84,7 +92,7 @@ def main():
                         slug = path.strip("/").replace("/", "_") or "root"
                         keep = os.path.join(a.keep, f"{name}-{slug}-{rnd}.cg")
                     ir, reqs, mem, events, locked = measure(binary, path, d, a.duration, keep, headers,
-                                                            a.sim, a.atomics)
+                                                            a.sim, a.atomics, script)
                     rows.append((rnd, path, name, ir, reqs, mem))
                     sims.append((path, name, reqs, events))
                     atomics.append((path, name, reqs, locked))
@@ -95,6 +103,7 @@ def main():
         backend.wait(timeout=10)
         shutil.rmtree(d, ignore_errors=True)
     sent = f", {len(headers)} browser request fields" if headers else ""
+    sent += f", POSTs of {a.post} bytes" if a.post is not None else ""
     print(f"\ncallgrind, one worker, wrk -t1 -c8 -d{a.duration}s{sent} after warm-up; user-space instructions per request")
     print("| path | build | Ir/request | ÷ " + bins[0][0] + " | Ir/request without memset/memcpy | ÷ " + bins[0][0] + " | requests |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
@@ -197,7 +206,7 @@ def locked_addresses(obj):
     return tuple(int(m.group(1), 16) for m in re.finditer(r"^\s*([0-9a-f]+):\s+(lock\b|xchg\b.*\()", asm, re.M))
 
 
-def measure(binary, path, d, duration, keep=None, headers=(), sim=False, atomics=False):
+def measure(binary, path, d, duration, keep=None, headers=(), sim=False, atomics=False, script=None):
     out = os.path.join(d, "cg.out")
     for f in glob.glob(out + "*"):
         os.remove(f)
@@ -215,7 +224,7 @@ def measure(binary, path, d, duration, keep=None, headers=(), sim=False, atomics
     try:
         c.wait_http("http://127.0.0.1:19180/", timeout=120)
         url = f"http://127.0.0.1:19180{path}"
-        hs = [arg for h in headers for arg in ("-H", h)]
+        hs = [arg for h in headers for arg in ("-H", h)] + (["-s", script] if script else [])
         subprocess.run(["wrk", "-t1", "-c8", "-d3s", *hs, url], capture_output=True, timeout=120)
         subprocess.run(["callgrind_control", "--zero", str(p.pid)], capture_output=True, timeout=60)
         res = subprocess.run(["wrk", "-t1", "-c8", f"-d{duration}s", "--timeout", "10s", *hs, url],
