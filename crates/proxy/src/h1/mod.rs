@@ -216,6 +216,14 @@ fn lock(wire: &Mutex<Wire>) -> std::sync::MutexGuard<'_, Wire> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Shared wires kept per thread for the bodies of later requests.
+const SHARED_SPARES: usize = 8;
+
+thread_local! {
+    static SHARED: std::cell::RefCell<Vec<Arc<Mutex<Wire>>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
 // === impl Held ===
 
 impl Held {
@@ -234,27 +242,50 @@ impl Held {
         }
     }
 
-    /// The wire, shared, for a request body to read.
+    /// The wire, shared, for a request body to read: in a shared wire a
+    /// done body of this thread's gave back (emptied), or a new one.
     fn lend(&mut self) -> Arc<Mutex<Wire>> {
-        self.lent
-            .get_or_insert_with(|| Arc::new(Mutex::new(std::mem::take(&mut *self.own))))
-            .clone()
+        if let Some(shared) = &self.lent {
+            return shared.clone();
+        }
+        let spare = SHARED.try_with(|s| s.borrow_mut().pop()).ok().flatten();
+        let mut shared = spare.unwrap_or_default();
+        match Arc::get_mut(&mut shared) {
+            Some(room) => std::mem::swap(
+                room.get_mut()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+                &mut self.own,
+            ),
+            // (Spares are kept only unshared.)
+            None => shared = Arc::new(Mutex::new(std::mem::take(&mut *self.own))),
+        }
+        self.lent = Some(shared.clone());
+        shared
     }
 
     /// The wire back from the body it was lent to, once nothing else
     /// holds it (a body that outlives its exchange keeps it shared; it
     /// reads nothing of a later request's, `Wire::seq`).
     fn reclaim(&mut self) {
-        if let Some(shared) = self.lent.take() {
-            match Arc::try_unwrap(shared) {
-                Ok(wire) => {
-                    *self.own = wire
-                        .into_inner()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                }
-                Err(shared) => self.lent = Some(shared),
+        let Some(mut shared) = self.lent.take() else {
+            return;
+        };
+        let Some(room) = Arc::get_mut(&mut shared) else {
+            self.lent = Some(shared);
+            return;
+        };
+        std::mem::swap(
+            room.get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            &mut self.own,
+        );
+        // The shared wire now holds the empty one: a later body's.
+        let _ = SHARED.try_with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < SHARED_SPARES {
+                s.push(shared);
             }
-        }
+        });
     }
 }
 
@@ -874,6 +905,16 @@ mod tests {
         assert!(held.own.io.is_some());
         assert_eq!(&held.own.buf[..], b"rest");
         assert_eq!(held.with(|w| w.seq), 8);
+        // The next body's shared wire is the one this body gave back.
+        let given_back = SHARED.with(|s| s.borrow().last().map(Arc::as_ptr));
+        assert!(given_back.is_some(), "kept for a later body");
+        let body = held.lend();
+        assert_eq!(Some(Arc::as_ptr(&body)), given_back);
+        assert_eq!(lock(&body).seq, 8);
+        assert_eq!(&lock(&body).buf[..], b"rest");
+        drop(body);
+        held.reclaim();
+        assert!(held.lent.is_none() && held.own.io.is_some());
     }
 
     #[tokio::test]
