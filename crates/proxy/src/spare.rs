@@ -54,13 +54,13 @@ thread_local! {
 const READ_SPARES: usize = 8;
 
 /// A spare of this thread's from `spares`, if it has one.
-fn take<T: 'static>(spares: &'static LocalKey<RefCell<Vec<T>>>) -> Option<T> {
+pub(crate) fn take<T: 'static>(spares: &'static LocalKey<RefCell<Vec<T>>>) -> Option<T> {
     spares.try_with(|s| s.borrow_mut().pop()).ok().flatten()
 }
 
 /// `item` (emptied) into this thread's `spares`, unless they are full.
 /// (After this thread's spares are gone, at its exit, it is dropped.)
-fn put<T: 'static>(spares: &'static LocalKey<RefCell<Vec<T>>>, item: T) {
+pub(crate) fn put<T: 'static>(spares: &'static LocalKey<RefCell<Vec<T>>>, item: T) {
     let _ = spares.try_with(|s| {
         let mut s = s.borrow_mut();
         if s.len() < SPARES {

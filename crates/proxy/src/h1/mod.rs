@@ -216,12 +216,19 @@ fn lock(wire: &Mutex<Wire>) -> std::sync::MutexGuard<'_, Wire> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Shared wires kept per thread for the bodies of later requests.
-const SHARED_SPARES: usize = 8;
-
 thread_local! {
+    /// Shared wires (emptied) kept per thread for the bodies of later
+    /// requests (`spare::take` and `spare::put`).
     static SHARED: std::cell::RefCell<Vec<Arc<Mutex<Wire>>>> =
         const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The wire in `shared`, if nothing else holds it.
+fn room(shared: &mut Arc<Mutex<Wire>>) -> Option<&mut Wire> {
+    Arc::get_mut(shared).map(|m| {
+        m.get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    })
 }
 
 // === impl Held ===
@@ -248,14 +255,9 @@ impl Held {
         if let Some(shared) = &self.lent {
             return shared.clone();
         }
-        let spare = SHARED.try_with(|s| s.borrow_mut().pop()).ok().flatten();
-        let mut shared = spare.unwrap_or_default();
-        match Arc::get_mut(&mut shared) {
-            Some(room) => std::mem::swap(
-                room.get_mut()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner),
-                &mut self.own,
-            ),
+        let mut shared = crate::spare::take(&SHARED).unwrap_or_default();
+        match room(&mut shared) {
+            Some(room) => std::mem::swap(room, &mut self.own),
             // (Spares are kept only unshared.)
             None => shared = Arc::new(Mutex::new(std::mem::take(&mut *self.own))),
         }
@@ -270,22 +272,13 @@ impl Held {
         let Some(mut shared) = self.lent.take() else {
             return;
         };
-        let Some(room) = Arc::get_mut(&mut shared) else {
+        let Some(room) = room(&mut shared) else {
             self.lent = Some(shared);
             return;
         };
-        std::mem::swap(
-            room.get_mut()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-            &mut self.own,
-        );
+        std::mem::swap(room, &mut self.own);
         // The shared wire now holds the empty one: a later body's.
-        let _ = SHARED.try_with(|s| {
-            let mut s = s.borrow_mut();
-            if s.len() < SHARED_SPARES {
-                s.push(shared);
-            }
-        });
+        crate::spare::put(&SHARED, shared);
     }
 }
 

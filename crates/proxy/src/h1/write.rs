@@ -74,7 +74,7 @@ thread_local! {
 }
 
 /// The `Date` of a response, written in place. As nginx's
-/// `ngx_cached_http_time`, it is the time of the worker's last wake-up
+/// `ngx_cached_http_time`, it follows the worker's cached clock
 /// (`vigil_core::clock::coarse_now`): the wall clock itself is read only
 /// when a new second is formatted, not once per response.
 fn extend_date(dst: &mut BytesMut) {
