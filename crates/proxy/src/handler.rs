@@ -586,13 +586,13 @@ fn proxy_request<'a, 'o>(
                 Ok(answered) => {
                     let status = answered.response.status().as_u16();
                     let took = vigil_core::clock::coarse_now().saturating_duration_since(t0);
-                    attempts[record] = AttemptRecord {
-                        addr: peer.addr_text().clone(),
-                        status: Some(status),
-                        response_time: attempt::secs(took),
-                        connect_time: Some(answered.connect_time),
-                        redirected: attempts[record].redirected,
-                    };
+                    // The record launch pushed names this peer already: its
+                    // address is kept, not cloned again.
+                    if let Some(r) = attempts.get_mut(record) {
+                        r.status = Some(status);
+                        r.response_time = attempt::secs(took);
+                        r.connect_time = Some(answered.connect_time);
+                    }
                     let outcome = Outcome::of_status(status);
                     obs.attempt(
                         &peer,
@@ -705,13 +705,11 @@ fn proxy_request<'a, 'o>(
                     tracing::warn!(upstream = %upstream.name(), peer = %peer.name(), class = %failed.failure.class, "{}", failed.detail);
                     let took = vigil_core::clock::coarse_now().saturating_duration_since(t0);
                     let class = failed.failure.class;
-                    attempts[record] = AttemptRecord {
-                        addr: peer.addr_text().clone(),
-                        status: Some(class.final_status()),
-                        response_time: attempt::secs(took),
-                        connect_time: failed.connect_time,
-                        redirected: attempts[record].redirected,
-                    };
+                    if let Some(r) = attempts.get_mut(record) {
+                        r.status = Some(class.final_status());
+                        r.response_time = attempt::secs(took);
+                        r.connect_time = failed.connect_time;
+                    }
                     obs.attempt(
                         &peer,
                         Outcome::Failed(class),

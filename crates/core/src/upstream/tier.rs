@@ -177,8 +177,9 @@ impl Tier {
         self.plannable.is_some()
     }
 
+    /// Peers in the tier (fixed when it is built: no lock).
     pub(crate) fn len(&self) -> usize {
-        self.lock().len()
+        self.size
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, TierState> {
