@@ -2,6 +2,7 @@
 """Build vigil with profile-guided optimization (PGO), trained on proxied traffic.
 
     python3 benches/pgo/build.py [--train-seconds 3] [--out target/pgo] [--instrumented BIN]
+                                 [--features mimalloc]
 
 Three steps, as the rustc book's "Profile-guided Optimization" chapter gives them:
 
@@ -20,7 +21,9 @@ wrk's one-field request and to a browser's eleven fields, a POST with a 2 KiB bo
 gains is measured with compare.py and instructions.py against `cargo build --release`.
 
 Needs nginx, wrk and the toolchain's llvm-tools. The default `cargo build --release`
-is untouched: this builds beside it.
+is untouched: this builds beside it. `--features` is passed to both builds (the profile
+must come from the code it optimizes): `--features mimalloc` builds with mimalloc as the
+allocator (docs/performance.md, "mimalloc with PGO").
 """
 
 import argparse
@@ -73,10 +76,11 @@ def llvm_profdata():
     raise SystemExit(f"llvm-profdata is not at {tool}: run `rustup component add llvm-tools`")
 
 
-def build(target_dir, rustflags):
+def build(target_dir, rustflags, features):
     env = dict(os.environ, CARGO_TARGET_DIR=target_dir,
                RUSTFLAGS=(os.environ.get("RUSTFLAGS", "") + " " + rustflags).strip())
-    subprocess.run(["cargo", "build", "--release", "-p", "vigil"], cwd=ROOT, env=env, check=True)
+    extra = ["--features", features] if features else []
+    subprocess.run(["cargo", "build", "--release", "-p", "vigil", *extra], cwd=ROOT, env=env, check=True)
     return os.path.join(target_dir, "release", "vigil")
 
 
@@ -112,6 +116,7 @@ def main():
     ap.add_argument("--train-seconds", type=int, default=3, help="seconds of wrk for each request of the mix")
     ap.add_argument("--out", default=os.path.join(ROOT, "target", "pgo"), help="target directory of the optimized build")
     ap.add_argument("--instrumented", help="an instrumented vigil built already (skips step 1)")
+    ap.add_argument("--features", default="", help="cargo features of the vigil crate, for both builds (mimalloc)")
     a = ap.parse_args()
     profdata_tool = llvm_profdata()
     out = os.path.abspath(a.out)
@@ -120,7 +125,8 @@ def main():
     try:
         # The flag's folder stays the same (the training sets LLVM_PROFILE_FILE),
         # so cargo rebuilds the instrumented binary only when the code changed.
-        binary = a.instrumented or build(generate, f"-Cprofile-generate={os.path.join(generate, 'profiles')}")
+        binary = a.instrumented or build(generate, f"-Cprofile-generate={os.path.join(generate, 'profiles')}",
+                                            a.features)
         train(binary, a.train_seconds, profiles)
         raws = glob.glob(os.path.join(profiles, "*.profraw"))
         if not raws:
@@ -136,7 +142,7 @@ def main():
             os.remove(old)
         kept = os.path.join(out, f"vigil-{digest}.profdata")
         shutil.move(merged, kept)
-        optimized = build(out, f"-Cprofile-use={kept}")
+        optimized = build(out, f"-Cprofile-use={kept}", a.features)
         print(f"built {optimized} (profile {kept})")
     finally:
         shutil.rmtree(profiles, ignore_errors=True)

@@ -16,6 +16,11 @@ mod stack;
 
 use std::process::ExitCode;
 
+/// The `mimalloc` feature's allocator (see crates/cli/Cargo.toml).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 // The admin API is the library target's (so the fuzz crate reaches it).
 use vigil::admin;
 
