@@ -23,7 +23,9 @@ gains is measured with compare.py and instructions.py against `cargo build --rel
 Needs nginx, wrk and the toolchain's llvm-tools. The default `cargo build --release`
 is untouched: this builds beside it. `--features` is passed to both builds (the profile
 must come from the code it optimizes): `--features mimalloc` builds with mimalloc as the
-allocator (docs/performance.md, "mimalloc with PGO").
+allocator (docs/performance.md, "Fewer locked instructions; mimalloc with the
+profile-guided build"). With `--instrumented BIN` the first build is skipped: BIN must
+have been built with the same features.
 """
 
 import argparse
