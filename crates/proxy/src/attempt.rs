@@ -88,7 +88,7 @@ pub(crate) struct Race {
 )]
 pub(crate) fn run<'a, F>(
     route: &'a Route,
-    peer: Arc<Peer>,
+    peer: &'a Peer,
     tls: Option<&'a TlsSettings>,
     replayable: bool,
     race: Option<Arc<Race>>,
@@ -231,7 +231,7 @@ where
                 {
                     Ok(r) => (r.map(RespBody::H1), asked_upgrade),
                     Err(upstream::Error::Timeout(phase)) => return Err(timed_out(phase)),
-                    Err(e) => return Err(classify_h1(e, cached, replayable, &peer, connect_time)),
+                    Err(e) => return Err(classify_h1(e, cached, replayable, peer, connect_time)),
                 }
             }
             Link::Hyper(mut sender) => {
@@ -251,7 +251,7 @@ where
                 conn.link = Link::Hyper(sender);
                 match r {
                     Ok(Ok(r)) => (r.map(RespBody::Hyper), asked_upgrade),
-                    Ok(Err(e)) => return Err(classify(e, cached, replayable, &peer, connect_time)),
+                    Ok(Err(e)) => return Err(classify(e, cached, replayable, peer, connect_time)),
                     Err(phase) => return Err(timed_out(phase)),
                 }
             }

@@ -19,7 +19,7 @@ use tokio::io::AsyncWriteExt;
 use vigil_core::upstream::PeerGuard;
 
 use crate::metrics::UpstreamStats;
-use crate::pool::{Conn, Link, Pool};
+use crate::pool::{Conn, Link, Shard};
 
 pub(crate) use crate::payload::{empty, full, BoxError, UpBody};
 
@@ -270,7 +270,7 @@ pub(crate) struct Streamed {
     /// A frame came since the timer was armed.
     progressed: bool,
     guard: Option<PeerGuard>,
-    conn: Option<(Arc<Pool>, Conn)>,
+    conn: Option<(Arc<Shard>, Conn)>,
     /// For the error_log line when the body breaks (about the guard's
     /// peer).
     cx: crate::errlog::Context,
@@ -283,7 +283,7 @@ impl Streamed {
         inner: RespBody,
         read_timeout: Duration,
         guard: PeerGuard,
-        conn: Option<(Arc<Pool>, Conn)>,
+        conn: Option<(Arc<Shard>, Conn)>,
         cx: crate::errlog::Context,
         stats: Option<Arc<UpstreamStats>>,
     ) -> Self {

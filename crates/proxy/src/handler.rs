@@ -595,7 +595,7 @@ fn proxy_request<'a, 'o>(
                     }
                     let outcome = Outcome::of_status(status);
                     obs.attempt(
-                        &peer,
+                        peer,
                         outcome,
                         Some(status),
                         Some(answered.connect_time),
@@ -603,7 +603,7 @@ fn proxy_request<'a, 'o>(
                     );
                     match sel.on_status(guard, status, clock.now()) {
                         StatusVerdict::Retry(accounting) => {
-                            obs.charged(&peer, accounting);
+                            obs.charged(peer, accounting);
                             obs.retry();
                             release_send();
                             continue;
@@ -616,7 +616,7 @@ fn proxy_request<'a, 'o>(
                             // cancelled, their connections closed.
                             cancel(&mut flights, &mut attempts);
                             // `passive_count last_try` may have charged a passed-through status.
-                            obs.charged(&peer, guard.accounting());
+                            obs.charged(peer, guard.accounting());
                             let Answered { response, conn, .. } = *answered;
                             let (mut head, incoming) = response.into_parts();
                             if !own_writer {
@@ -670,7 +670,7 @@ fn proxy_request<'a, 'o>(
                                     );
                                 }
                             }
-                            let pooled = route.pool.enabled().then(|| (route.pool.clone(), conn));
+                            let pooled = route.pool.shard().map(|s| (s.clone(), conn));
                             // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length
                             // (nginx clears the length of a chunked response; vigil's own
                             // reader did as it built the map).
@@ -711,7 +711,7 @@ fn proxy_request<'a, 'o>(
                         r.connect_time = failed.connect_time;
                     }
                     obs.attempt(
-                        &peer,
+                        peer,
                         Outcome::Failed(class),
                         None,
                         failed.connect_time,
@@ -719,7 +719,7 @@ fn proxy_request<'a, 'o>(
                     );
                     let verdict = sel.on_failure(guard, failed.failure, clock.now());
                     // What core charged (nothing for the single server of an upstream).
-                    obs.charged(&peer, verdict.accounting());
+                    obs.charged(peer, verdict.accounting());
                     match verdict {
                         FailureVerdict::Retry(_) => {
                             obs.retry();
@@ -780,7 +780,8 @@ struct Job<'a> {
 /// `$upstream_*` list, and the future that runs it.
 struct Flight<'a> {
     guard: PeerGuard,
-    peer: Arc<Peer>,
+    /// The guard's peer, borrowed from the route's upstream.
+    peer: &'a Peer,
     t0: Instant,
     record: usize,
     /// Watched while hedges may race (None without `hedge`).
@@ -806,7 +807,20 @@ impl<'a> Job<'a> {
         guard: PeerGuard,
         attempts: &mut Attempts,
     ) -> Result<Flight<'a>, Response<UpBody>> {
-        let peer = guard.peer().clone();
+        // The route's own record of the peer (the guard is of the route's
+        // upstream), borrowed for the attempt: a clone of its `Arc` per
+        // request was a write to the peer's cache line from every worker.
+        let Some(peer) = self
+            .route
+            .upstream
+            .peers()
+            .get(guard.peer().id().0 as usize)
+            .filter(|p| Arc::ptr_eq(p, guard.peer()))
+        else {
+            tracing::error!(peer = %guard.peer().name(), "picked peer is not the route's");
+            return Err(error_page(StatusCode::INTERNAL_SERVER_ERROR));
+        };
+        let peer: &'a Peer = peer;
         let replay = match self.body {
             ReqBody::Buffered(b) => match b.replay().await {
                 Ok(bd) => Some(bd),
@@ -834,7 +848,7 @@ impl<'a> Job<'a> {
         let run = crate::spare::boxed(|| {
             attempt::run(
                 route,
-                peer.clone(),
+                peer,
                 route.tls.as_ref(),
                 replayable,
                 race.clone(),

@@ -4,12 +4,20 @@
 //!
 //! A plain mutex: the pool changes on every use and is rarely contended,
 //! as hyper-util's legacy pool does it.
+//!
+//! One shard per worker ([`crate::shard::count`]), each an allocation of
+//! its own padded to its own cache lines: a worker's check-out and
+//! check-in, and the response body that holds its shard until it checks
+//! the connection in, write nothing another worker's requests write
+//! (where the shards side by side in one slice had two workers' locks on
+//! one cache line, and every body cloned the one `Arc` of the pool).
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
+use crossbeam_utils::CachePadded;
 use hyper::client::conn::http1::SendRequest;
 use vigil_core::config::UpstreamConfig;
 use vigil_core::peer::PeerId;
@@ -17,14 +25,16 @@ use vigil_core::peer::PeerId;
 use crate::payload::UpBody;
 use crate::upstream::H1;
 
-/// Worker shards; workers beyond this share shards.
-const SHARDS: usize = 64;
-
 /// Idle connections of one upstream, one shard per worker (as nginx keeps
 /// `keepalive N` per worker process): a connection is only reused by the
 /// worker whose event loop drives it.
 pub(crate) struct Pool {
-    shards: Box<[Mutex<VecDeque<Conn>>]>,
+    shards: Box<[Arc<Shard>]>,
+}
+
+/// One worker's idle connections of an upstream.
+pub(crate) struct Shard {
+    idle: CachePadded<Mutex<VecDeque<Conn>>>,
     cap: usize,
     timeout: Duration,
     max_requests: u32,
@@ -78,38 +88,58 @@ impl Pool {
             .map_or((0, Duration::ZERO, 0), |k| {
                 (k.idle.get() as usize, k.timeout, k.requests)
             });
-        let shards = if cap == 0 { 1 } else { SHARDS };
+        let shards = if cap == 0 { 1 } else { crate::shard::count() };
         Self {
-            shards: (0..shards).map(|_| Mutex::new(VecDeque::new())).collect(),
-            cap,
-            timeout,
-            max_requests,
+            shards: (0..shards)
+                .map(|_| {
+                    Arc::new(Shard {
+                        idle: CachePadded::new(Mutex::new(VecDeque::new())),
+                        cap,
+                        timeout,
+                        max_requests,
+                    })
+                })
+                .collect(),
         }
     }
 
     /// Whether connections are kept at all.
     pub(crate) fn enabled(&self) -> bool {
-        self.cap > 0
+        self.shards.first().is_some_and(|s| s.cap > 0)
     }
 
     /// Idle connections held now, over all workers.
     pub(crate) fn idle_count(&self) -> usize {
         self.shards
             .iter()
-            .map(|s| s.lock().map_or(0, |q| q.len()))
+            .map(|s| s.idle.lock().map_or(0, |q| q.len()))
             .sum()
     }
 
-    fn shard(&self) -> &Mutex<VecDeque<Conn>> {
-        &self.shards[crate::shard::current() % self.shards.len()]
+    /// This worker's shard, for a response body to check its connection
+    /// in to when it ends (None: no pooling).
+    pub(crate) fn shard(&self) -> Option<&Arc<Shard>> {
+        crate::shard::of(&self.shards).filter(|s| s.cap > 0)
     }
 
     /// Take the most recently used idle connection to `peer`, if any.
     pub(crate) fn checkout(&self, peer: PeerId) -> Option<Conn> {
-        if self.cap == 0 {
-            return None;
+        self.shard()?.checkout(peer)
+    }
+
+    /// Give a connection back after a complete response.
+    pub(crate) fn checkin(&self, conn: Conn) {
+        if let Some(s) = self.shard() {
+            s.checkin(conn);
         }
-        let mut q = self.shard().lock().ok()?;
+    }
+}
+
+// === impl Shard ===
+
+impl Shard {
+    fn checkout(&self, peer: PeerId) -> Option<Conn> {
+        let mut q = self.idle.lock().ok()?;
         let now = vigil_core::clock::coarse_now();
         // The oldest go first when they expire; the newest is reused first.
         while q
@@ -136,7 +166,7 @@ impl Pool {
             return;
         }
         conn.idle_since = vigil_core::clock::coarse_now();
-        if let Ok(mut q) = self.shard().lock() {
+        if let Ok(mut q) = self.idle.lock() {
             if q.len() >= self.cap {
                 q.pop_front();
             }
@@ -148,7 +178,7 @@ impl Pool {
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pool")
-            .field("cap", &self.cap)
+            .field("cap", &self.shards.first().map_or(0, |s| s.cap))
             .field("idle", &self.idle_count())
             .finish()
     }

@@ -1052,7 +1052,10 @@ mod tests {
             Request<RequestBody>,
             &'static Arc<crate::conn::ConnState>,
         );
-        type AttemptArgs = (&'static crate::route::Route, Arc<vigil_core::peer::Peer>);
+        type AttemptArgs = (
+            &'static crate::route::Route,
+            &'static vigil_core::peer::Peer,
+        );
         // Every connection holds its loop's future, idle or not: memory per
         // connection. Each request boxes its exchange (the handler inside),
         // each attempt its own: a copy of the whole future each time, and

@@ -143,11 +143,11 @@ fn gauge(m: &mut MetricEncoder<'_>, labels: &impl EncodeLabelSet, v: u64) -> fmt
 fn counters(enc: &mut DescriptorEncoder<'_>, g: &GenerationStats) -> fmt::Result {
     let mut m = family(enc, "vigil_requests", help::REQUESTS, Counter)?;
     for t in g.upstreams.iter().map(|u| &u.totals) {
-        for (class, n) in STATUS_CLASSES.iter().zip(&t.requests) {
+        for (i, class) in STATUS_CLASSES.iter().enumerate() {
             counter(
                 &mut m,
                 &[("upstream", &*t.name), ("status_class", *class)],
-                load(n),
+                t.requests(i),
             )?;
         }
     }
@@ -160,15 +160,16 @@ fn counters(enc: &mut DescriptorEncoder<'_>, g: &GenerationStats) -> fmt::Result
     for t in g.upstreams.iter().map(|u| &u.totals) {
         // Non-cumulative counts per bound, then the overflow at +Inf:
         // the encoder accumulates them.
+        let counts = t.buckets();
         let mut buckets = [(f64::INFINITY, 0); BUCKETS.len() + 1];
-        for (b, (le, n)) in buckets.iter_mut().zip(BUCKETS.iter().zip(&t.buckets)) {
-            *b = (*le, load(n));
+        for (b, (le, n)) in buckets.iter_mut().zip(BUCKETS.iter().zip(counts)) {
+            *b = (*le, n);
         }
-        if let (Some(last), Some(n)) = (buckets.last_mut(), t.buckets.last()) {
-            last.1 = load(n);
+        if let (Some(last), Some(n)) = (buckets.last_mut(), counts.last()) {
+            last.1 = *n;
         }
         let count = buckets.iter().map(|b| b.1).sum();
-        let sum = load(&t.sum_us) as f64 / 1e6;
+        let sum = t.sum_us() as f64 / 1e6;
         m.encode_family(&[("upstream", &*t.name)])?
             .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
     }
@@ -176,7 +177,7 @@ fn counters(enc: &mut DescriptorEncoder<'_>, g: &GenerationStats) -> fmt::Result
     for p in g.upstreams.iter().flat_map(|u| u.peers.iter()) {
         for o in Outcome::ALL {
             let labels = peer_labels(p, "outcome", o.as_str());
-            counter(&mut m, &labels, load(&p.attempts[o.index()]))?;
+            counter(&mut m, &labels, p.attempts(o))?;
         }
     }
     let mut m = family(enc, "vigil_retries", help::RETRIES, Counter)?;

@@ -2,12 +2,21 @@
 //! retries, the duration histogram) and per peer (attempts by outcome,
 //! failures counted, exclusions). Label values are shared `Arc<str>`s made
 //! once, when a generation is attached; recording is a `fetch_add`.
+//!
+//! What every request writes (its status class, its duration's bucket and
+//! sum, its attempt's outcome) is kept per worker ([`PerWorker`]): each
+//! worker adds to counters on cache lines of its own, and a scrape reads
+//! their sums. Counters shared by all workers had two workers move the
+//! same lines between their cores on every request. The rest (retries,
+//! failures, exclusions: a request that goes well writes none of them)
+//! stays one atomic each.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crossbeam_utils::CachePadded;
 use vigil_core::peer::PeerId;
 use vigil_core::upstream::{Accounting, CountRule};
 use vigil_core::{FailureClass, RetryDenied, Upstream};
@@ -42,12 +51,12 @@ pub(crate) struct UpstreamStats {
 pub(crate) struct UpstreamTotals {
     /// The `upstream` label value.
     pub(crate) name: Arc<str>,
-    pub(crate) requests: [AtomicU64; 5],
+    /// Requests by status class ([`REQUESTS`]), non-cumulative counts per
+    /// bucket of [`BUCKETS`] then the overflow ([`HISTOGRAM`]), and the
+    /// sum of the durations in µs ([`SUM_US`]).
+    per_request: PerWorker<{ SUM_US + 1 }>,
     pub(crate) retries: AtomicU64,
     pub(crate) no_live: AtomicU64,
-    /// Non-cumulative counts per bucket of [`BUCKETS`], then the overflow.
-    pub(crate) buckets: [AtomicU64; 15],
-    pub(crate) sum_us: AtomicU64,
     /// Hedges sent (`hedge`).
     pub(crate) hedges: AtomicU64,
     /// Retries and hedges core denied, by [`RetryDenied::index`].
@@ -63,7 +72,7 @@ pub(crate) struct PeerStats {
     /// The `upstream` label value.
     pub(crate) upstream: Arc<str>,
     /// By [`Outcome::index`].
-    pub(crate) attempts: [AtomicU64; 11],
+    attempts: PerWorker<{ Outcome::ALL.len() }>,
     /// By [`FailureClass`] order.
     pub(crate) counted: [AtomicU64; 10],
     /// Of those, charged by a vigil-only `passive_count` rule, by
@@ -72,6 +81,45 @@ pub(crate) struct PeerStats {
     pub(crate) exclusions: AtomicU64,
     /// By [`super::render::EJECTION_RULES`] order.
     pub(crate) ejections: [AtomicU64; 4],
+}
+
+/// Where [`UpstreamTotals`]'s per-request counters start: the status
+/// classes, the histogram's buckets (and overflow), the duration sum.
+const REQUESTS: usize = 0;
+const HISTOGRAM: usize = REQUESTS + STATUS_CLASSES.len();
+const SUM_US: usize = HISTOGRAM + BUCKETS.len() + 1;
+
+/// `N` counters per worker ([`crate::shard`]), each worker's on cache
+/// lines of its own; read as their sums.
+pub(crate) struct PerWorker<const N: usize> {
+    shards: Box<[CachePadded<[AtomicU64; N]>]>,
+}
+
+// === impl PerWorker ===
+
+impl<const N: usize> PerWorker<N> {
+    fn new() -> Self {
+        Self {
+            shards: (0..crate::shard::count())
+                .map(|_| CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))))
+                .collect(),
+        }
+    }
+
+    /// Add `n` to counter `i` of this worker's.
+    fn add(&self, i: usize, n: u64) {
+        if let Some(c) = crate::shard::of(&self.shards).and_then(|s| s.get(i)) {
+            c.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Counter `i`, over all workers.
+    pub(crate) fn get(&self, i: usize) -> u64 {
+        self.shards
+            .iter()
+            .filter_map(|s| s.get(i))
+            .fold(0, |sum, c| sum.wrapping_add(c.load(Ordering::Relaxed)))
+    }
 }
 
 // === impl Outcome ===
@@ -166,23 +214,23 @@ impl UpstreamStats {
 
     /// A client request finished with `status` after `elapsed`.
     pub(crate) fn request(&self, status: u16, elapsed: Duration) {
-        let t = &self.totals;
+        let t = &self.totals.per_request;
         let class = usize::from((status / 100).clamp(1, 5) - 1);
-        t.requests[class].fetch_add(1, Ordering::Relaxed);
+        t.add(REQUESTS + class, 1);
         let secs = elapsed.as_secs_f64();
         let i = BUCKETS
             .iter()
             .position(|le| secs <= *le)
             .unwrap_or(BUCKETS.len());
-        t.buckets[i].fetch_add(1, Ordering::Relaxed);
+        t.add(HISTOGRAM + i, 1);
         let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-        t.sum_us.fetch_add(us, Ordering::Relaxed);
+        t.add(SUM_US, us);
     }
 
     /// One attempt on `peer` ended with `outcome`.
     pub(crate) fn attempt(&self, peer: PeerId, outcome: Outcome) {
         if let Some(p) = self.peer(peer) {
-            p.attempts[outcome.index()].fetch_add(1, Ordering::Relaxed);
+            p.attempts.add(outcome.index(), 1);
         }
     }
 
@@ -231,31 +279,54 @@ impl UpstreamTotals {
     fn new(name: Arc<str>) -> Self {
         Self {
             name,
-            requests: Default::default(),
+            per_request: PerWorker::new(),
             retries: AtomicU64::new(0),
             no_live: AtomicU64::new(0),
-            buckets: Default::default(),
-            sum_us: AtomicU64::new(0),
             hedges: AtomicU64::new(0),
             denied: Default::default(),
         }
     }
 
+    /// Requests answered with a status of class `class` (its index in
+    /// [`STATUS_CLASSES`]).
+    pub(crate) fn requests(&self, class: usize) -> u64 {
+        if class < STATUS_CLASSES.len() {
+            self.per_request.get(REQUESTS + class)
+        } else {
+            0
+        }
+    }
+
+    /// Non-cumulative counts per bucket of [`BUCKETS`], then the overflow.
+    pub(crate) fn buckets(&self) -> [u64; BUCKETS.len() + 1] {
+        std::array::from_fn(|i| self.per_request.get(HISTOGRAM + i))
+    }
+
+    /// The requests' durations summed, µs.
+    pub(crate) fn sum_us(&self) -> u64 {
+        self.per_request.get(SUM_US)
+    }
+
     /// Requests observed by the histogram (the sum of its buckets).
     pub(crate) fn count(&self) -> u64 {
-        self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum()
+        self.buckets().iter().sum()
     }
 }
 
 // === impl PeerStats ===
 
 impl PeerStats {
+    /// Attempts that ended with `outcome`.
+    pub(crate) fn attempts(&self, outcome: Outcome) -> u64 {
+        self.attempts.get(outcome.index())
+    }
+
     fn new(upstream: Arc<str>, addr: Arc<str>, peer: Arc<str>) -> Self {
         Self {
             upstream,
             addr,
             peer,
-            attempts: Default::default(),
+            attempts: PerWorker::new(),
             counted: Default::default(),
             by_rule: Default::default(),
             exclusions: AtomicU64::new(0),

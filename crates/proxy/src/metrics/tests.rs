@@ -177,6 +177,54 @@ fn counts_land_on_their_label_sets() {
 }
 
 #[test]
+fn counts_written_by_several_workers_are_summed_in_one_scrape() {
+    let m = ProxyMetrics::new();
+    let g = m.attach(&registry(TWO, None), &clock());
+    // Each worker adds to counters of its own (one per core; workers past
+    // that share them): the scrape reads their sums, whichever shard
+    // each worker's counts went to.
+    let workers = crate::shard::count() + 1;
+    std::thread::scope(|s| {
+        for w in 0..workers {
+            let api = g.upstream("api").expect("api").clone();
+            s.spawn(move || {
+                crate::shard::enter(w);
+                for _ in 0..=w {
+                    api.request(200, Duration::from_millis(3));
+                    api.attempt(PeerId(1), Outcome::Ok);
+                }
+                api.request(504, Duration::from_secs(1));
+            });
+        }
+    });
+    let out = text(&m);
+    let v = |s: &str| sample(&out, s).unwrap_or_else(|| panic!("no {s}\n{out}"));
+    let ok = (1..=workers).sum::<usize>() as f64;
+    assert_eq!(
+        v("vigil_requests_total{upstream=\"api\",status_class=\"2xx\"}"),
+        ok
+    );
+    assert_eq!(
+        v("vigil_requests_total{upstream=\"api\",status_class=\"5xx\"}"),
+        workers as f64
+    );
+    assert_eq!(
+        v("vigil_attempts_total{upstream=\"api\",peer=\"127.0.0.1:8002\",outcome=\"ok\"}"),
+        ok
+    );
+    assert_eq!(
+        v("vigil_request_duration_seconds_bucket{upstream=\"api\",le=\"0.005\"}"),
+        ok
+    );
+    assert_eq!(
+        v("vigil_request_duration_seconds_count{upstream=\"api\"}"),
+        ok + workers as f64
+    );
+    let sum = v("vigil_request_duration_seconds_sum{upstream=\"api\"}");
+    assert!((sum - (ok * 0.003 + workers as f64)).abs() < 1e-9, "{sum}");
+}
+
+#[test]
 fn gauges_read_core_state_at_scrape() {
     let conf = "http { upstream api { server 127.0.0.1:8001; server 127.0.0.1:8002 down;
         server 127.0.0.1:8003; } }";

@@ -30,9 +30,9 @@ pub(crate) fn register(meter: &Meter, metrics: &Arc<ProxyMetrics>) {
         |g, o| {
             for u in &g.upstreams {
                 let t = &u.totals;
-                for (class, n) in STATUS_CLASSES.iter().zip(&t.requests) {
+                for (i, class) in STATUS_CLASSES.iter().enumerate() {
                     o.observe(
-                        load(n),
+                        t.requests(i),
                         &[up(&t.name), KeyValue::new("status_class", *class)],
                     );
                 }
@@ -47,7 +47,7 @@ pub(crate) fn register(meter: &Meter, metrics: &Arc<ProxyMetrics>) {
         |g, o| {
             for (name, p) in peers(g) {
                 for out in Outcome::ALL {
-                    let v = load(&p.attempts[out.index()]);
+                    let v = p.attempts(out);
                     o.observe(
                         v,
                         &[up(name), peer(p), KeyValue::new("outcome", out.as_str())],
@@ -178,8 +178,8 @@ fn histogram(meter: &Meter, metrics: &Arc<ProxyMetrics>) {
             for u in &g.upstreams {
                 let t = &u.totals;
                 let mut cumulative = 0;
-                for (le, n) in BUCKETS.iter().zip(&t.buckets) {
-                    cumulative += load(n);
+                for (le, n) in BUCKETS.iter().zip(t.buckets()) {
+                    cumulative += n;
                     o.observe(
                         cumulative,
                         &[up(&t.name), KeyValue::new("le", le.to_string())],
@@ -208,7 +208,7 @@ fn histogram(meter: &Meter, metrics: &Arc<ProxyMetrics>) {
         .with_callback(move |o| {
             if let Some(g) = m.current() {
                 for u in &g.upstreams {
-                    o.observe(load(&u.totals.sum_us) as f64 / 1e6, &[up(&u.totals.name)]);
+                    o.observe(u.totals.sum_us() as f64 / 1e6, &[up(&u.totals.name)]);
                 }
             }
         })
