@@ -22,6 +22,7 @@ use hyper::client::conn::http1::SendRequest;
 use crate::connect::{connect, connect_plain, ConnectError, TlsSettings};
 use crate::payload::UpBody;
 use crate::pool::{Conn, Link};
+use crate::raw_head::RawFields;
 use crate::route::Route;
 use crate::upstream::{self, Phase, RespBody, H1};
 
@@ -32,6 +33,9 @@ pub(crate) struct Answered {
     /// gives it back when it ended cleanly).
     pub(crate) conn: Conn,
     pub(crate) connect_time: f64,
+    /// The response's fields as they came (vigil's own reader, on a route
+    /// that passes fields so: see [`crate::raw_head`]).
+    pub(crate) raw: Option<Box<RawFields>>,
 }
 
 /// The attempt failed before a response header.
@@ -203,7 +207,7 @@ where
                 connect_time: Some(connect_time),
             }
         };
-        let (response, asked_upgrade) = match std::mem::replace(&mut conn.link, Link::Lent) {
+        let (response, asked_upgrade, raw) = match std::mem::replace(&mut conn.link, Link::Lent) {
             Link::H1(mut h1) => {
                 let (written, body) = match make_request(Room::Head(h1.head_out())) {
                     Ok(Outgoing::H1(w, b)) => (w, b),
@@ -229,7 +233,7 @@ where
                 })
                 .await
                 {
-                    Ok(r) => (r.map(RespBody::H1), asked_upgrade),
+                    Ok(r) => (r.response.map(RespBody::H1), asked_upgrade, r.raw),
                     Err(upstream::Error::Timeout(phase)) => return Err(timed_out(phase)),
                     Err(e) => return Err(classify_h1(e, cached, replayable, peer, connect_time)),
                 }
@@ -250,7 +254,7 @@ where
                 let r = Box::pin(send_hyper(&mut sender, request, settings)).await;
                 conn.link = Link::Hyper(sender);
                 match r {
-                    Ok(Ok(r)) => (r.map(RespBody::Hyper), asked_upgrade),
+                    Ok(Ok(r)) => (r.map(RespBody::Hyper), asked_upgrade, None),
                     Ok(Err(e)) => return Err(classify(e, cached, replayable, peer, connect_time)),
                     Err(phase) => return Err(timed_out(phase)),
                 }
@@ -290,6 +294,7 @@ where
             response,
             conn,
             connect_time,
+            raw,
         }))
     }
 }

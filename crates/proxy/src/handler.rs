@@ -23,6 +23,7 @@ use crate::attempt::{self, Answered, Failed, Outgoing, Room};
 use crate::body::{self, BodyError, Buffered, ClientBody, RequestBody, Streamed, UpBody};
 use crate::hop::strip_hop_by_hop;
 use crate::metrics::Outcome;
+use crate::raw_head::RawFields;
 use crate::record::{AttemptRecord, EarlierAttempts};
 use crate::route::{Answer, Refusal, Reply, Route};
 use crate::server::Proxy;
@@ -91,7 +92,7 @@ pub(crate) fn handle<'a>(
     client: SocketAddr,
     mut req: Request<RequestBody>,
     conn: &'a Arc<crate::conn::ConnState>,
-) -> impl Future<Output = Response<UpBody>> + Send + 'a {
+) -> impl Future<Output = Handled> + Send + 'a {
     async move {
         let start = vigil_core::clock::coarse_now();
         // Only where a template or log line may read it ($request_id).
@@ -115,11 +116,12 @@ pub(crate) fn handle<'a>(
                 Answer::Proxy(route) => route,
                 Answer::Return(reply) => {
                     drop(generation);
-                    return returned(&reply, &parts, local, client, start);
+                    return returned(&reply, &parts, local, client, start).into();
                 }
             },
             Err(refusal) => {
-                return Box::pin(not_routed(
+                let mut raw = None;
+                let response = Box::pin(not_routed(
                     proxy,
                     &generation,
                     refusal,
@@ -128,8 +130,10 @@ pub(crate) fn handle<'a>(
                     local,
                     client,
                     start,
+                    &mut raw,
                 ))
-                .await
+                .await;
+                return Handled { response, raw };
             }
         };
         crate::conn::on_route(conn, &route.location.proxy);
@@ -138,7 +142,10 @@ pub(crate) fn handle<'a>(
         let pages = saved.map(|p| (generation.clone(), p));
         drop(generation);
         let net = (local, client);
-        let resp = proxy_request(proxy, &route, net, &mut parts, &mut body, start, &mut obs).await;
+        let Handled {
+            response: resp,
+            mut raw,
+        } = proxy_request(proxy, &route, net, &mut parts, &mut body, start, &mut obs).await;
         // Done with (logged): the map's and the extensions' room is a later
         // message's.
         crate::spare::keep(std::mem::take(&mut parts.headers));
@@ -151,12 +158,35 @@ pub(crate) fn handle<'a>(
                     pages: &route.error_pages,
                     parts: *parts,
                 };
-                Box::pin(error_paged(proxy, page, &mut body, net, start, resp)).await
+                Box::pin(error_paged(
+                    proxy, page, &mut body, net, start, resp, &mut raw,
+                ))
+                .await
             }
             None => resp,
         };
         obs.finish(resp.status().as_u16());
-        resp
+        Handled {
+            response: resp,
+            raw,
+        }
+    }
+}
+
+/// A request's response, with its fields as they came where the route
+/// passes them so (see [`crate::raw_head`]).
+pub(crate) struct Handled {
+    pub(crate) response: Response<UpBody>,
+    /// For vigil's own HTTP/1 writer (None for any other client).
+    pub(crate) raw: Option<Box<RawFields>>,
+}
+
+impl From<Response<UpBody>> for Handled {
+    fn from(response: Response<UpBody>) -> Self {
+        Self {
+            response,
+            raw: None,
+        }
     }
 }
 
@@ -331,7 +361,7 @@ fn proxy_request<'a, 'o>(
     client_body: &'a mut ClientRequestBody,
     start: Instant,
     obs: &'a mut RequestObserver<'o>,
-) -> impl Future<Output = Response<UpBody>> + use<'a, 'o> {
+) -> impl Future<Output = Handled> + use<'a, 'o> {
     async move {
         // nginx tunnels when the client sent Upgrade and the upstream answered
         // 101 (`u->upgrade`); vigil asks the upstream to switch only where the
@@ -371,7 +401,7 @@ fn proxy_request<'a, 'o>(
         if !crate::access::allows(&settings.access, client.ip()) {
             tracing::debug!(client = %client.ip(), "access forbidden by rule");
             let page = error_page(StatusCode::FORBIDDEN);
-            return finish(route, parts, client, local, &[], start, page);
+            return Handled::from(finish(route, parts, client, local, &[], start, page));
         }
         let max = settings.client_max_body_size;
         let declared = asked.length;
@@ -381,7 +411,7 @@ fn proxy_request<'a, 'o>(
             finish(route, parts, client, local, &[], start, page)
         };
         if max != 0 && declared.is_some_and(|n| n > max) {
-            return too_large(parts);
+            return Handled::from(too_large(parts));
         }
         let has_body = declared.is_some_and(|n| n > 0) || asked.transfer_encoding;
         let body_timed_out = |parts: &Parts| {
@@ -411,13 +441,15 @@ fn proxy_request<'a, 'o>(
             .await
             {
                 Ok(b) => Some(ReqBody::Buffered(b)),
-                Err(BodyError::TooLarge(_)) => return too_large(parts),
+                Err(BodyError::TooLarge(_)) => return Handled::from(too_large(parts)),
                 // nginx closes without a response and logs 408.
-                Err(BodyError::Timeout(_)) => return body_timed_out(parts),
-                Err(BodyError::Client(_)) => return error_page(StatusCode::BAD_REQUEST),
+                Err(BodyError::Timeout(_)) => return Handled::from(body_timed_out(parts)),
+                Err(BodyError::Client(_)) => {
+                    return Handled::from(error_page(StatusCode::BAD_REQUEST))
+                }
                 Err(BodyError::Spool(e)) => {
                     tracing::error!(error = %e, "cannot spool request body");
-                    return error_page(StatusCode::INTERNAL_SERVER_ERROR);
+                    return Handled::from(error_page(StatusCode::INTERNAL_SERVER_ERROR));
                 }
             },
             Some(incoming) => {
@@ -432,7 +464,9 @@ fn proxy_request<'a, 'o>(
         // Read by this pass or an earlier one (an error_page's redirect).
         let body: &ReqBody = match &*client_body {
             ClientRequestBody::Read(b) => b,
-            ClientRequestBody::Unread(_) => return error_page(StatusCode::INTERNAL_SERVER_ERROR),
+            ClientRequestBody::Unread(_) => {
+                return Handled::from(error_page(StatusCode::INTERNAL_SERVER_ERROR))
+            }
         };
         let facts = RequestFacts::new(parts.method.as_str(), matches!(body, ReqBody::Buffered(_)));
         let upstream = &route.upstream;
@@ -488,7 +522,7 @@ fn proxy_request<'a, 'o>(
                             connect_time: None,
                             redirected: group > 0 && attempts.len() == group,
                         });
-                        return finish(
+                        return Handled::from(finish(
                             route,
                             parts,
                             client,
@@ -496,12 +530,12 @@ fn proxy_request<'a, 'o>(
                             &attempts,
                             start,
                             error_page(StatusCode::BAD_GATEWAY),
-                        );
+                        ));
                     }
                 };
                 match job.launch(guard, &mut attempts).await {
                     Ok(f) => flights.push(f),
-                    Err(page) => return page,
+                    Err(page) => return Handled::from(page),
                 }
             }
             // The next hedge is due after the latest attempt's start. While
@@ -532,7 +566,7 @@ fn proxy_request<'a, 'o>(
                             tracing::debug!(upstream = %upstream.name(), peer = %guard.peer().name(), "hedge");
                             match job.launch(guard, &mut attempts).await {
                                 Ok(f) => flights.push(f),
-                                Err(page) => return page,
+                                Err(page) => return Handled::from(page),
                             }
                         }
                         Err(denied) => {
@@ -617,11 +651,22 @@ fn proxy_request<'a, 'o>(
                             cancel(&mut flights, &mut attempts);
                             // `passive_count last_try` may have charged a passed-through status.
                             obs.charged(peer, guard.accounting());
-                            let Answered { response, conn, .. } = *answered;
+                            let Answered {
+                                response,
+                                conn,
+                                raw: fields,
+                                ..
+                            } = *answered;
                             let (mut head, incoming) = response.into_parts();
-                            if !own_writer {
-                                crate::raw_head::materialize(&mut head);
-                            }
+                            // The fields as they came go beside the response
+                            // to vigil's own writer, into the map for another.
+                            let raw = match fields {
+                                Some(f) if !own_writer => {
+                                    f.fill(&mut head.headers);
+                                    None
+                                }
+                                f => f,
+                            };
                             // vigil's own reader left the hop-by-hop fields out as it
                             // built the map (upstream::head::parse); hyper's did not.
                             let stripped = matches!(incoming, crate::upstream::RespBody::H1(_));
@@ -665,9 +710,9 @@ fn proxy_request<'a, 'o>(
                                         header::CONNECTION,
                                         HeaderValue::from_static("upgrade"),
                                     );
-                                    return finish(
+                                    return Handled::from(finish(
                                         route, parts, client, local, &attempts, start, resp,
-                                    );
+                                    ));
                                 }
                             }
                             let pooled = route.pool.shard().map(|s| (s.clone(), conn));
@@ -690,7 +735,9 @@ fn proxy_request<'a, 'o>(
                                 strip_hop_by_hop(resp.headers_mut(), false);
                             }
                             upstream_headers(route, parts, client, local, &mut resp, stripped);
-                            return finish(route, parts, client, local, &attempts, start, resp);
+                            let response =
+                                finish(route, parts, client, local, &attempts, start, resp);
+                            return Handled { response, raw };
                         }
                     }
                 }
@@ -700,7 +747,7 @@ fn proxy_request<'a, 'o>(
                         .is_some_and(|t| t.load(std::sync::atomic::Ordering::Acquire))
                     {
                         // The client's fault: the peer is freed uncharged (drop).
-                        return body_timed_out(parts);
+                        return Handled::from(body_timed_out(parts));
                     }
                     tracing::warn!(upstream = %upstream.name(), peer = %peer.name(), class = %failed.failure.class, "{}", failed.detail);
                     let took = vigil_core::clock::coarse_now().saturating_duration_since(t0);
@@ -731,7 +778,7 @@ fn proxy_request<'a, 'o>(
                             cancel(&mut flights, &mut attempts);
                             let code =
                                 StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
-                            return finish(
+                            return Handled::from(finish(
                                 route,
                                 parts,
                                 client,
@@ -739,7 +786,7 @@ fn proxy_request<'a, 'o>(
                                 &attempts,
                                 start,
                                 error_page(code),
-                            );
+                            ));
                         }
                     }
                 }

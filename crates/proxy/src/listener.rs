@@ -255,7 +255,11 @@ where
             let (proxy, served) = (proxy.clone(), served.clone());
             req.extensions_mut().insert(Secure);
             let req = req.map(crate::body::RequestBody::Hyper);
-            async move { crate::handler::handle(&proxy, addr, client, req, &served).await }
+            async move {
+                crate::handler::handle(&proxy, addr, client, req, &served)
+                    .await
+                    .response
+            }
         },
     );
     let conn = site

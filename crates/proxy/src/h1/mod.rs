@@ -468,7 +468,7 @@ async fn unaccepted(
                 version: Version::HTTP_11,
                 keep_alive: true,
             };
-            let r = write_response(wire, resp, &asked).await;
+            let r = write_response(wire, resp, None, &asked).await;
             drop(guard);
             r?;
             close(wire).await;
@@ -535,11 +535,14 @@ fn exchange<'a>(
     };
     async move {
         let guard = conn::begin(&cx.state, version);
-        let mut resp = match cx.serve {
+        let crate::handler::Handled {
+            response: mut resp,
+            raw,
+        } = match cx.serve {
             Serve::PlainOnTls => {
                 tracing::debug!(client = %cx.client, "client sent plain HTTP request to HTTPS port");
                 drop(req);
-                (cx.plain_to_https)()
+                (cx.plain_to_https)().into()
             }
             serve => {
                 if serve == Serve::Tls {
@@ -558,7 +561,7 @@ fn exchange<'a>(
             version,
             keep_alive: keep_alive && !shutdown.load(Ordering::Acquire),
         };
-        let written = write_response(wire, resp, &asked).await;
+        let written = write_response(wire, resp, raw.as_deref(), &asked).await;
         drop(guard);
         let last = written?;
         if switching {
@@ -622,7 +625,9 @@ async fn serve_h2(cx: &Ctx, wire: &mut Held, shutdown: &AtomicBool) -> Result<()
             let (proxy, state) = (proxy.clone(), state.clone());
             async move {
                 let req = req.map(RequestBody::Hyper);
-                crate::handler::handle(&proxy, local, client, req, &state).await
+                crate::handler::handle(&proxy, local, client, req, &state)
+                    .await
+                    .response
             }
         },
     );
@@ -755,6 +760,7 @@ async fn next_frame(
 async fn write_response(
     wire: &mut Held,
     resp: Response<UpBody>,
+    raw: Option<&crate::raw_head::RawFields>,
     asked: &Asked<'_>,
 ) -> Result<bool, H1Error> {
     let (mut parts, mut body) = resp.into_parts();
@@ -769,7 +775,6 @@ async fn write_response(
         .extensions
         .get::<hyper::ext::ReasonPhrase>()
         .map(|r| r.as_bytes());
-    let raw = crate::raw_head::of(&parts.extensions);
     let mut head = crate::spare::head_room();
     let fields = write::Head {
         status: parts.status,
@@ -780,8 +785,7 @@ async fn write_response(
     };
     let encoded = write::encode(fields, length, asked, &mut head);
     // Written: the map's room is a later message's, and so is the table
-    // of the extensions (the raw fields' set, say), and the rest of the
-    // head's buffer.
+    // of the extensions, and the rest of the head's buffer.
     crate::spare::keep(parts.headers);
     crate::spare::keep_extensions(parts.extensions);
     let head_bytes = head.split().freeze();

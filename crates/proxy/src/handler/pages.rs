@@ -41,6 +41,7 @@ pub(super) async fn error_paged(
     (local, client): (SocketAddr, SocketAddr),
     start: Instant,
     mut resp: Response<UpBody>,
+    raw: &mut Option<Box<crate::raw_head::RawFields>>,
 ) -> Response<UpBody> {
     let routes = &page.generation.routes;
     let status = resp.status().as_u16();
@@ -56,7 +57,9 @@ pub(super) async fn error_paged(
     let earlier = resp
         .extensions_mut()
         .remove::<crate::record::EarlierAttempts>();
+    // The page answers instead: no fields of the response it replaces.
     drop(resp);
+    *raw = None;
     let Redirected {
         answer,
         mut parts,
@@ -91,10 +94,14 @@ pub(super) async fn error_paged(
             // The page's upstream counts (and traces) its own attempts.
             let mut obs = super::observer(proxy, page.generation, &route, &parts, start);
             let net = (local, client);
-            let resp = Box::pin(proxy_request(
+            let super::Handled {
+                response: resp,
+                raw: fields,
+            } = Box::pin(proxy_request(
                 proxy, &route, net, &mut parts, body, start, &mut obs,
             ))
             .await;
+            *raw = fields;
             obs.finish(resp.status().as_u16());
             resp
         }
@@ -148,6 +155,7 @@ pub(super) async fn not_routed(
     local: SocketAddr,
     client: SocketAddr,
     start: Instant,
+    raw: &mut Option<Box<crate::raw_head::RawFields>>,
 ) -> Response<UpBody> {
     let routes = &generation.routes;
     let server = parts
@@ -185,7 +193,7 @@ pub(super) async fn not_routed(
                 parts: parts.clone(),
             };
             let net = (local, client);
-            return error_paged(proxy, page, &mut body, net, start, resp).await;
+            return error_paged(proxy, page, &mut body, net, start, resp, raw).await;
         }
     }
     server_logged(routes, server, &parts, (local, client), start, resp)

@@ -18,10 +18,9 @@ pub(super) struct Head {
     pub(super) status: StatusCode,
     pub(super) version: Version,
     pub(super) headers: HeaderMap,
-    /// The kept fields as they came ([`RawFields`], in the extension set
-    /// the response goes on with), `headers` then empty (see
+    /// The kept fields as they came, `headers` then empty (see
     /// [`parse_with`]).
-    pub(super) raw: Option<http::Extensions>,
+    pub(super) raw: Option<Box<RawFields>>,
     /// A reason phrase that is not the status's canonical one.
     pub(super) reason: Option<hyper::ext::ReasonPhrase>,
     /// The response lets the connection be kept (its version and
@@ -526,19 +525,12 @@ fn raw_fields(
     spans: &[Span],
     version: Version,
     hidden: &Names,
-) -> Result<Option<(http::Extensions, bool, Framed)>, Error> {
-    let mut set = crate::raw_head::start(head.clone());
-    let found = match crate::raw_head::of_mut(&mut set) {
-        Some(fields) => fill_raw(fields, head, spans, version, hidden)?,
-        None => None,
-    };
-    match found {
-        Some((keep_alive, framed)) => Ok(Some((set, keep_alive, framed))),
-        None => {
-            crate::spare::keep_extensions(set);
-            Ok(None)
-        }
-    }
+) -> Result<Option<(Box<RawFields>, bool, Framed)>, Error> {
+    // Boxed: the fields go on beside the response, a pointer at each step
+    // (unboxed, some 200 bytes were copied at each).
+    let mut fields = Box::new(RawFields::new(head.clone()));
+    Ok(fill_raw(&mut fields, head, spans, version, hidden)?
+        .map(|(keep_alive, framed)| (fields, keep_alive, framed)))
 }
 
 /// [`raw_fields`] into `fields`.
@@ -1035,7 +1027,7 @@ mod tests {
             version: h.version,
             reason: h.reason.as_ref().map(|r| r.as_bytes()),
             headers: &mut h.headers,
-            raw: h.raw.as_ref().and_then(crate::raw_head::of),
+            raw: h.raw.as_deref(),
         };
         let encoded = crate::h1::write::encode(head, body, asked, &mut dst)
             .map(|e| format!("{:?} {}", e.framing, e.last))

@@ -28,6 +28,7 @@ use tokio::time::Instant;
 
 use crate::hop::Names;
 use crate::payload::{BoxError, UpBody};
+use crate::raw_head::RawFields;
 
 pub(crate) use body::{H1Body, Upgraded};
 pub(crate) use head::{put, RequestFields, Values};
@@ -48,6 +49,14 @@ pub(crate) struct H1 {
     read_size: usize,
     /// The request head (and small bodies) on their way out.
     out: Vec<u8>,
+}
+
+/// A response head read from a peer, its body to come.
+pub(crate) struct Received {
+    pub(crate) response: Response<H1Body>,
+    /// Its fields as they came, the map then empty (where the route
+    /// passes fields so: see [`crate::raw_head`]).
+    pub(crate) raw: Option<Box<RawFields>>,
 }
 
 /// Which of nginx's two request timers ran out.
@@ -284,7 +293,7 @@ impl H1 {
         t: Timeouts,
         hidden: &'h Names,
         raw: bool,
-    ) -> impl Future<Output = Result<Response<H1Body>, Error>> + Send + 'h {
+    ) -> impl Future<Output = Result<Received, Error>> + Send + 'h {
         async move {
             let Written {
                 method,
@@ -335,16 +344,15 @@ impl H1 {
             let mut resp = Response::new(());
             *resp.status_mut() = status;
             *resp.version_mut() = version;
-            if let Some(set) = fields {
-                // The fields as they came, in a set the writer gives back.
-                *resp.extensions_mut() = set;
-            }
             if let Some(r) = reason {
                 resp.extensions_mut().insert(r);
             }
             *resp.headers_mut() = headers;
             let keep = keep && keep_alive && !upgrade && !matches!(kind, body::Kind::Close);
-            Ok(resp.map(|()| H1Body::new(self, kind, keep, upgrade)))
+            Ok(Received {
+                response: resp.map(|()| H1Body::new(self, kind, keep, upgrade)),
+                raw: fields,
+            })
         }
     }
 
