@@ -1,4 +1,5 @@
-//! TCP writes made as system calls of their own (a leaf).
+//! TCP writes, and reads into initialized room, made as system calls of
+//! their own (a leaf).
 //!
 //! In a process with more than one thread, glibc wraps each `send` and
 //! `writev` in a cancellation point: two compare-and-swaps on the thread's
@@ -13,14 +14,19 @@
 //! write finds the socket full itself (one `EAGAIN` more, only when a
 //! client or peer reads slower than vigil writes).
 //!
-//! Reads stay tokio's: a read into a buffer's uninitialized room needs
-//! code this crate does not allow (`unsafe`).
+//! A read goes the same way when its room is initialized memory already
+//! ([`ReadBuf::initialized`] covers it): the request head's reads, into a
+//! worker's own chunk zeroed once ([`crate::h1`]'s `Wire::poll_fill`).
+//! A read into uninitialized room (the upstream response's, into a
+//! buffer's spare capacity; hyper's) stays tokio's: passing that room to
+//! the kernel needs code this crate does not allow (`unsafe`), and zeroing
+//! it first costs more than the wrapper.
 
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
-use rustix::net::SendFlags;
+use rustix::net::{RecvFlags, SendFlags};
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
 
@@ -32,6 +38,15 @@ pub(crate) struct Tcp(TcpStream);
 pub(crate) fn try_send(s: &TcpStream, buf: &[u8]) -> io::Result<usize> {
     s.try_io(Interest::WRITABLE, || {
         rustix::net::send(s, buf, SendFlags::NOSIGNAL).map_err(io::Error::from)
+    })
+}
+
+/// Read into `buf` without waiting (`WouldBlock` when nothing is there).
+fn try_recv(s: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    s.try_io(Interest::READABLE, || {
+        rustix::net::recv(s, &mut *buf, RecvFlags::empty())
+            .map(|(n, _)| n)
+            .map_err(io::Error::from)
     })
 }
 
@@ -90,7 +105,25 @@ impl AsyncRead for Tcp {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
+        let s = &mut self.get_mut().0;
+        if buf.initialized().len() < buf.capacity() {
+            return Pin::new(s).poll_read(cx, buf);
+        }
+        let s = &*s;
+        // All the room is initialized: read into it ourselves, as tokio's
+        // read loop does (a WouldBlock clears the readiness, and the next
+        // wait registers the task).
+        loop {
+            ready!(s.poll_read_ready(cx))?;
+            match try_recv(s, buf.initialize_unfilled()) {
+                Ok(n) => {
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
     }
 }
 
@@ -193,6 +226,37 @@ mod tests {
             .unwrap();
         tcp.shutdown().await.unwrap();
         assert_eq!(reader.await.unwrap(), queued + chunk.len());
+    }
+
+    #[tokio::test]
+    async fn reads_into_initialized_and_uninitialized_room_get_the_same_bytes() {
+        let (s, mut peer) = pair().await;
+        let mut tcp = Tcp::new(s);
+        // Nothing there yet: the read waits (registered: the peer's write
+        // wakes it; bounded, so a wait that never registered fails).
+        let writer = tokio::spawn(async move {
+            tokio::task::yield_now().await;
+            peer.write_all(b"first").await.unwrap();
+            peer
+        });
+        let wait = std::time::Duration::from_secs(30);
+        let mut room = [0u8; 16];
+        let n = tokio::time::timeout(wait, tcp.read(&mut room))
+            .await
+            .expect("woken by the peer's write")
+            .unwrap();
+        assert_eq!(&room[..n], b"first", "into initialized room (rustix)");
+        let mut peer = writer.await.unwrap();
+        peer.write_all(b"second").await.unwrap();
+        let mut uninit = [std::mem::MaybeUninit::<u8>::uninit(); 16];
+        let mut rb = ReadBuf::uninit(&mut uninit);
+        std::future::poll_fn(|cx| Pin::new(&mut tcp).poll_read(cx, &mut rb))
+            .await
+            .unwrap();
+        assert_eq!(rb.filled(), b"second", "into uninitialized room (tokio)");
+        drop(peer);
+        let n = tcp.read(&mut room).await.unwrap();
+        assert_eq!(n, 0, "the peer's close is the end");
     }
 
     #[tokio::test]

@@ -20,6 +20,17 @@ use super::write::has_token;
 use crate::client_io::Io;
 use crate::payload::BoxError;
 
+/// The bytes a read into an empty connection buffer takes at most.
+const CHUNK_SIZE: usize = 8192;
+
+thread_local! {
+    /// A worker's chunk the reads of idle connections go into before their
+    /// bytes are copied to a buffer: zeroed once, so a read into it is
+    /// safe code all the way to the kernel (`crate::sock`).
+    static CHUNK: std::cell::RefCell<[u8; CHUNK_SIZE]> =
+        const { std::cell::RefCell::new([0; CHUNK_SIZE]) };
+}
+
 /// The connection's stream, boxed once per connection.
 pub(crate) type BoxIo = Box<dyn Io>;
 
@@ -148,32 +159,42 @@ impl Wire {
         }
     }
 
-    /// Read more into `buf`: through a stack chunk when `buf` is empty (an
-    /// idle connection waits holding no buffer; a head is copied into a
-    /// worker's spare, `spare::read_room`), else into its room.
+    /// Read more into `buf`: through the worker's chunk when `buf` is
+    /// empty (an idle connection waits holding no buffer; a head is copied
+    /// into a worker's spare, `spare::read_room`), else into its room.
     /// Ready(0) at EOF.
     pub(crate) fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         let Some(io) = self.io.as_mut() else {
             return Poll::Ready(Ok(0));
         };
         if self.buf.is_empty() {
-            let mut chunk = [MaybeUninit::<u8>::uninit(); 8192];
-            let mut rb = ReadBuf::uninit(&mut chunk);
-            match Pin::new(io).poll_read(cx, &mut rb) {
-                Poll::Ready(Ok(())) => {}
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => return Poll::Pending,
-            }
-            let n = rb.filled().len();
-            if n == 0 {
-                self.eof = true;
-            } else if self.buf.capacity() == 0 && self.seq == 0 {
-                // Between requests the connection holds no buffer: the
-                // head goes into the room of a done request's.
-                self.buf = crate::spare::read_room();
-            }
-            self.buf.extend_from_slice(rb.filled());
-            return Poll::Ready(Ok(n));
+            let (buf, eof, seq) = (&mut self.buf, &mut self.eof, self.seq);
+            let mut fill = |rb: &mut ReadBuf<'_>| {
+                std::task::ready!(Pin::new(&mut *io).poll_read(cx, rb))?;
+                let n = rb.filled().len();
+                if n == 0 {
+                    *eof = true;
+                } else if buf.capacity() == 0 && seq == 0 {
+                    // Between requests the connection holds no buffer: the
+                    // head goes into the room of a done request's.
+                    *buf = crate::spare::read_room();
+                }
+                buf.extend_from_slice(rb.filled());
+                Poll::Ready(Ok(n))
+            };
+            // The worker's chunk, initialized: the read is a system call of
+            // its own (crate::sock). A stack chunk if the thread has none.
+            let chunked = CHUNK.try_with(|c| {
+                let mut c = c.try_borrow_mut().ok()?;
+                Some(fill(&mut ReadBuf::new(&mut c[..])))
+            });
+            return match chunked {
+                Ok(Some(r)) => r,
+                _ => {
+                    let mut chunk = [MaybeUninit::<u8>::uninit(); CHUNK_SIZE];
+                    fill(&mut ReadBuf::uninit(&mut chunk))
+                }
+            };
         }
         if self.buf.capacity() - self.buf.len() < 1024 {
             self.buf.reserve(8192);
