@@ -105,6 +105,8 @@ pub(crate) async fn start(config: Config, opts: Options) -> anyhow::Result<Stack
         anyhow::bail!("no server block with a listen address");
     }
     let admin_cfg = config.admin.clone();
+    // Per-worker state (pool shards, request counters) has a shard per worker.
+    vigil_proxy::worker::plan(opts.threads);
     let generation = Generation::build(config, None, events.clone(), clock.clone())?;
     // Fleet mode: the fleet chooses who probes what (joining runs in the
     // background; until then every target is probed here).

@@ -9,18 +9,19 @@
 //! them. vigil never cancels a thread, so the writes to clients and to
 //! peers go to the kernel through rustix instead, under tokio's readiness
 //! ([`TcpStream::try_io`]): the same calls, the same flags (`MSG_NOSIGNAL`
-//! on `send`, as std sets it), the same errors. One difference: after a
-//! short write tokio clears the readiness at once, where here the next
-//! write finds the socket full itself (one `EAGAIN` more, only when a
-//! client or peer reads slower than vigil writes).
+//! on `send`, as std sets it), the same errors, and tokio's readiness rule
+//! ([`try_op`]): a short read or write (the socket emptied, or full) clears
+//! the readiness as a `WouldBlock` does, so the next one waits for the
+//! next event instead of finding `EAGAIN` itself.
 //!
-//! A read goes the same way when its room is initialized memory already
-//! ([`ReadBuf::initialized`] covers it): the request head's reads, into a
-//! worker's own chunk zeroed once ([`crate::h1`]'s `Wire::poll_fill`).
-//! A read into uninitialized room (the upstream response's, into a
-//! buffer's spare capacity; hyper's) stays tokio's: passing that room to
-//! the kernel needs code this crate does not allow (`unsafe`), and zeroing
-//! it first costs more than the wrapper.
+//! A client's read goes the same way when its room is initialized memory
+//! already ([`ReadBuf::initialized`] covers it): a request head's first
+//! read, into a worker's own chunk zeroed once ([`crate::h1`]'s
+//! `Wire::poll_fill`), and the tunnel's. A read into uninitialized room
+//! (the rest of a head, a body, the upstream response's: into a buffer's
+//! spare capacity; hyper's) stays tokio's: passing that room to the
+//! kernel needs code this crate does not allow (`unsafe`), and zeroing it
+//! first costs more than the wrapper.
 
 use std::io::{self, IoSlice};
 use std::pin::Pin;
@@ -30,31 +31,53 @@ use rustix::net::{RecvFlags, SendFlags};
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
 
-/// A client's TCP stream whose writes are [`poll_send`] and [`poll_writev`].
+/// A client's TCP stream whose writes are [`poll_send`] and [`poll_writev`],
+/// and whose reads into initialized room are `recv` through rustix.
 #[derive(Debug)]
 pub(crate) struct Tcp(TcpStream);
 
+/// `op` (a read or write of up to `want` bytes) under tokio's readiness
+/// for `interest`, as tokio's own reads and writes do it: not tried while
+/// the socket is not ready; a `WouldBlock` clears the readiness, and so
+/// does a short transfer (the socket emptied, or full), whose bytes are
+/// still returned.
+fn try_op(
+    s: &TcpStream,
+    interest: Interest,
+    want: usize,
+    op: impl FnOnce() -> rustix::io::Result<usize>,
+) -> io::Result<usize> {
+    let mut short = None;
+    let r = s.try_io(interest, || {
+        let n = op().map_err(io::Error::from)?;
+        if n > 0 && n < want {
+            short = Some(n);
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        Ok(n)
+    });
+    short.map_or(r, Ok)
+}
+
 /// Write what fits of `buf` without waiting (`WouldBlock` when nothing does).
 pub(crate) fn try_send(s: &TcpStream, buf: &[u8]) -> io::Result<usize> {
-    s.try_io(Interest::WRITABLE, || {
-        rustix::net::send(s, buf, SendFlags::NOSIGNAL).map_err(io::Error::from)
+    try_op(s, Interest::WRITABLE, buf.len(), || {
+        rustix::net::send(s, buf, SendFlags::NOSIGNAL)
     })
 }
 
 /// Read into `buf` without waiting (`WouldBlock` when nothing is there).
 fn try_recv(s: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
-    s.try_io(Interest::READABLE, || {
-        rustix::net::recv(s, &mut *buf, RecvFlags::empty())
-            .map(|(n, _)| n)
-            .map_err(io::Error::from)
+    let want = buf.len();
+    try_op(s, Interest::READABLE, want, || {
+        rustix::net::recv(s, &mut *buf, RecvFlags::empty()).map(|(n, _)| n)
     })
 }
 
 /// Write `bufs` in one call, without waiting.
 fn try_writev(s: &TcpStream, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-    s.try_io(Interest::WRITABLE, || {
-        rustix::io::writev(s, bufs).map_err(io::Error::from)
-    })
+    let want = bufs.iter().map(|b| b.len()).sum();
+    try_op(s, Interest::WRITABLE, want, || rustix::io::writev(s, bufs))
 }
 
 /// Write what fits of `buf`, once the socket takes some.
@@ -111,8 +134,8 @@ impl AsyncRead for Tcp {
         }
         let s = &*s;
         // All the room is initialized: read into it ourselves, as tokio's
-        // read loop does (a WouldBlock clears the readiness, and the next
-        // wait registers the task).
+        // read loop does (a WouldBlock or a short read clears the
+        // readiness, and the next wait registers the task).
         loop {
             ready!(s.poll_read_ready(cx))?;
             match try_recv(s, buf.initialize_unfilled()) {
@@ -246,6 +269,14 @@ mod tests {
             .expect("woken by the peer's write")
             .unwrap();
         assert_eq!(&room[..n], b"first", "into initialized room (rustix)");
+        // A short read emptied the socket: the readiness is cleared, as
+        // tokio's read clears it (the next read waits for an event, where
+        // it would otherwise try the socket and find EAGAIN).
+        let mut noop = Context::from_waker(std::task::Waker::noop());
+        assert!(
+            tcp.0.poll_read_ready(&mut noop).is_pending(),
+            "readiness cleared by the short read"
+        );
         let mut peer = writer.await.unwrap();
         peer.write_all(b"second").await.unwrap();
         let mut uninit = [std::mem::MaybeUninit::<u8>::uninit(); 16];

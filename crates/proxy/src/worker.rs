@@ -73,6 +73,14 @@ pub fn listens(config: &Config) -> Vec<Listen> {
     out
 }
 
+/// `threads` workers will run: call before the first generation is built,
+/// so that its per-worker state (pool shards, request counters) has a
+/// shard for each ([`crate::shard`]; [`spawn`] plans too, for state made
+/// after it).
+pub fn plan(threads: usize) {
+    crate::shard::plan(threads);
+}
+
 /// Start `threads` workers, each accepting on every listen address.
 /// Binding errors are returned before any worker starts serving.
 pub fn spawn(
@@ -83,6 +91,7 @@ pub fn spawn(
     grace: Duration,
 ) -> std::io::Result<Workers> {
     let threads = threads.max(1);
+    plan(threads);
     let mut sockets = Vec::with_capacity(listens.len());
     for l in listens {
         sockets.push(bind_all(l, threads)?);

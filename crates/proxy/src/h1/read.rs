@@ -183,7 +183,8 @@ impl Wire {
                 Poll::Ready(Ok(n))
             };
             // The worker's chunk, initialized: the read is a system call of
-            // its own (crate::sock). A stack chunk if the thread has none.
+            // its own (crate::sock). A stack chunk where the thread's is
+            // gone (its exit) or in use (never, on one thread).
             let chunked = CHUNK.try_with(|c| {
                 let mut c = c.try_borrow_mut().ok()?;
                 Some(fill(&mut ReadBuf::new(&mut c[..])))

@@ -281,7 +281,7 @@ impl H1 {
     /// writing boxed out of it. The fields in `hidden` stay out of the
     /// response's map (see [`head::parse_with`]); `raw`: nothing on the
     /// response's way reads or edits its fields, which may then come as
-    /// they came ([`crate::raw_head`], in the response's extensions).
+    /// they came ([`crate::raw_head`], in [`Received::raw`]).
     #[allow(
         clippy::manual_async_fn,
         reason = "an async fn would hold its arguments twice"
