@@ -985,31 +985,29 @@ fn build_request(
 ) -> Result<Outgoing, String> {
     // The client's own target goes as it came (no parse, no copy; not
     // even a clone for vigil's own client, which writes it from here).
-    let built;
-    let uri = match parts.uri.path_and_query() {
+    let built = match parts.uri.path_and_query() {
         Some(pq)
             if pq.as_str() == uri
                 && parts.uri.scheme().is_none()
                 && parts.uri.authority().is_none() =>
         {
-            &parts.uri
+            None
         }
-        _ => {
-            built = http::Uri::try_from(uri)
-                .map_err(|e| format!("cannot build upstream request: {e}"))?;
-            &built
-        }
+        _ => Some(
+            http::Uri::try_from(uri).map_err(|e| format!("cannot build upstream request: {e}"))?,
+        ),
     };
     let mut fields = request_fields(route, parts, client, local, len, upgrade);
     Ok(match room {
         Room::Head(head) => {
+            let uri = built.as_ref().unwrap_or(&parts.uri);
             let written = head.write(&parts.method, uri, &mut fields, &body);
             Outgoing::H1(written, body)
         }
         Room::Map(room) => {
             let mut req = Request::new(body);
             *req.method_mut() = parts.method.clone();
-            *req.uri_mut() = uri.clone();
+            *req.uri_mut() = built.unwrap_or_else(|| parts.uri.clone());
             *req.version_mut() = http::Version::HTTP_11;
             *req.headers_mut() = fields.into_map(room);
             Outgoing::Hyper(req)

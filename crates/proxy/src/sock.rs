@@ -86,7 +86,7 @@ pub(crate) fn poll_send(
     cx: &mut Context<'_>,
     buf: &[u8],
 ) -> Poll<io::Result<usize>> {
-    poll_write_with(s, cx, || try_send(s, buf))
+    poll_with(cx, |cx| s.poll_write_ready(cx), || try_send(s, buf))
 }
 
 /// Write what fits of `bufs` in one call, once the socket takes some.
@@ -95,19 +95,20 @@ pub(crate) fn poll_writev(
     cx: &mut Context<'_>,
     bufs: &[IoSlice<'_>],
 ) -> Poll<io::Result<usize>> {
-    poll_write_with(s, cx, || try_writev(s, bufs))
+    poll_with(cx, |cx| s.poll_write_ready(cx), || try_writev(s, bufs))
 }
 
-/// tokio's write loop: wait until writable, try; a `WouldBlock` cleared
-/// the readiness, so the next wait registers the task.
-fn poll_write_with(
-    s: &TcpStream,
+/// tokio's read and write loop: wait until ready, try; a `WouldBlock`
+/// (or a short transfer, [`try_op`]) cleared the readiness, so the next
+/// wait registers the task.
+fn poll_with(
     cx: &mut Context<'_>,
-    mut write: impl FnMut() -> io::Result<usize>,
+    mut ready: impl FnMut(&mut Context<'_>) -> Poll<io::Result<()>>,
+    mut op: impl FnMut() -> io::Result<usize>,
 ) -> Poll<io::Result<usize>> {
     loop {
-        ready!(s.poll_write_ready(cx))?;
-        match write() {
+        ready!(ready(cx))?;
+        match op() {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             r => return Poll::Ready(r),
         }
@@ -134,19 +135,14 @@ impl AsyncRead for Tcp {
         }
         let s = &*s;
         // All the room is initialized: read into it ourselves, as tokio's
-        // read loop does (a WouldBlock or a short read clears the
-        // readiness, and the next wait registers the task).
-        loop {
-            ready!(s.poll_read_ready(cx))?;
-            match try_recv(s, buf.initialize_unfilled()) {
-                Ok(n) => {
-                    buf.advance(n);
-                    return Poll::Ready(Ok(()));
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
+        // read loop does.
+        let n = ready!(poll_with(
+            cx,
+            |cx| s.poll_read_ready(cx),
+            || try_recv(s, buf.initialize_unfilled())
+        ))?;
+        buf.advance(n);
+        Poll::Ready(Ok(()))
     }
 }
 

@@ -106,9 +106,14 @@ impl<const N: usize> PerWorker<N> {
         }
     }
 
+    /// This worker's counters (looked up once for several adds).
+    fn mine(&self) -> Option<&[AtomicU64; N]> {
+        crate::shard::of(&self.shards).map(|s| &**s)
+    }
+
     /// Add `n` to counter `i` of this worker's.
     fn add(&self, i: usize, n: u64) {
-        if let Some(c) = crate::shard::of(&self.shards).and_then(|s| s.get(i)) {
+        if let Some(c) = self.mine().and_then(|s| s.get(i)) {
             c.fetch_add(n, Ordering::Relaxed);
         }
     }
@@ -214,17 +219,26 @@ impl UpstreamStats {
 
     /// A client request finished with `status` after `elapsed`.
     pub(crate) fn request(&self, status: u16, elapsed: Duration) {
-        let t = &self.totals.per_request;
+        let Some(t) = self.totals.per_request.mine() else {
+            return;
+        };
+        let add = |i: usize, n: u64| {
+            if let Some(c) = t.get(i) {
+                c.fetch_add(n, Ordering::Relaxed);
+            }
+        };
         let class = usize::from((status / 100).clamp(1, 5) - 1);
-        t.add(REQUESTS + class, 1);
+        add(REQUESTS + class, 1);
         let secs = elapsed.as_secs_f64();
         let i = BUCKETS
             .iter()
             .position(|le| secs <= *le)
             .unwrap_or(BUCKETS.len());
-        t.add(HISTOGRAM + i, 1);
-        let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-        t.add(SUM_US, us);
+        add(HISTOGRAM + i, 1);
+        add(
+            SUM_US,
+            u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+        );
     }
 
     /// One attempt on `peer` ended with `outcome`.
