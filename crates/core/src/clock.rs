@@ -15,6 +15,7 @@
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
@@ -43,7 +44,7 @@ pub trait Clock: Send + Sync + 'static {
 /// runtime, and in a running one, tokio's clock is the OS's monotonic clock).
 #[derive(Debug)]
 pub struct SystemClock {
-    start: Instant,
+    start: Tick,
     start_unix_ms: u64,
 }
 
@@ -55,9 +56,10 @@ pub struct ManualClock {
 }
 
 thread_local! {
-    /// This thread's cached reading of the clock and how many more
-    /// [`coarse_now`] calls it serves; None until [`refresh`] runs here.
-    static CACHED: Cell<Option<(Instant, u32)>> = const { Cell::new(None) };
+    /// This thread's cached reading of the clock (as an `Instant` and as a
+    /// [`Tick`]) and how many more [`coarse_now`] / [`coarse_tick`] calls
+    /// it serves; None until [`refresh`] runs here.
+    static CACHED: Cell<Option<(Instant, Tick, u32)>> = const { Cell::new(None) };
 }
 
 /// [`coarse_now`] calls one cached reading serves before the clock is read
@@ -69,7 +71,26 @@ const REUSE: u32 = 32;
 /// (`on_thread_unpark`), as nginx updates its cached time once per
 /// event-loop iteration (`ngx_time_update` after `epoll_wait`).
 pub fn refresh() {
-    CACHED.with(|c| c.set(Some((Instant::now(), REUSE))));
+    let now = Instant::now();
+    CACHED.with(|c| c.set(Some((now, Tick::of(now), REUSE))));
+}
+
+/// This thread's cached reading, or a fresh one (cached anew) when the
+/// cache has served [`REUSE`] calls; None on a thread without the cache.
+fn cached() -> Option<(Instant, Tick)> {
+    CACHED.with(|c| match c.get() {
+        Some((at, tick, left)) if left > 0 => {
+            c.set(Some((at, tick, left - 1)));
+            Some((at, tick))
+        }
+        Some(_) => {
+            let now = Instant::now();
+            let tick = Tick::of(now);
+            c.set(Some((now, tick, REUSE)));
+            Some((now, tick))
+        }
+        None => None,
+    })
 }
 
 /// Now, for millisecond figures on the hot path (`$request_time`,
@@ -79,18 +100,77 @@ pub fn refresh() {
 /// not wait (busy); elsewhere (tests, the main runtime) the clock itself.
 /// tokio's clock either way, so paused time is seen.
 pub fn coarse_now() -> Instant {
-    CACHED.with(|c| match c.get() {
-        Some((at, left)) if left > 0 => {
-            c.set(Some((at, left - 1)));
-            at
-        }
-        Some(_) => {
-            let now = Instant::now();
-            c.set(Some((now, REUSE)));
-            now
-        }
-        None => Instant::now(),
+    cached().map_or_else(Instant::now, |(at, _)| at)
+}
+
+/// [`coarse_now`] as a [`Tick`], for a duration to be measured from it.
+pub fn coarse_tick() -> Tick {
+    cached().map_or_else(Tick::now, |(_, tick)| tick)
+}
+
+/// A reading of tokio's clock as nanoseconds on one process-wide
+/// monotonic timeline. Two ticks subtract as integers, where two
+/// `Instant`s go through std's `Timespec` arithmetic (an out-of-line
+/// call of about 30 instructions, which a request made a dozen times
+/// when its times were kept as `Instant`s).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Tick(u64);
+
+/// Where ticks count from: an hour before the first tick was taken (or
+/// as far back as the OS's monotonic clock goes), so that a paused-time
+/// test runtime built a little before that moment (its clock starts at
+/// the real time it was built) still reads after it.
+#[allow(
+    clippy::disallowed_types,
+    reason = "the origin is the OS's clock, not a paused runtime's: a test that advanced its time must not move it"
+)]
+fn origin() -> std::time::Instant {
+    static ORIGIN: OnceLock<std::time::Instant> = OnceLock::new();
+    *ORIGIN.get_or_init(|| {
+        let now = std::time::Instant::now();
+        [3600, 60, 1]
+            .into_iter()
+            .find_map(|s| now.checked_sub(Duration::from_secs(s)))
+            .unwrap_or(now)
     })
+}
+
+// === impl Tick ===
+
+impl Tick {
+    /// `at` on the tick timeline (0 for a reading before its origin).
+    pub fn of(at: Instant) -> Tick {
+        let since = at.into_std().saturating_duration_since(origin());
+        Tick(u64::try_from(since.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// tokio's clock now (not the cached reading: see [`coarse_tick`]).
+    pub fn now() -> Tick {
+        Tick::of(Instant::now())
+    }
+
+    /// The time from `earlier` to this tick, or zero if `earlier` is later.
+    pub fn since(self, earlier: Tick) -> Duration {
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
+    }
+
+    /// The tick `d` before this one (the origin at the earliest).
+    pub fn minus(self, d: Duration) -> Tick {
+        Tick(
+            self.0
+                .saturating_sub(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+        )
+    }
+
+    /// [`Tick::since`] in whole milliseconds.
+    pub fn millis_since(self, earlier: Tick) -> u64 {
+        self.0.saturating_sub(earlier.0) / 1_000_000
+    }
+
+    /// [`Tick::since`] in whole microseconds.
+    pub fn micros_since(self, earlier: Tick) -> u64 {
+        self.0.saturating_sub(earlier.0) / 1_000
+    }
 }
 
 // === impl Timestamp ===
@@ -127,7 +207,7 @@ impl SystemClock {
             .map(duration_ms)
             .unwrap_or(0);
         Self {
-            start: Instant::now(),
+            start: Tick::now(),
             start_unix_ms,
         }
     }
@@ -141,13 +221,11 @@ impl Default for SystemClock {
 
 impl Clock for SystemClock {
     fn now(&self) -> Timestamp {
-        Timestamp(duration_ms(
-            coarse_now().saturating_duration_since(self.start),
-        ))
+        Timestamp(coarse_tick().millis_since(self.start))
     }
 
     fn now_micros(&self) -> u64 {
-        duration_us(self.start.elapsed())
+        Tick::now().micros_since(self.start)
     }
 
     fn unix_ms(&self, at: Timestamp) -> u64 {
@@ -237,10 +315,46 @@ mod tests {
             let due = Instant::now() + Duration::from_millis(20);
             tokio::time::sleep_until(due).await;
             // The sleep parked the thread; the hook read the clock after.
-            let (at, _) = CACHED.with(Cell::get).expect("refreshed by the hook");
+            let (at, _, _) = CACHED.with(Cell::get).expect("refreshed by the hook");
             assert!(at >= due);
             assert_eq!(coarse_now(), at);
             assert!(clock.now() >= Timestamp(20));
         });
+    }
+
+    #[test]
+    fn ticks_subtract_to_the_durations_between_their_instants() {
+        let a = Instant::now();
+        let b = a + Duration::from_micros(1_234_567);
+        let (ta, tb) = (Tick::of(a), Tick::of(b));
+        assert_eq!(tb.since(ta), Duration::from_micros(1_234_567));
+        assert_eq!(tb.millis_since(ta), 1_234);
+        assert_eq!(tb.micros_since(ta), 1_234_567);
+        assert_eq!(ta.since(tb), Duration::ZERO, "saturates, as Instant's does");
+        assert_eq!(ta.millis_since(tb), 0);
+        assert_eq!(tb.minus(Duration::from_micros(1_234_567)), ta);
+        assert_eq!(ta.minus(Duration::MAX), Tick(0));
+    }
+
+    #[test]
+    fn a_cached_tick_is_the_cached_instant_on_the_tick_timeline() {
+        std::thread::spawn(|| {
+            refresh();
+            let (at, tick) = (coarse_now(), coarse_tick());
+            assert_eq!(tick, Tick::of(at));
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn in_paused_time_the_system_clock_moves_exactly_as_tokio_is_advanced() {
+        let clock = SystemClock::new();
+        let (t0, us0) = (clock.now(), clock.now_micros());
+        let tick = coarse_tick();
+        tokio::time::advance(Duration::from_micros(1_500_250)).await;
+        assert_eq!(clock.now().millis_since(t0), 1_500);
+        assert_eq!(clock.now_micros() - us0, 1_500_250);
+        assert_eq!(coarse_tick().since(tick), Duration::from_micros(1_500_250));
     }
 }

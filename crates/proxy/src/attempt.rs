@@ -103,7 +103,7 @@ where
     F: FnOnce(Room<'_>) -> Result<Outgoing, String>,
 {
     async move {
-        let start = vigil_core::clock::coarse_now();
+        let start = vigil_core::clock::coarse_tick();
         let settings = &route.location.proxy;
         let (mut conn, cached) = match route.pool.checkout(peer.id()) {
             Some(c) => (c, true),
@@ -142,7 +142,7 @@ where
                 }
             }
         };
-        let connect_time = secs(vigil_core::clock::coarse_now().saturating_duration_since(start));
+        let connect_time = secs(vigil_core::clock::coarse_tick().since(start));
         if let Link::Hyper(sender) = &mut conn.link {
             if let Err(e) = sender.ready().await {
                 // A kept-alive connection the peer closed: nginx's cached `error`.

@@ -25,6 +25,7 @@ use std::time::Duration;
 use futures_util::task::AtomicWaker;
 use http::Version;
 use tokio::time::Instant;
+use vigil_core::clock::Tick;
 use vigil_core::config::{ProxySettings, ServerBlock};
 
 use crate::request_check::HeadLimits;
@@ -62,6 +63,8 @@ pub(crate) enum Expiry {
 /// The timing state of one client connection.
 pub(crate) struct ConnState {
     origin: Instant,
+    /// `origin` as a tick, for [`ConnState::now_ms`].
+    origin_tick: Tick,
     phase: AtomicU8,
     /// Milliseconds since `origin`, [`NONE`] for none.
     phase_deadline: AtomicU64,
@@ -101,6 +104,7 @@ impl ConnState {
         let header_ms = ms(t.header);
         Arc::new(Self {
             origin,
+            origin_tick: Tick::of(origin),
             phase: AtomicU8::new(HEADER),
             phase_deadline: AtomicU64::new(header_ms),
             write_deadline: AtomicU64::new(NONE),
@@ -119,7 +123,7 @@ impl ConnState {
     /// for events (or its last 32 cached readings, on a loop that does not
     /// wait).
     fn now_ms(&self) -> u64 {
-        ms(vigil_core::clock::coarse_now().saturating_duration_since(self.origin))
+        vigil_core::clock::coarse_tick().millis_since(self.origin_tick)
     }
 
     fn after(&self, timeout_ms: u64) -> u64 {

@@ -8,6 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 use tokio::time::Instant;
+use vigil_core::clock::{coarse_tick, Tick};
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::request::Parts;
@@ -61,7 +62,7 @@ fn observer<'p>(
     generation: &crate::server::Generation,
     route: &Route,
     parts: &Parts,
-    start: Instant,
+    start: Tick,
 ) -> RequestObserver<'p> {
     let stats = generation
         .stats()
@@ -94,7 +95,7 @@ pub(crate) fn handle<'a>(
     conn: &'a Arc<crate::conn::ConnState>,
 ) -> impl Future<Output = Handled> + Send + 'a {
     async move {
-        let start = vigil_core::clock::coarse_now();
+        let start = coarse_tick();
         // Only where a template or log line may read it ($request_id).
         if let Some(id) = crate::vars::RequestId::draw() {
             req.extensions_mut().insert(id);
@@ -247,14 +248,7 @@ pub(crate) fn refused_head(
     let generation = proxy.current();
     let routes = &generation.routes;
     let server = routes.default_server(local);
-    pages::server_logged(
-        routes,
-        server,
-        &parts,
-        (local, client),
-        Instant::now(),
-        resp,
-    )
+    pages::server_logged(routes, server, &parts, (local, client), Tick::now(), resp)
 }
 
 /// `GET /x HTTP/1.1` as a request's parts (for `$request` and the
@@ -288,7 +282,7 @@ fn returned(
     parts: &Parts,
     local: SocketAddr,
     client: SocketAddr,
-    start: Instant,
+    start: Tick,
 ) -> Response<UpBody> {
     // An error_page's return: the first pass's attempts.
     let attempts = earlier_attempts(parts);
@@ -299,9 +293,7 @@ fn returned(
         proxy_host: "",
         attempts,
         status,
-        request_time: vigil_core::clock::coarse_now()
-            .saturating_duration_since(start)
-            .as_secs_f64(),
+        request_time: coarse_tick().since(start).as_secs_f64(),
     };
     let too_large =
         reply.max_body != 0 && content_length(&parts.headers).is_some_and(|n| n > reply.max_body);
@@ -359,7 +351,7 @@ fn proxy_request<'a, 'o>(
     (local, client): (SocketAddr, SocketAddr),
     parts: &'a mut Parts,
     client_body: &'a mut ClientRequestBody,
-    start: Instant,
+    start: Tick,
     obs: &'a mut RequestObserver<'o>,
 ) -> impl Future<Output = Handled> + use<'a, 'o> {
     async move {
@@ -554,7 +546,12 @@ fn proxy_request<'a, 'o>(
                     .map(|f| f.t0)
                     .max()
                     .zip(upstream.hedge_after(&sel, clock.now(), connecting(&flights)))
-                    .map(|(t0, after)| t0 + after)
+                    .map(|(t0, after)| {
+                        // Due `after` the latest start: from the clock's
+                        // reading now, what is left of it (none: at once).
+                        vigil_core::clock::coarse_now()
+                            + after.saturating_sub(coarse_tick().since(t0))
+                    })
             } else {
                 None
             };
@@ -587,9 +584,7 @@ fn proxy_request<'a, 'o>(
                     // connection; this one sent nothing and is not charged.
                     let f = flights.swap_remove(i);
                     if let Some(r) = attempts.get_mut(f.record) {
-                        r.response_time = attempt::secs(
-                            vigil_core::clock::coarse_now().saturating_duration_since(f.t0),
-                        );
+                        r.response_time = attempt::secs(coarse_tick().since(f.t0));
                     }
                     f.guard.withdraw(&mut sel);
                     continue;
@@ -619,7 +614,7 @@ fn proxy_request<'a, 'o>(
             match result {
                 Ok(answered) => {
                     let status = answered.response.status().as_u16();
-                    let took = vigil_core::clock::coarse_now().saturating_duration_since(t0);
+                    let took = coarse_tick().since(t0);
                     // The record launch pushed names this peer already: its
                     // address is kept, not cloned again.
                     if let Some(r) = attempts.get_mut(record) {
@@ -750,7 +745,7 @@ fn proxy_request<'a, 'o>(
                         return Handled::from(body_timed_out(parts));
                     }
                     tracing::warn!(upstream = %upstream.name(), peer = %peer.name(), class = %failed.failure.class, "{}", failed.detail);
-                    let took = vigil_core::clock::coarse_now().saturating_duration_since(t0);
+                    let took = coarse_tick().since(t0);
                     let class = failed.failure.class;
                     if let Some(r) = attempts.get_mut(record) {
                         r.status = Some(class.final_status());
@@ -829,7 +824,7 @@ struct Flight<'a> {
     guard: PeerGuard,
     /// The guard's peer, borrowed from the route's upstream.
     peer: &'a Peer,
-    t0: Instant,
+    t0: Tick,
     record: usize,
     /// Watched while hedges may race (None without `hedge`).
     race: Option<Arc<attempt::Race>>,
@@ -919,7 +914,7 @@ impl<'a> Job<'a> {
         Ok(Flight {
             guard,
             peer,
-            t0: vigil_core::clock::coarse_now(),
+            t0: coarse_tick(),
             record: attempts.len() - 1,
             race,
             run,
@@ -956,8 +951,7 @@ fn cancel(flights: &mut Flights<'_>, attempts: &mut [AttemptRecord]) {
     for f in flights.drain(..) {
         tracing::debug!(peer = %f.peer.name(), "hedged attempt cancelled");
         if let Some(r) = attempts.get_mut(f.record) {
-            r.response_time =
-                attempt::secs(vigil_core::clock::coarse_now().saturating_duration_since(f.t0));
+            r.response_time = attempt::secs(coarse_tick().since(f.t0));
         }
         f.guard.cancel();
         drop(f.run);
@@ -1094,7 +1088,7 @@ fn finish(
     client: SocketAddr,
     local: SocketAddr,
     attempts: &[AttemptRecord],
-    start: Instant,
+    start: Tick,
     mut resp: Response<UpBody>,
 ) -> Response<UpBody> {
     if parts.extensions.get::<crate::error_page::Paged>().is_none() {
@@ -1123,9 +1117,7 @@ fn finish(
         proxy_host: &route.proxy_host,
         attempts,
         status: resp.status().as_u16(),
-        request_time: vigil_core::clock::coarse_now()
-            .saturating_duration_since(start)
-            .as_secs_f64(),
+        request_time: coarse_tick().since(start).as_secs_f64(),
     };
     decorate(
         &route.add_headers,

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use http::request::Parts;
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, SizeHint};
-use tokio::time::Instant;
+use vigil_core::clock::Tick;
 use vigil_core::config::{AccessLog, LogEscape, LogFormat};
 
 use crate::payload::{BoxError, UpBody};
@@ -42,7 +42,7 @@ enum Compiled {
 pub(crate) struct Pending {
     file: Arc<Mutex<LineWriter<File>>>,
     line: Rendered,
-    start: Instant,
+    start: Tick,
 }
 
 /// A response body that writes its access log line when it ends, fails
@@ -113,8 +113,8 @@ impl AccessLogWriter {
             Compiled::Format(f) => f.render(cx),
             Compiled::Json => Rendered::of(json(cx, parts).into_bytes()),
         };
-        let start = vigil_core::clock::coarse_now()
-            - Duration::try_from_secs_f64(cx.request_time).unwrap_or_default();
+        let start = vigil_core::clock::coarse_tick()
+            .minus(Duration::try_from_secs_f64(cx.request_time).unwrap_or_default());
         Some(Pending {
             file: self.file.clone(),
             line,
@@ -158,8 +158,8 @@ impl Pending {
     pub(crate) fn write(self, sent: u64) {
         let end = End {
             now: SystemTime::now(),
-            request_time: vigil_core::clock::coarse_now()
-                .saturating_duration_since(self.start)
+            request_time: vigil_core::clock::coarse_tick()
+                .since(self.start)
                 .as_secs_f64(),
             body_bytes_sent: sent,
         };

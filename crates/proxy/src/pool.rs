@@ -15,7 +15,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::time::Instant;
+use vigil_core::clock::Tick;
 
 use crossbeam_utils::CachePadded;
 use hyper::client::conn::http1::SendRequest;
@@ -44,7 +44,7 @@ pub(crate) struct Shard {
 pub(crate) struct Conn {
     pub(crate) peer: PeerId,
     pub(crate) link: Link,
-    pub(crate) idle_since: Instant,
+    pub(crate) idle_since: Tick,
     pub(crate) requests: u32,
 }
 
@@ -140,18 +140,18 @@ impl Pool {
 impl Shard {
     fn checkout(&self, peer: PeerId) -> Option<Conn> {
         let mut q = self.idle.lock().ok()?;
-        let now = vigil_core::clock::coarse_now();
+        let now = vigil_core::clock::coarse_tick();
         // The oldest go first when they expire; the newest is reused first.
         while q
             .front()
-            .is_some_and(|c| c.link.is_closed() || now.duration_since(c.idle_since) >= self.timeout)
+            .is_some_and(|c| c.link.is_closed() || now.since(c.idle_since) >= self.timeout)
         {
             q.pop_front();
         }
         loop {
             let i = q.iter().rposition(|c| c.peer == peer)?;
             let c = q.remove(i)?;
-            if now.duration_since(c.idle_since) < self.timeout && c.link.is_usable() {
+            if now.since(c.idle_since) < self.timeout && c.link.is_usable() {
                 return Some(c);
             }
         }
@@ -165,7 +165,7 @@ impl Shard {
         {
             return;
         }
-        conn.idle_since = vigil_core::clock::coarse_now();
+        conn.idle_since = vigil_core::clock::coarse_tick();
         if let Ok(mut q) = self.idle.lock() {
             if q.len() >= self.cap {
                 q.pop_front();

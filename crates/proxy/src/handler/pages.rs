@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use tokio::time::Instant;
+use vigil_core::clock::Tick;
 
 use http::request::Parts;
 use http::{Response, StatusCode};
@@ -39,7 +39,7 @@ pub(super) async fn error_paged(
     page: Page<'_>,
     body: &mut ClientRequestBody,
     (local, client): (SocketAddr, SocketAddr),
-    start: Instant,
+    start: Tick,
     mut resp: Response<UpBody>,
     raw: &mut Option<Box<crate::raw_head::RawFields>>,
 ) -> Response<UpBody> {
@@ -124,7 +124,7 @@ pub(super) fn server_logged(
     server: Option<usize>,
     parts: &Parts,
     (local, client): (SocketAddr, SocketAddr),
-    start: Instant,
+    start: Tick,
     resp: Response<UpBody>,
 ) -> Response<UpBody> {
     let log = server
@@ -137,7 +137,7 @@ pub(super) fn server_logged(
         proxy_host: "",
         attempts: super::earlier_attempts(parts),
         status: resp.status().as_u16(),
-        request_time: start.elapsed().as_secs_f64(),
+        request_time: Tick::now().since(start).as_secs_f64(),
     };
     decorate(&[], None, log, &cx, parts, resp)
 }
@@ -154,7 +154,7 @@ pub(super) async fn not_routed(
     mut body: ClientRequestBody,
     local: SocketAddr,
     client: SocketAddr,
-    start: Instant,
+    start: Tick,
     raw: &mut Option<Box<crate::raw_head::RawFields>>,
 ) -> Response<UpBody> {
     let routes = &generation.routes;

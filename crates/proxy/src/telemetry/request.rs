@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-use tokio::time::Instant;
+use vigil_core::clock::Tick;
 
 use http::Method;
 use opentelemetry::trace::{Span as _, SpanKind, Status, TraceContextExt, Tracer as _};
@@ -23,7 +23,7 @@ use crate::metrics::{Outcome, UpstreamStats};
 pub(crate) struct RequestObserver<'a> {
     stats: Option<Arc<UpstreamStats>>,
     trace: Option<Box<RequestTrace<'a>>>,
-    start: Instant,
+    start: Tick,
 }
 
 struct RequestTrace<'a> {
@@ -51,7 +51,7 @@ impl<'a> RequestObserver<'a> {
     /// `upstream`. `stats` are the upstream's counters (None without
     /// metrics), `tracer` is set when traces are exported.
     pub(crate) fn new(
-        start: Instant,
+        start: Tick,
         stats: Option<Arc<UpstreamStats>>,
         tracer: Option<&'a RequestTracer>,
         method: &Method,
@@ -143,7 +143,7 @@ impl<'a> RequestObserver<'a> {
 
     /// The client is answered with `status`.
     pub(crate) fn finish(self, status: u16) {
-        let elapsed = vigil_core::clock::coarse_now().saturating_duration_since(self.start);
+        let elapsed = vigil_core::clock::coarse_tick().since(self.start);
         if let Some(s) = &self.stats {
             s.request(status, elapsed);
         }
