@@ -27,6 +27,7 @@ use crate::metrics::Outcome;
 use crate::raw_head::RawFields;
 use crate::record::{AttemptRecord, EarlierAttempts};
 use crate::route::{Answer, Refusal, Reply, Route};
+use crate::router::Target;
 use crate::server::Proxy;
 use crate::status_page::error_page;
 use crate::telemetry::request::RequestObserver;
@@ -101,14 +102,20 @@ pub(crate) fn handle<'a>(
             req.extensions_mut().insert(id);
         }
         let generation = proxy.current();
-        // The rewrite phases leave $uri, $host, $server_name, the captures and
-        // the upstream URI in the request's extensions.
+        // Routing leaves $uri, $host and $server_name in `target`, the
+        // rewrite phases' captures and a proxy_pass URI with variables in the
+        // request's extensions.
         let (mut parts, body) = req.into_parts();
-        let routed = generation.routes.route_parts(local, client, &mut parts);
+        let mut target = None;
+        let routed = generation
+            .routes
+            .route_parts(local, client, &mut parts, &mut target);
         // error_page: the request as routed (a page redirects it); boxed,
         // to keep it out of the size of every request's future.
-        let saved = match &routed {
-            Ok(Answer::Proxy(r)) if !r.error_pages.is_empty() => Some(Box::new(parts.clone())),
+        let saved = match (&routed, &target) {
+            (Ok(Answer::Proxy(r)), Some(t)) if !r.error_pages.is_empty() => {
+                Some(Box::new((parts.clone(), t.clone())))
+            }
             _ => None,
         };
         let mut body = ClientRequestBody::Unread(body);
@@ -117,7 +124,7 @@ pub(crate) fn handle<'a>(
                 Answer::Proxy(route) => route,
                 Answer::Return(reply) => {
                     drop(generation);
-                    return returned(&reply, &parts, local, client, start).into();
+                    return returned(&reply, &parts, target.as_ref(), local, client, start).into();
                 }
             },
             Err(refusal) => {
@@ -126,7 +133,7 @@ pub(crate) fn handle<'a>(
                     proxy,
                     &generation,
                     refusal,
-                    parts,
+                    (parts, target),
                     body,
                     local,
                     client,
@@ -146,18 +153,30 @@ pub(crate) fn handle<'a>(
         let Handled {
             response: resp,
             mut raw,
-        } = proxy_request(proxy, &route, net, &mut parts, &mut body, start, &mut obs).await;
+        } = proxy_request(
+            proxy,
+            &route,
+            net,
+            &mut parts,
+            target.as_ref(),
+            &mut body,
+            start,
+            &mut obs,
+        )
+        .await;
         // Done with (logged): the map's and the extensions' room is a later
         // message's.
         crate::spare::keep(std::mem::take(&mut parts.headers));
         crate::spare::keep_extensions(std::mem::take(&mut parts.extensions));
         drop(parts);
         let resp = match pages {
-            Some((g, parts)) => {
+            Some((g, saved)) => {
+                let (parts, target) = *saved;
                 let page = Page {
                     generation: &g,
                     pages: &route.error_pages,
-                    parts: *parts,
+                    parts,
+                    target,
                 };
                 Box::pin(error_paged(
                     proxy, page, &mut body, net, start, resp, &mut raw,
@@ -248,7 +267,15 @@ pub(crate) fn refused_head(
     let generation = proxy.current();
     let routes = &generation.routes;
     let server = routes.default_server(local);
-    pages::server_logged(routes, server, &parts, (local, client), Tick::now(), resp)
+    pages::server_logged(
+        routes,
+        server,
+        &parts,
+        None,
+        (local, client),
+        Tick::now(),
+        resp,
+    )
 }
 
 /// `GET /x HTTP/1.1` as a request's parts (for `$request` and the
@@ -280,6 +307,7 @@ fn request_line_parts(line: &[u8]) -> Option<Parts> {
 fn returned(
     reply: &Reply,
     parts: &Parts,
+    target: Option<&Target>,
     local: SocketAddr,
     client: SocketAddr,
     start: Tick,
@@ -288,6 +316,7 @@ fn returned(
     let attempts = earlier_attempts(parts);
     let cx = |status: u16| VarContext {
         parts,
+        target,
         client,
         local,
         proxy_host: "",
@@ -307,7 +336,7 @@ fn returned(
         let mut r = error_page(code);
         let mut url = text.unwrap_or_default();
         if url.starts_with('/') {
-            if let Some(t) = parts.extensions.get::<crate::route::Target>() {
+            if let Some(t) = target {
                 url.insert_str(0, &crate::router::absolute_prefix(t, local));
             }
         }
@@ -345,11 +374,13 @@ fn returned(
     clippy::manual_async_fn,
     reason = "an async fn would hold its arguments twice"
 )]
+#[allow(clippy::too_many_arguments)]
 fn proxy_request<'a, 'o>(
     proxy: &'a Proxy,
     route: &'a Route,
     (local, client): (SocketAddr, SocketAddr),
     parts: &'a mut Parts,
+    target: Option<&'a Target>,
     client_body: &'a mut ClientRequestBody,
     start: Tick,
     obs: &'a mut RequestObserver<'o>,
@@ -393,14 +424,23 @@ fn proxy_request<'a, 'o>(
         if !crate::access::allows(&settings.access, client.ip()) {
             tracing::debug!(client = %client.ip(), "access forbidden by rule");
             let page = error_page(StatusCode::FORBIDDEN);
-            return Handled::from(finish(route, parts, client, local, &[], start, page));
+            return Handled::from(finish(
+                route,
+                parts,
+                target,
+                client,
+                local,
+                &[],
+                start,
+                page,
+            ));
         }
         let max = settings.client_max_body_size;
         let declared = asked.length;
         // 413 before any attempt: by Content-Length, or while reading the body.
         let too_large = |parts: &Parts| {
             let page = error_page(StatusCode::PAYLOAD_TOO_LARGE);
-            finish(route, parts, client, local, &[], start, page)
+            finish(route, parts, target, client, local, &[], start, page)
         };
         if max != 0 && declared.is_some_and(|n| n > max) {
             return Handled::from(too_large(parts));
@@ -408,7 +448,7 @@ fn proxy_request<'a, 'o>(
         let has_body = declared.is_some_and(|n| n > 0) || asked.transfer_encoding;
         let body_timed_out = |parts: &Parts| {
             let page = crate::conn::close_silently(StatusCode::REQUEST_TIMEOUT);
-            finish(route, parts, client, local, &[], start, page)
+            finish(route, parts, target, client, local, &[], start, page)
         };
         let mut client_timed_out = None;
         let incoming = match client_body {
@@ -465,7 +505,7 @@ fn proxy_request<'a, 'o>(
         let hash_key = route
             .hash_key
             .as_ref()
-            .map(|t| t.expand(&route.vars(parts, client, local, 0)));
+            .map(|t| t.expand(&route.vars(parts, target, client, local, 0)));
         let key = match (&hash_key, &upstream.config().balancer) {
             (Some(k), _) => SelectKey::Hash(k.as_bytes()),
             (None, vigil_core::config::Balancer::IpHash) => SelectKey::Client(client.ip()),
@@ -480,10 +520,11 @@ fn proxy_request<'a, 'o>(
             .map(|e| SmallVec::from_vec(e.0))
             .unwrap_or_default();
         let group = attempts.len();
-        let upstream_uri = route.upstream_uri(parts);
+        let upstream_uri = route.upstream_uri(parts, target);
         let job = Job {
             route,
             parts,
+            target,
             uri: &upstream_uri,
             body,
             len: body_len(body),
@@ -517,6 +558,7 @@ fn proxy_request<'a, 'o>(
                         return Handled::from(finish(
                             route,
                             parts,
+                            target,
                             client,
                             local,
                             &attempts,
@@ -706,7 +748,7 @@ fn proxy_request<'a, 'o>(
                                         HeaderValue::from_static("upgrade"),
                                     );
                                     return Handled::from(finish(
-                                        route, parts, client, local, &attempts, start, resp,
+                                        route, parts, target, client, local, &attempts, start, resp,
                                     ));
                                 }
                             }
@@ -729,9 +771,11 @@ fn proxy_request<'a, 'o>(
                             if !stripped {
                                 strip_hop_by_hop(resp.headers_mut(), false);
                             }
-                            upstream_headers(route, parts, client, local, &mut resp, stripped);
+                            upstream_headers(
+                                route, parts, target, client, local, &mut resp, stripped,
+                            );
                             let response =
-                                finish(route, parts, client, local, &attempts, start, resp);
+                                finish(route, parts, target, client, local, &attempts, start, resp);
                             return Handled { response, raw };
                         }
                     }
@@ -776,6 +820,7 @@ fn proxy_request<'a, 'o>(
                             return Handled::from(finish(
                                 route,
                                 parts,
+                                target,
                                 client,
                                 local,
                                 &attempts,
@@ -801,6 +846,7 @@ type Flights<'a> = SmallVec<[Flight<'a>; 1]>;
 struct Job<'a> {
     route: &'a Route,
     parts: &'a Parts,
+    target: Option<&'a Target>,
     uri: &'a str,
     body: &'a ReqBody,
     len: Option<u64>,
@@ -880,8 +926,14 @@ impl<'a> Job<'a> {
             connect_time: None,
             redirected: self.group > 0 && attempts.len() == self.group,
         });
-        let (route, parts, uri, body, len) =
-            (self.route, self.parts, self.uri, self.body, self.len);
+        let (route, parts, target, uri, body, len) = (
+            self.route,
+            self.parts,
+            self.target,
+            self.uri,
+            self.body,
+            self.len,
+        );
         let (client, local, upgrade, replayable) =
             (self.client, self.local, self.upgrade, self.replayable);
         let race = self.hedged.then(|| Arc::new(attempt::Race::default()));
@@ -907,7 +959,9 @@ impl<'a> Job<'a> {
                             ReqBody::Buffered(_) => body::empty(),
                         },
                     };
-                    build_request(route, parts, uri, b, client, local, &len, upgrade, room)
+                    build_request(
+                        route, parts, target, uri, b, client, local, &len, upgrade, room,
+                    )
                 },
             )
         });
@@ -969,6 +1023,7 @@ fn body_len(body: &ReqBody) -> Option<u64> {
 fn build_request(
     route: &Route,
     parts: &Parts,
+    target: Option<&Target>,
     uri: &str,
     body: UpBody,
     client: SocketAddr,
@@ -991,7 +1046,7 @@ fn build_request(
             http::Uri::try_from(uri).map_err(|e| format!("cannot build upstream request: {e}"))?,
         ),
     };
-    let mut fields = request_fields(route, parts, client, local, len, upgrade);
+    let mut fields = request_fields(route, parts, target, client, local, len, upgrade);
     Ok(match room {
         Room::Head(head) => {
             let uri = built.as_ref().unwrap_or(&parts.uri);
@@ -1015,6 +1070,7 @@ fn build_request(
 fn request_fields<'p>(
     route: &'p Route,
     parts: &'p Parts,
+    target: Option<&Target>,
     client: SocketAddr,
     local: SocketAddr,
     len: &Option<u64>,
@@ -1034,7 +1090,7 @@ fn request_fields<'p>(
         None => {}
     }
     if !route.set_headers.is_empty() {
-        let cx = route.vars(parts, client, local, 0);
+        let cx = route.vars(parts, target, client, local, 0);
         for (name, tpl) in &route.set_headers {
             fields.remove(name);
             if let Some(t) = tpl {
@@ -1070,21 +1126,24 @@ fn request_fields<'p>(
 fn upstream_headers(
     route: &Route,
     parts: &Parts,
+    target: Option<&Target>,
     client: SocketAddr,
     local: SocketAddr,
     resp: &mut Response<UpBody>,
     hidden_out: bool,
 ) {
-    let cx = route.vars(parts, client, local, resp.status().as_u16());
+    let cx = route.vars(parts, target, client, local, resp.status().as_u16());
     route
         .headers
         .apply(resp.headers_mut(), &cx, local, hidden_out);
 }
 
 /// Add the location's `add_header`s and write the access log line.
+#[allow(clippy::too_many_arguments)]
 fn finish(
     route: &Route,
     parts: &Parts,
+    target: Option<&Target>,
     client: SocketAddr,
     local: SocketAddr,
     attempts: &[AttemptRecord],
@@ -1112,6 +1171,7 @@ fn finish(
     paged_status(parts, &mut resp);
     let cx = VarContext {
         parts,
+        target,
         client,
         local,
         proxy_host: &route.proxy_host,

@@ -137,7 +137,7 @@ impl Rules {
         {
             if let Some(mut new) = self.rewrite(&v, 0, cx) {
                 if new.starts_with(b"/") {
-                    if let Some(t) = cx.parts.extensions.get::<crate::router::Target>() {
+                    if let Some(t) = cx.target {
                         let mut abs = crate::router::absolute_prefix(t, local).into_bytes();
                         abs.extend_from_slice(&new);
                         new = abs;

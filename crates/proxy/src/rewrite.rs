@@ -179,17 +179,21 @@ impl Script {
 
     /// Run the script on the request (`max_body`: the location's, for a
     /// redirect it makes).
-    pub(crate) fn run(&self, parts: &mut Parts, net: Net, base: Option<&Reply>) -> Ran {
+    pub(crate) fn run(
+        &self,
+        parts: &mut Parts,
+        t: &mut Target,
+        net: Net,
+        base: Option<&Reply>,
+    ) -> Ran {
         for step in &self.0 {
             match step {
                 Step::Return(r) => return Ran::Return(r.clone()),
                 Step::Set { name, value } => {
-                    let v = value.expand(&net.cx(parts));
+                    let v = value.expand(&net.cx(parts, t));
                     if &**name == "args" {
-                        if let Some(t) = parts.extensions.get_mut::<Target>() {
-                            let path = t.uri.path().to_vec();
-                            t.uri.rewrite(path, v);
-                        }
+                        let path = t.uri.path().to_vec();
+                        t.uri.rewrite(path, v);
                     } else {
                         vars(parts).named.insert(name.clone(), v);
                     }
@@ -200,9 +204,6 @@ impl Script {
                     drop_args,
                     flag,
                 } => {
-                    let Some(t) = parts.extensions.get::<Target>() else {
-                        continue;
-                    };
                     let caps = re.captures(t.uri.path()).map(|c| {
                         let names: Vec<(Arc<str>, String)> = re
                             .capture_names()
@@ -229,10 +230,7 @@ impl Script {
                     let v = vars(parts);
                     v.captures = groups;
                     v.named.extend(names);
-                    let text = replacement.expand(&net.cx(parts));
-                    let Some(t) = parts.extensions.get_mut::<Target>() else {
-                        continue;
-                    };
+                    let text = replacement.expand(&net.cx(parts, t));
                     let args = t.uri.args().to_string();
                     match flag {
                         RewriteFlag::Redirect | RewriteFlag::Permanent => {
@@ -295,9 +293,10 @@ pub(crate) struct Net {
 }
 
 impl Net {
-    fn cx<'a>(&self, parts: &'a Parts) -> VarContext<'a> {
+    fn cx<'a>(&self, parts: &'a Parts, target: &'a Target) -> VarContext<'a> {
         VarContext {
             parts,
+            target: Some(target),
             client: self.client,
             local: self.local,
             proxy_host: "",

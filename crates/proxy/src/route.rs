@@ -549,12 +549,14 @@ impl Route {
     pub(crate) fn vars<'a>(
         &'a self,
         parts: &'a Parts,
+        target: Option<&'a Target>,
         client: SocketAddr,
         local: SocketAddr,
         status: u16,
     ) -> crate::vars::VarContext<'a> {
         crate::vars::VarContext {
             parts,
+            target,
             client,
             local,
             proxy_host: &self.proxy_host,
@@ -656,11 +658,16 @@ impl Route {
 
     /// Expand a `proxy_pass` with variables for this request (after the
     /// rewrite phase), for [`Route::upstream_uri`].
-    pub(crate) fn pass_uri(&self, parts: &mut Parts, net: crate::rewrite::Net) {
+    pub(crate) fn pass_uri(
+        &self,
+        parts: &mut Parts,
+        target: Option<&Target>,
+        net: crate::rewrite::Net,
+    ) {
         let Some(t) = &self.pass_template else {
             return;
         };
-        let mut uri = t.expand(&self.vars(parts, net.client, net.local, 0));
+        let mut uri = t.expand(&self.vars(parts, target, net.client, net.local, 0));
         // nginx: an evaluated URI starting with `?` gets its `/`.
         if uri.starts_with('?') {
             uri.insert(0, '/');
@@ -668,9 +675,13 @@ impl Route {
         parts.extensions.insert(PassUri(uri));
     }
 
-    /// The URI sent upstream for this request (routed by `Routes`, which
-    /// left its `Target` in the extensions): see `upstream_target`.
-    pub(crate) fn upstream_uri<'p>(&self, parts: &'p Parts) -> Cow<'p, str> {
+    /// The URI sent upstream for this request (`target`: what `Routes`
+    /// saw of it): see `upstream_target`.
+    pub(crate) fn upstream_uri<'p>(
+        &self,
+        parts: &'p Parts,
+        target: Option<&'p Target>,
+    ) -> Cow<'p, str> {
         if let Some(p) = parts
             .extensions
             .get::<PassUri>()
@@ -678,7 +689,7 @@ impl Route {
         {
             return Cow::Borrowed(&p.0);
         }
-        match parts.extensions.get::<Target>() {
+        match target {
             Some(t) => match as_sent(&self.location, &t.uri, t.internal) {
                 Some(raw) => Cow::Borrowed(raw),
                 None => Cow::Owned(target_uri(
@@ -699,20 +710,22 @@ impl Route {
 impl Routes {
     /// Route a request as nginx's phases do: pick the server block, run
     /// its script, find the location, run the location's script (again
-    /// from the search after `last`), and say who answers. The request's
-    /// `Target` and variables are left in `parts.extensions`.
+    /// from the search after `last`), and say who answers. What routing
+    /// saw of the request is left in `target` (None when no server block
+    /// took it), its variables in `parts.extensions`.
     pub(crate) fn route_parts(
         &self,
         local: SocketAddr,
         client: SocketAddr,
         parts: &mut Parts,
+        target: &mut Option<Target>,
     ) -> Result<Answer, Refusal> {
-        let (server, mut target) =
+        let (server, mut routed) =
             self.router
                 .select(local, parts.version, &parts.uri, &parts.headers)?;
-        target.secure = parts.extensions.get::<crate::marks::Secure>().is_some();
-        parts.extensions.insert(target);
-        self.phases(server, Net { local, client }, parts)
+        routed.secure = parts.extensions.get::<crate::marks::Secure>().is_some();
+        let target = target.insert(routed);
+        self.phases(server, Net { local, client }, parts, target)
     }
 
     /// From the server's rewrite phase on (a request's first pass, or an
@@ -722,14 +735,15 @@ impl Routes {
         server: usize,
         net: Net,
         parts: &mut Parts,
+        target: &mut Target,
     ) -> Result<Answer, Refusal> {
         if let Some(script) = self.server_scripts.get(server).filter(|s| !s.is_empty()) {
-            match script.run(parts, net, self.server_base(server)) {
+            match script.run(parts, target, net, self.server_base(server)) {
                 Ran::Return(r) => return Ok(Answer::Return(r)),
                 Ran::Done | Ran::Last => {}
             }
         }
-        self.locations_from(server, None, net, parts)
+        self.locations_from(server, None, net, parts, target)
     }
 
     /// A named location's rewrite phase and on (`error_page ... @name`).
@@ -739,8 +753,9 @@ impl Routes {
         location: usize,
         net: Net,
         parts: &mut Parts,
+        target: &mut Target,
     ) -> Result<Answer, Refusal> {
-        self.locations_from(server, Some(location), net, parts)
+        self.locations_from(server, Some(location), net, parts, target)
     }
 
     /// The find-config, rewrite and post-rewrite phases: search the
@@ -752,12 +767,12 @@ impl Routes {
         mut first: Option<usize>,
         net: Net,
         parts: &mut Parts,
+        target: &mut Target,
     ) -> Result<Answer, Refusal> {
         for _ in 0..=rewrite::MAX_URI_CHANGES {
             let li = match first.take() {
                 Some(li) => li,
                 None => {
-                    let target = parts.extensions.get::<Target>().ok_or(Refusal::NotFound)?;
                     let (li, caps) = self.router.locate(net.local, server, target)?;
                     if let Some(c) = caps {
                         let names = self.capture_names.get(server).and_then(|n| n.get(li));
@@ -778,7 +793,7 @@ impl Routes {
             let base = self.redirect_base(server, li);
 
             let ran = match script {
-                Some(s) if !s.is_empty() => s.run(parts, net, base),
+                Some(s) if !s.is_empty() => s.run(parts, target, net, base),
                 _ => Ran::Done,
             };
             match ran {
@@ -793,7 +808,7 @@ impl Routes {
                         .map(Answer::Proxy)
                         .ok_or(Refusal::NotFound)?;
                     if let Answer::Proxy(route) = &answer {
-                        route.pass_uri(parts, net);
+                        route.pass_uri(parts, Some(target), net);
                     }
                     return Ok(answer);
                 }

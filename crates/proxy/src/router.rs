@@ -61,9 +61,9 @@ pub struct Routed {
     pub target: Target,
 }
 
-/// The request as routing saw it; the handler keeps it in the request's
-/// extensions, where `$uri`, `$host`, `$server_name` and the upstream URI
-/// are read from.
+/// The request as routing saw it; the handler keeps it beside the
+/// request's parts (`VarContext::target`), where `$uri`, `$host`,
+/// `$server_name` and the upstream URI are read from.
 #[derive(Clone, Debug)]
 pub struct Target {
     /// The normalised URI and its query.

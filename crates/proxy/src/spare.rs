@@ -1,6 +1,6 @@
 //! A worker's spare header maps and extension sets (a leaf). A request's
 //! map, its upstream request's and its response's, and a request's
-//! extensions (where routing leaves its target), are built in the room of
+//! extensions (where the rewrite phase leaves its captures), are built in the room of
 //! ones whose messages are done (cleared, their allocations kept) rather
 //! than allocated per message: on a worker's single thread, what one
 //! request gives back is the next one's. Each thread has its own few

@@ -77,6 +77,9 @@ pub struct UnknownVariable(pub String);
 /// What a request knows when variables are expanded.
 pub(crate) struct VarContext<'a> {
     pub(crate) parts: &'a Parts,
+    /// What routing saw of the request (None before it was routed, or
+    /// when routing refused it before a host was known).
+    pub(crate) target: Option<&'a crate::router::Target>,
     pub(crate) client: SocketAddr,
     pub(crate) local: SocketAddr,
     pub(crate) proxy_host: &'a str,
@@ -304,7 +307,7 @@ impl Var {
             }
             Var::Map(m) => m.write(cx, out),
             Var::IsArgs => {
-                if !args_of(p).is_empty() {
+                if !args_of(cx).is_empty() {
                     out.push('?');
                 }
             }
@@ -332,13 +335,13 @@ impl Var {
                 None => o.push('-'),
             }),
             // nginx: the validated host, else the block's server_name.
-            Var::Host => match target(p) {
+            Var::Host => match cx.target {
                 Some(t) if !t.host.is_empty() => out.push_str(&t.host),
                 Some(t) => out.push_str(&t.server_name),
                 None => out.push_str(&crate::router::host_of(p)),
             },
             Var::ServerName => {
-                if let Some(t) = target(p) {
+                if let Some(t) = cx.target {
                     out.push_str(&t.server_name);
                 }
             }
@@ -361,11 +364,11 @@ impl Var {
             Var::Https => out.push_str(if secure(p) { "on" } else { "" }),
             Var::RequestUri => out.push_str(p.uri.path_and_query().map_or("/", |pq| pq.as_str())),
             // The normalised URI (decoded bytes; shown lossily if not UTF-8).
-            Var::Uri => match target(p) {
+            Var::Uri => match cx.target {
                 Some(t) => out.push_str(&String::from_utf8_lossy(t.uri.path())),
                 None => out.push_str(p.uri.path()),
             },
-            Var::Args => out.push_str(args_of(p)),
+            Var::Args => out.push_str(args_of(cx)),
             Var::RequestMethod => out.push_str(p.method.as_str()),
             Var::ServerPort => {
                 let _ = write!(out, "{}", cx.local.port());
@@ -565,10 +568,10 @@ fn secure(p: &Parts) -> bool {
 }
 
 /// `$args`: the routed (maybe rewritten) arguments, else the query.
-fn args_of(p: &Parts) -> &str {
-    match target(p) {
+fn args_of<'a>(cx: &VarContext<'a>) -> &'a str {
+    match cx.target {
         Some(t) => t.uri.args(),
-        None => p.uri.query().unwrap_or(""),
+        None => cx.parts.uri.query().unwrap_or(""),
     }
 }
 
@@ -582,11 +585,6 @@ fn hostname() -> &'static str {
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| "localhost".to_string())
     })
-}
-
-/// What routing found, when the handler routed the request.
-fn target(p: &Parts) -> Option<&crate::router::Target> {
-    p.extensions.get::<crate::router::Target>()
 }
 
 fn join(
@@ -624,6 +622,7 @@ mod tests {
         let parts = cx_parts("/a/b?x=1&k=v");
         let cx = VarContext {
             parts: &parts,
+            target: None,
             client: "10.0.0.9:5555".parse().expect("addr"),
             local: "127.0.0.1:8080".parse().expect("addr"),
             proxy_host: "api",
@@ -652,6 +651,7 @@ mod tests {
         });
         let cx = VarContext {
             parts: &parts,
+            target: None,
             client: "10.0.0.9:5555".parse().expect("addr"),
             local: "127.0.0.1:8080".parse().expect("addr"),
             proxy_host: "api",

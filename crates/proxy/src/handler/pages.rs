@@ -27,6 +27,8 @@ pub(super) struct Page<'a> {
     pub(super) generation: &'a crate::server::Generation,
     pub(super) pages: &'a crate::error_page::ErrorPages,
     pub(super) parts: Parts,
+    /// What routing saw of it.
+    pub(super) target: Target,
 }
 
 /// `error_page` of the location for a response it got (crate::error_page):
@@ -50,7 +52,13 @@ pub(super) async fn error_paged(
         .get::<crate::status_page::Generated>()
         .is_some();
     let Some(redirected) = apply(
-        routes, page.pages, status, generated, page.parts, local, client,
+        routes,
+        page.pages,
+        status,
+        generated,
+        (page.parts, page.target),
+        local,
+        client,
     ) else {
         return resp;
     };
@@ -63,6 +71,7 @@ pub(super) async fn error_paged(
     let Redirected {
         answer,
         mut parts,
+        target,
         forced,
         method,
     } = redirected;
@@ -74,7 +83,7 @@ pub(super) async fn error_paged(
         parts.extensions.insert(e);
     }
     match answer {
-        Ok(Answer::Return(reply)) => returned(&reply, &parts, local, client, start),
+        Ok(Answer::Return(reply)) => returned(&reply, &parts, Some(&target), local, client, start),
         Ok(Answer::Proxy(route)) => {
             let gone = match &*body {
                 // A body over client_max_body_size is discarded (nginx's
@@ -98,7 +107,14 @@ pub(super) async fn error_paged(
                 response: resp,
                 raw: fields,
             } = Box::pin(proxy_request(
-                proxy, &route, net, &mut parts, body, start, &mut obs,
+                proxy,
+                &route,
+                net,
+                &mut parts,
+                Some(&target),
+                body,
+                start,
+                &mut obs,
             ))
             .await;
             *raw = fields;
@@ -109,11 +125,16 @@ pub(super) async fn error_paged(
         // again), logged by the server.
         Err(refusal) => {
             let resp = refused(refusal, &parts);
-            let server = parts
-                .extensions
-                .get::<crate::route::Target>()
-                .map(|t| t.server);
-            server_logged(routes, server, &parts, (local, client), start, resp)
+            let at = (local, client);
+            server_logged(
+                routes,
+                Some(target.server),
+                &parts,
+                Some(&target),
+                at,
+                start,
+                resp,
+            )
         }
     }
 }
@@ -123,6 +144,7 @@ pub(super) fn server_logged(
     routes: &crate::route::Routes,
     server: Option<usize>,
     parts: &Parts,
+    target: Option<&Target>,
     (local, client): (SocketAddr, SocketAddr),
     start: Tick,
     resp: Response<UpBody>,
@@ -132,6 +154,7 @@ pub(super) fn server_logged(
         .and_then(|l| l.access_log.as_deref());
     let cx = VarContext {
         parts,
+        target,
         client,
         local,
         proxy_host: "",
@@ -150,7 +173,7 @@ pub(super) async fn not_routed(
     proxy: &Proxy,
     generation: &Arc<crate::server::Generation>,
     refusal: Refusal,
-    parts: Parts,
+    (parts, target): (Parts, Option<Target>),
     mut body: ClientRequestBody,
     local: SocketAddr,
     client: SocketAddr,
@@ -158,9 +181,8 @@ pub(super) async fn not_routed(
     raw: &mut Option<Box<crate::raw_head::RawFields>>,
 ) -> Response<UpBody> {
     let routes = &generation.routes;
-    let server = parts
-        .extensions
-        .get::<crate::route::Target>()
+    let server = target
+        .as_ref()
         .map(|t| t.server)
         .or_else(|| routes.default_server(local));
     if refusal == Refusal::UnknownListener {
@@ -171,14 +193,18 @@ pub(super) async fn not_routed(
         let resp = refused(refusal, &parts);
         let mut bare = parts;
         bare.headers.clear();
-        return server_logged(routes, server, &bare, (local, client), start, resp);
+        let at = (local, client);
+        return server_logged(routes, server, &bare, target.as_ref(), at, start, resp);
     }
     let resp = refused(refusal, &parts);
     let level = server.and_then(|s| routes.server_level(s));
     // A page redirects the request as routing left it (a 400 before
     // routing has no URI to redirect; nginx's pages for it are not copied).
-    let routed = parts.extensions.get::<crate::route::Target>().is_some();
-    if let Some(level) = level.filter(|l| routed && !l.error_pages.is_empty()) {
+    let routed = target
+        .as_ref()
+        .zip(level)
+        .filter(|(_, l)| !l.error_pages.is_empty());
+    if let Some((target, level)) = routed {
         let generated = resp
             .extensions()
             .get::<crate::status_page::Generated>()
@@ -191,12 +217,21 @@ pub(super) async fn not_routed(
                 generation,
                 pages: &level.error_pages,
                 parts: parts.clone(),
+                target: target.clone(),
             };
             let net = (local, client);
             return error_paged(proxy, page, &mut body, net, start, resp, raw).await;
         }
     }
-    server_logged(routes, server, &parts, (local, client), start, resp)
+    server_logged(
+        routes,
+        server,
+        &parts,
+        target.as_ref(),
+        (local, client),
+        start,
+        resp,
+    )
 }
 
 /// The status of an `error_page`'s answer: the original one, or
@@ -228,6 +263,8 @@ struct Redirected {
     answer: Result<Answer, Refusal>,
     /// The request as redirected (URI, method).
     parts: Parts,
+    /// What routing saw of it, as redirected.
+    target: Target,
     /// The status of the answer (see [`crate::marks::Paged`]).
     forced: Option<u16>,
     /// The client's method.
@@ -241,7 +278,7 @@ fn apply(
     pages: &ErrorPages,
     status: u16,
     generated: bool,
-    mut parts: Parts,
+    (mut parts, mut target): (Parts, Target),
     local: SocketAddr,
     client: SocketAddr,
 ) -> Option<Redirected> {
@@ -254,9 +291,10 @@ fn apply(
         c => u16::try_from(c).ok(),
     };
     let net = Net { local, client };
-    let cx = |parts: &Parts, t: &Template| {
+    let cx = |parts: &Parts, target: &Target, t: &Template| {
         t.expand(&VarContext {
             parts,
+            target: Some(target),
             client,
             local,
             proxy_host: "",
@@ -265,10 +303,10 @@ fn apply(
             request_time: 0.0,
         })
     };
-    let server = parts.extensions.get::<Target>()?.server;
+    let server = target.server;
     let answer = match &page.to {
         To::Redirect(t) => {
-            let url = cx(&parts, t);
+            let url = cx(&parts, &target, t);
             let code = forced
                 .filter(|c| matches!(c, 301 | 302 | 303 | 307 | 308))
                 .unwrap_or(302);
@@ -276,32 +314,35 @@ fn apply(
             return Some(Redirected {
                 answer: Ok(Answer::Return(Arc::new(base.redirect(code, &url)))),
                 parts,
+                target,
                 forced: Some(code),
                 method,
             });
         }
         To::Uri(t) => {
-            let uri = cx(&parts, t);
+            let uri = cx(&parts, &target, t);
             let (path, args) = uri.split_once('?').unwrap_or((&uri, ""));
             if parts.method != http::Method::HEAD {
                 parts.method = http::Method::GET;
             }
-            let t = parts.extensions.get_mut::<Target>()?;
-            t.uri.rewrite(path.as_bytes().to_vec(), args.to_string());
-            t.internal = true;
+            target
+                .uri
+                .rewrite(path.as_bytes().to_vec(), args.to_string());
+            target.internal = true;
             // The earlier pass's proxy_pass URI is not this location's.
             parts.extensions.remove::<crate::route::PassUri>();
-            routes.phases(server, net, &mut parts)
+            routes.phases(server, net, &mut parts, &mut target)
         }
         To::Named(name) => {
             let li = routes.router.named(server, name)?;
             parts.extensions.remove::<crate::route::PassUri>();
-            routes.location_phase(server, li, net, &mut parts)
+            routes.location_phase(server, li, net, &mut parts, &mut target)
         }
     };
     Some(Redirected {
         answer,
         parts,
+        target,
         forced,
         method,
     })

@@ -69,7 +69,7 @@ fn edited(
         None => {}
     }
     if !route.set_headers.is_empty() {
-        let cx = route.vars(parts, addr(), addr(), 0);
+        let cx = route.vars(parts, None, addr(), addr(), 0);
         for (name, tpl) in &route.set_headers {
             headers.remove(name);
             if let Some(t) = tpl {
@@ -123,7 +123,7 @@ fn both(
     len: Option<u64>,
     upgrade: bool,
 ) -> Vec<(String, String)> {
-    let fields = || super::super::request_fields(route, parts, addr(), addr(), &len, upgrade);
+    let fields = || super::super::request_fields(route, parts, None, addr(), addr(), &len, upgrade);
     let new = fields().into_map(HeaderMap::new());
     let old = edited(route, parts, &len, upgrade);
     assert_eq!(wire(&new), wire(&old));

@@ -11,6 +11,7 @@ fn parts(headers: &[(&str, &[u8])]) -> Parts {
 fn line(text: &str, escape: LogEscape, p: &Parts) -> String {
     let cx = VarContext {
         parts: p,
+        target: None,
         client: "10.0.0.9:5555".parse().expect("addr"),
         local: "127.0.0.1:8080".parse().expect("addr"),
         proxy_host: "api",
