@@ -143,72 +143,44 @@ impl ServerNames {
 /// one trailing dot; None where nginx answers 400 (`/`, a control byte or
 /// space, `..`, nothing left). `\` is allowed, as on every Unix nginx.
 ///
-/// One pass: each byte's class from a table, and a short host lower-cased
-/// into a buffer on the stack as it is checked.
+/// One pass over the bytes, each byte's class from a table, for what
+/// nginx's loop checks of every byte (none refused, no two dots together)
+/// and finds (the first `:` or `]`, the last dot, an upper-case letter);
+/// then the host is copied once, and lower-cased only if it has to be.
 pub(crate) fn validate_host(raw: &[u8]) -> Option<Host> {
-    #[derive(PartialEq)]
-    enum S {
-        Usual,
-        Literal,
-        Rest,
-    }
-    let mut state = S::Usual;
-    let mut dot_pos: Option<usize> = None;
-    let mut host_len = raw.len();
-    let mut low = [0u8; INLINE_HOST];
+    const NONE: usize = usize::MAX;
+    // The index just after the last dot (nginx's `dot_pos + 1`).
+    let mut after_dot = NONE;
+    let (mut colon, mut close) = (NONE, NONE);
+    let mut upper = false;
     for (i, &ch) in raw.iter().enumerate() {
-        let mut out = ch;
         match HOST_BYTES[usize::from(ch)] {
             Class::Plain => {}
-            Class::Upper => out = ch.to_ascii_lowercase(),
+            Class::Upper => upper = true,
             Class::Dot => {
-                if i > 0 && dot_pos == Some(i - 1) {
+                if after_dot == i {
                     return None;
                 }
-                dot_pos = Some(i);
+                after_dot = i + 1;
             }
-            Class::Colon => {
-                if state == S::Usual {
-                    host_len = i;
-                    state = S::Rest;
-                }
-            }
-            Class::Open => {
-                if i == 0 {
-                    state = S::Literal;
-                }
-            }
-            Class::Close => {
-                if state == S::Literal {
-                    host_len = i + 1;
-                    state = S::Rest;
-                }
-            }
+            Class::Colon => colon = colon.min(i),
+            Class::Close => close = close.min(i),
             Class::Bad => return None,
         }
-        if let Some(slot) = low.get_mut(i) {
-            *slot = out;
-        }
     }
-    if host_len > 0 && dot_pos == Some(host_len - 1) {
+    // nginx's states: an IP literal (`[` first) ends after its first `]`,
+    // a name at its first `:`; without either, the host is all of it.
+    let mut host_len = if raw.first() == Some(&b'[') {
+        close.saturating_add(1).min(raw.len())
+    } else {
+        colon.min(raw.len())
+    };
+    if after_dot == host_len {
         host_len -= 1;
     }
-    if host_len == 0 {
-        return None;
-    }
-    match low.get(..host_len) {
-        // ASCII lower-casing keeps UTF-8 valid or invalid as it was, so
-        // the short copy reads as `lowercase` would.
-        Some(short) => Some(match std::str::from_utf8(short) {
-            Ok(text) => Host::new(text),
-            Err(_) => Host::from_utf8_lossy(short),
-        }),
-        None => Some(lowercase(raw.get(..host_len)?)),
-    }
+    let host = raw.get(..host_len).filter(|h| !h.is_empty())?;
+    Some(lowercase(host, upper))
 }
-
-/// The longest host kept inline by [`Host`].
-const INLINE_HOST: usize = 24;
 
 /// What [`validate_host`] does with a byte.
 #[derive(Clone, Copy)]
@@ -217,7 +189,6 @@ enum Class {
     Upper,
     Dot,
     Colon,
-    Open,
     Close,
     /// `/`, a control byte or space: 400.
     Bad,
@@ -230,7 +201,6 @@ const HOST_BYTES: [Class; 256] = {
         t[i] = match i as u8 {
             b'.' => Class::Dot,
             b':' => Class::Colon,
-            b'[' => Class::Open,
             b']' => Class::Close,
             b'/' => Class::Bad,
             c if c <= 0x20 || c == 0x7f => Class::Bad,
@@ -247,15 +217,19 @@ const HOST_BYTES: [Class; 256] = {
 /// nearly every host is.
 pub(crate) type Host = compact_str::CompactString;
 
-/// `raw` lower-cased (ASCII only), invalid UTF-8 replaced.
-fn lowercase(raw: &[u8]) -> Host {
+/// `raw` lower-cased (ASCII only; `upper`: it has an upper-case letter,
+/// else it is copied as it is), invalid UTF-8 replaced.
+fn lowercase(raw: &[u8], upper: bool) -> Host {
     // Valid UTF-8 (every host that routes) is copied as it is; the lossy
-    // path walks the bytes in chunks.
+    // path walks the bytes in chunks. ASCII lower-casing keeps UTF-8 valid
+    // or invalid as it was.
     let mut text = match std::str::from_utf8(raw) {
         Ok(text) => Host::new(text),
         Err(_) => Host::from_utf8_lossy(raw),
     };
-    text.make_ascii_lowercase();
+    if upper {
+        text.make_ascii_lowercase();
+    }
     text
 }
 
@@ -346,7 +320,7 @@ mod tests {
                 0..48,
             ),
         ) {
-            let host = lowercase(&raw);
+            let host = lowercase(&raw, true);
             let lower = raw.to_ascii_lowercase();
             proptest::prop_assert_eq!(host.as_str(), String::from_utf8_lossy(&lower));
         }
@@ -406,7 +380,7 @@ mod tests {
         if host_len == 0 {
             return None;
         }
-        Some(lowercase(&h[..host_len]))
+        Some(lowercase(&h[..host_len], true))
     }
 
     #[test]
