@@ -56,10 +56,15 @@ pub struct ManualClock {
 }
 
 thread_local! {
-    /// This thread's cached reading of the clock (as an `Instant` and as a
-    /// [`Tick`]) and how many more [`coarse_now`] / [`coarse_tick`] calls
-    /// it serves; None until [`refresh`] runs here.
-    static CACHED: Cell<Option<(Instant, Tick, u32)>> = const { Cell::new(None) };
+    /// This thread's cached reading of the clock, as an `Instant` and as a
+    /// [`Tick`]; None until [`refresh`] runs here (then the thread keeps a
+    /// cache). Three cells, not one of a tuple: the hot path reads a count
+    /// and a tick, not the whole reading.
+    static AT: Cell<Option<Instant>> = const { Cell::new(None) };
+    static TICK: Cell<Tick> = const { Cell::new(Tick(0)) };
+    /// How many more [`coarse_now`] / [`coarse_tick`] calls the reading
+    /// serves (0 on a thread without the cache).
+    static LEFT: Cell<u32> = const { Cell::new(0) };
 }
 
 /// [`coarse_now`] calls one cached reading serves before the clock is read
@@ -72,25 +77,25 @@ const REUSE: u32 = 32;
 /// event-loop iteration (`ngx_time_update` after `epoll_wait`).
 pub fn refresh() {
     let now = Instant::now();
-    CACHED.with(|c| c.set(Some((now, Tick::of(now), REUSE))));
+    AT.set(Some(now));
+    TICK.set(Tick::of(now));
+    LEFT.set(REUSE);
 }
 
-/// This thread's cached reading, or a fresh one (cached anew) when the
-/// cache has served [`REUSE`] calls; None on a thread without the cache.
-fn cached() -> Option<(Instant, Tick)> {
-    CACHED.with(|c| match c.get() {
-        Some((at, tick, left)) if left > 0 => {
-            c.set(Some((at, tick, left - 1)));
-            Some((at, tick))
-        }
-        Some(_) => {
-            let now = Instant::now();
-            let tick = Tick::of(now);
-            c.set(Some((now, tick, REUSE)));
-            Some((now, tick))
-        }
-        None => None,
-    })
+/// Whether this thread's cached reading serves one more call (and count
+/// the call); false where it must be read again, or there is no cache.
+fn cache_serves() -> bool {
+    let left = LEFT.get();
+    if left > 0 {
+        LEFT.set(left - 1);
+        return true;
+    }
+    // Used up: read again, where the thread keeps a cache.
+    if AT.get().is_some() {
+        refresh();
+        return true;
+    }
+    false
 }
 
 /// Now, for millisecond figures on the hot path (`$request_time`,
@@ -100,12 +105,19 @@ fn cached() -> Option<(Instant, Tick)> {
 /// not wait (busy); elsewhere (tests, the main runtime) the clock itself.
 /// tokio's clock either way, so paused time is seen.
 pub fn coarse_now() -> Instant {
-    cached().map_or_else(Instant::now, |(at, _)| at)
+    match cache_serves().then(|| AT.get()).flatten() {
+        Some(at) => at,
+        None => Instant::now(),
+    }
 }
 
 /// [`coarse_now`] as a [`Tick`], for a duration to be measured from it.
 pub fn coarse_tick() -> Tick {
-    cached().map_or_else(Tick::now, |(_, tick)| tick)
+    if cache_serves() {
+        TICK.get()
+    } else {
+        Tick::now()
+    }
 }
 
 /// A reading of tokio's clock as nanoseconds on one process-wide
@@ -280,7 +292,8 @@ mod tests {
             let read = coarse_now();
             let next = coarse_now();
             assert!(before <= read && read <= next);
-            assert_eq!(CACHED.with(Cell::get), None, "no cache on this thread");
+            assert_eq!(AT.get(), None, "no cache on this thread");
+            assert_eq!(LEFT.get(), 0);
         })
         .join()
         .unwrap();
@@ -315,7 +328,7 @@ mod tests {
             let due = Instant::now() + Duration::from_millis(20);
             tokio::time::sleep_until(due).await;
             // The sleep parked the thread; the hook read the clock after.
-            let (at, _, _) = CACHED.with(Cell::get).expect("refreshed by the hook");
+            let at = AT.get().expect("refreshed by the hook");
             assert!(at >= due);
             assert_eq!(coarse_now(), at);
             assert!(clock.now() >= Timestamp(20));
