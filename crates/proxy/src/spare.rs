@@ -128,9 +128,9 @@ pub(crate) fn keep_read_room(room: BytesMut) {
     });
 }
 
-/// An empty buffer to write a message head into: the rest of this
-/// thread's head buffer, or a new one. Give it back with [`keep_head_room`]
-/// after splitting the head off.
+/// An empty buffer to write a message head into: this thread's head
+/// buffer, or a new one. Give it back with [`keep_head_room`] once the head
+/// is written (or split off it).
 pub(crate) fn head_room() -> BytesMut {
     let mut room = HEADS
         .try_with(|h| h.borrow_mut().take())
@@ -146,9 +146,9 @@ pub(crate) fn head_room() -> BytesMut {
     room
 }
 
-/// Give back what is left of a buffer from [`head_room`] once the head
-/// is split off it; a buffer that grew past twice its usual room (a head
-/// of many fields) is not kept.
+/// Give back a buffer from [`head_room`] once its head is written (or
+/// what is left of it once the head is split off); a buffer that grew past
+/// twice its usual room (a head of many fields) is not kept.
 pub(crate) fn keep_head_room(room: BytesMut) {
     if room.capacity() > 2 * HEAD_ROOM {
         return;

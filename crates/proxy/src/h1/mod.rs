@@ -647,17 +647,39 @@ async fn serve_h2(cx: &Ctx, wire: &mut Held, shutdown: &AtomicBool) -> Result<()
     .await
 }
 
-/// Pieces of a response waiting to be written: on the stack while they
-/// are four (a head and a body; a chunk's size, data and end), where a
+/// Pieces of a response waiting to be written: its head, in the worker's
+/// head room (`spare::head_room`), given back as soon as it is written
+/// (not split off it as `Bytes`: a shared buffer's reference count, two
+/// locked instructions a response); then the body's pieces, on the stack
+/// while they are four (a body; a chunk's size, data and end), where a
 /// `VecDeque` was an allocation per response.
 #[derive(Default)]
 struct Out {
+    head: Option<BytesMut>,
     pieces: SmallVec<[Bytes; 4]>,
     /// The first piece not yet written whole.
     front: usize,
 }
 
 impl Out {
+    /// Write `head` (what is not written yet of it) before the pieces.
+    fn head(&mut self, head: BytesMut) {
+        self.head = Some(head);
+        self.wrote_head(0);
+    }
+
+    /// `n` bytes were written from the front of the head.
+    fn wrote_head(&mut self, n: usize) {
+        if let Some(h) = &mut self.head {
+            h.advance(n.min(h.len()));
+            if h.is_empty() {
+                if let Some(room) = self.head.take() {
+                    crate::spare::keep_head_room(room);
+                }
+            }
+        }
+    }
+
     fn push(&mut self, b: Bytes) {
         if !b.is_empty() {
             self.pieces.push(b);
@@ -680,20 +702,32 @@ impl Out {
                     return Poll::Ready(Err(H1Error::Write(io::ErrorKind::NotConnected.into())));
                 };
                 let mut io = Pin::new(io);
-                if !io.is_write_vectored() && self.pieces.len() - self.front > 1 {
+                let head = self.head.as_ref().map_or(0, BytesMut::len);
+                if !io.is_write_vectored()
+                    && usize::from(head > 0) + self.pieces.len() - self.front > 1
+                {
                     let rest = &self.pieces[self.front..];
-                    let mut flat = BytesMut::with_capacity(rest.iter().map(Bytes::len).sum());
+                    let mut flat =
+                        BytesMut::with_capacity(head + rest.iter().map(Bytes::len).sum::<usize>());
+                    if let Some(h) = &self.head {
+                        flat.extend_from_slice(h);
+                    }
                     for p in rest {
                         flat.extend_from_slice(p);
                     }
+                    self.wrote_head(head);
                     self.pieces.clear();
                     self.front = 0;
                     self.pieces.push(flat.freeze());
                 }
-                while self.front < self.pieces.len() {
+                while self.head.is_some() || self.front < self.pieces.len() {
                     let mut slices = [io::IoSlice::new(&[]); MAX_PIECES];
                     let mut k = 0;
-                    for p in self.pieces[self.front..].iter().take(MAX_PIECES) {
+                    if let Some(h) = &self.head {
+                        slices[0] = io::IoSlice::new(h);
+                        k = 1;
+                    }
+                    for p in self.pieces[self.front..].iter().take(MAX_PIECES - k) {
                         slices[k] = io::IoSlice::new(p);
                         k += 1;
                     }
@@ -707,7 +741,9 @@ impl Out {
                         Poll::Ready(Err(e)) => return Poll::Ready(Err(H1Error::Write(e))),
                         Poll::Pending => return Poll::Pending,
                     };
-                    let mut left = n;
+                    let head = self.head.as_ref().map_or(0, BytesMut::len).min(n);
+                    self.wrote_head(head);
+                    let mut left = n - head;
                     while left > 0 {
                         let Some(front) = self.pieces.get_mut(self.front) else {
                             break;
@@ -785,14 +821,18 @@ async fn write_response(
     };
     let encoded = write::encode(fields, length, asked, &mut head);
     // Written: the map's room is a later message's, and so is the table
-    // of the extensions, and the rest of the head's buffer.
+    // of the extensions (and the head's buffer, once the head is sent).
     crate::spare::keep(parts.headers);
     crate::spare::keep_extensions(parts.extensions);
-    let head_bytes = head.split().freeze();
-    crate::spare::keep_head_room(head);
-    let encoded = encoded.map_err(H1Error::Head)?;
+    let encoded = match encoded {
+        Ok(e) => e,
+        Err(e) => {
+            crate::spare::keep_head_room(head);
+            return Err(H1Error::Head(e));
+        }
+    };
     let mut out = Out::default();
-    out.push(head_bytes);
+    out.head(head);
     match encoded.framing {
         write::Framing::Length(0) => {}
         write::Framing::Length(mut rest) => {
@@ -1011,6 +1051,11 @@ mod tests {
             };
             let mut wire = Held::new(Wire::new(Box::new(io), BytesMut::new()));
             let mut out = Out::default();
+            // A head first, in the worker's head room (taken from it).
+            let mut head = crate::spare::head_room();
+            head.extend_from_slice(b"HTTP/1.1 200 OK\r\nx: yz\r\n\r\n");
+            let room = head.as_ptr() as usize..head.as_ptr() as usize + head.capacity();
+            out.head(head);
             // More than the four on the stack, and past MAX_PIECES (a
             // write before the queue takes more), an empty one among them.
             for (i, p) in pieces.iter().enumerate() {
@@ -1024,13 +1069,20 @@ mod tests {
             }
             out.push_static(b"end");
             out.write(&mut wire).await.unwrap();
-            let want = pieces.concat() + "end";
+            let want = "HTTP/1.1 200 OK\r\nx: yz\r\n\r\n".to_string() + &pieces.concat() + "end";
             assert_eq!(
                 String::from_utf8(got.lock().unwrap().clone()).unwrap(),
                 want,
                 "vectored: {vectored}"
             );
             assert_eq!((out.pieces.len(), out.front), (0, 0), "nothing left queued");
+            assert!(out.head.is_none(), "the head is written");
+            let again = crate::spare::head_room();
+            assert!(again.is_empty());
+            assert!(
+                room.contains(&(again.as_ptr() as usize)),
+                "the head room given back is the next head's"
+            );
         }
     }
 
