@@ -94,6 +94,14 @@ impl RawFields {
         }
     }
 
+    /// No fields yet, of the head `head`, in this value's room (its fields
+    /// and head dropped).
+    pub(crate) fn reset(&mut self, head: Bytes) {
+        self.head = head;
+        self.fields.clear();
+        self.grouped = false;
+    }
+
     /// Keep the field whose name (at most 1 KiB) and value are at these
     /// offsets of the head. True when a field of the same name (any case)
     /// is kept already.

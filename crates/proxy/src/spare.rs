@@ -13,17 +13,21 @@
 //! between requests holds none.
 //!
 //! A worker also writes its responses' heads one after another into one
-//! buffer of its own ([`head_room`]): each head is split off the front as
-//! it is sent, and once every head in the buffer is written the room is
+//! buffer of its own ([`head_room`]): a head is written from it and the
+//! buffer given back once it is sent, and when its room runs low it is
 //! taken again from its start, where a buffer per head was two
-//! allocations (its bytes and their shared count).
+//! allocations (its bytes and their shared count). The box of a response's
+//! fields as they came (`crate::raw_head`) is given back once they are
+//! written ([`raw_fields`]).
 
 use std::cell::RefCell;
 use std::pin::Pin;
 use std::thread::LocalKey;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use http::{Extensions, HeaderMap};
+
+use crate::raw_head::RawFields;
 
 /// Spare maps kept per thread: what requests in flight on one worker give
 /// back between two of its requests' takes.
@@ -47,6 +51,8 @@ thread_local! {
     static EXTENSIONS: RefCell<Vec<Extensions>> = const { RefCell::new(Vec::new()) };
     static HEADS: RefCell<Option<BytesMut>> = const { RefCell::new(None) };
     static READS: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
+    #[allow(clippy::vec_box, reason = "the boxes are what is kept: their allocations go on beside responses")]
+    static RAWS: RefCell<Vec<Box<RawFields>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Read buffers kept per thread (a buffer is as large as the head that
@@ -126,6 +132,24 @@ pub(crate) fn keep_read_room(room: BytesMut) {
             s.push(room);
         }
     });
+}
+
+/// A box for the fields of a response's head `head` as they came: one a
+/// written response of this thread's gave back, or a new one.
+pub(crate) fn raw_fields(head: Bytes) -> Box<RawFields> {
+    match take(&RAWS) {
+        Some(mut fields) => {
+            fields.reset(head);
+            fields
+        }
+        None => Box::new(RawFields::new(head)),
+    }
+}
+
+/// Give back a box from [`raw_fields`] (its head is dropped now).
+pub(crate) fn keep_raw_fields(mut fields: Box<RawFields>) {
+    fields.reset(Bytes::new());
+    put(&RAWS, fields);
 }
 
 /// An empty buffer to write a message head into: this thread's head
@@ -281,6 +305,20 @@ mod tests {
         next.extend_from_slice(b"second head, longer");
         assert_eq!(&held[..], b"first head");
         assert_eq!(&next[..], b"second head, longer");
+    }
+
+    #[test]
+    fn a_raw_fields_box_given_back_is_handed_out_again_for_the_next_head() {
+        while RAWS.with(|r| r.borrow_mut().pop()).is_some() {}
+        let head = Bytes::from_static(b"HTTP/1.1 200 OK\r\nA: b\r\n\r\n");
+        let mut fields = raw_fields(head.clone());
+        fields.push((17, 18), (20, 21), crate::raw_head::Kind::Other);
+        assert_eq!(fields.iter().count(), 1);
+        let room: *const RawFields = &*fields;
+        keep_raw_fields(fields);
+        let again = raw_fields(Bytes::from_static(b"HTTP/1.1 204 No Content\r\n\r\n"));
+        assert!(std::ptr::eq(&*again, room), "the box given back");
+        assert_eq!(again.iter().count(), 0, "with no fields of the last head");
     }
 
     #[test]

@@ -562,6 +562,9 @@ fn exchange<'a>(
             keep_alive: keep_alive && !shutdown.load(Ordering::Acquire),
         };
         let written = write_response(wire, resp, raw.as_deref(), &asked).await;
+        if let Some(raw) = raw {
+            crate::spare::keep_raw_fields(raw);
+        }
         drop(guard);
         let last = written?;
         if switching {

@@ -528,9 +528,14 @@ fn raw_fields(
 ) -> Result<Option<(Box<RawFields>, bool, Framed)>, Error> {
     // Boxed: the fields go on beside the response, a pointer at each step
     // (unboxed, some 200 bytes were copied at each).
-    let mut fields = Box::new(RawFields::new(head.clone()));
-    Ok(fill_raw(&mut fields, head, spans, version, hidden)?
-        .map(|(keep_alive, framed)| (fields, keep_alive, framed)))
+    let mut fields = crate::spare::raw_fields(head.clone());
+    match fill_raw(&mut fields, head, spans, version, hidden) {
+        Ok(Some((keep_alive, framed))) => Ok(Some((fields, keep_alive, framed))),
+        other => {
+            crate::spare::keep_raw_fields(fields);
+            other.map(|_| None)
+        }
+    }
 }
 
 /// [`raw_fields`] into `fields`.
