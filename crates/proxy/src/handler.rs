@@ -421,34 +421,32 @@ fn proxy_request<'a, 'o>(
             }
             real
         };
+        // An answer to the client with the location's add_headers and its
+        // log line (`parts`: as the request is now).
+        let answer = |parts: &Parts, attempts: &[AttemptRecord], resp| {
+            Handled::from(finish(
+                route, parts, target, client, local, attempts, start, resp,
+            ))
+        };
         if !crate::access::allows(&settings.access, client.ip()) {
             tracing::debug!(client = %client.ip(), "access forbidden by rule");
-            let page = error_page(StatusCode::FORBIDDEN);
-            return Handled::from(finish(
-                route,
-                parts,
-                target,
-                client,
-                local,
-                &[],
-                start,
-                page,
-            ));
+            return answer(parts, &[], error_page(StatusCode::FORBIDDEN));
         }
         let max = settings.client_max_body_size;
         let declared = asked.length;
         // 413 before any attempt: by Content-Length, or while reading the body.
-        let too_large = |parts: &Parts| {
-            let page = error_page(StatusCode::PAYLOAD_TOO_LARGE);
-            finish(route, parts, target, client, local, &[], start, page)
-        };
+        let too_large =
+            |parts: &Parts| answer(parts, &[], error_page(StatusCode::PAYLOAD_TOO_LARGE));
         if max != 0 && declared.is_some_and(|n| n > max) {
-            return Handled::from(too_large(parts));
+            return too_large(parts);
         }
         let has_body = declared.is_some_and(|n| n > 0) || asked.transfer_encoding;
         let body_timed_out = |parts: &Parts| {
-            let page = crate::conn::close_silently(StatusCode::REQUEST_TIMEOUT);
-            finish(route, parts, target, client, local, &[], start, page)
+            answer(
+                parts,
+                &[],
+                crate::conn::close_silently(StatusCode::REQUEST_TIMEOUT),
+            )
         };
         let mut client_timed_out = None;
         let incoming = match client_body {
@@ -473,9 +471,9 @@ fn proxy_request<'a, 'o>(
             .await
             {
                 Ok(b) => Some(ReqBody::Buffered(b)),
-                Err(BodyError::TooLarge(_)) => return Handled::from(too_large(parts)),
+                Err(BodyError::TooLarge(_)) => return too_large(parts),
                 // nginx closes without a response and logs 408.
-                Err(BodyError::Timeout(_)) => return Handled::from(body_timed_out(parts)),
+                Err(BodyError::Timeout(_)) => return body_timed_out(parts),
                 Err(BodyError::Client(_)) => {
                     return Handled::from(error_page(StatusCode::BAD_REQUEST))
                 }
@@ -555,16 +553,7 @@ fn proxy_request<'a, 'o>(
                             connect_time: None,
                             redirected: group > 0 && attempts.len() == group,
                         });
-                        return Handled::from(finish(
-                            route,
-                            parts,
-                            target,
-                            client,
-                            local,
-                            &attempts,
-                            start,
-                            error_page(StatusCode::BAD_GATEWAY),
-                        ));
+                        return answer(parts, &attempts, error_page(StatusCode::BAD_GATEWAY));
                     }
                 };
                 match job.launch(guard, &mut attempts).await {
@@ -747,9 +736,7 @@ fn proxy_request<'a, 'o>(
                                         header::CONNECTION,
                                         HeaderValue::from_static("upgrade"),
                                     );
-                                    return Handled::from(finish(
-                                        route, parts, target, client, local, &attempts, start, resp,
-                                    ));
+                                    return answer(parts, &attempts, resp);
                                 }
                             }
                             let pooled = route.pool.shard().map(|s| (s.clone(), conn));
@@ -786,7 +773,7 @@ fn proxy_request<'a, 'o>(
                         .is_some_and(|t| t.load(std::sync::atomic::Ordering::Acquire))
                     {
                         // The client's fault: the peer is freed uncharged (drop).
-                        return Handled::from(body_timed_out(parts));
+                        return body_timed_out(parts);
                     }
                     tracing::warn!(upstream = %upstream.name(), peer = %peer.name(), class = %failed.failure.class, "{}", failed.detail);
                     let took = coarse_tick().since(t0);
@@ -817,16 +804,7 @@ fn proxy_request<'a, 'o>(
                             cancel(&mut flights, &mut attempts);
                             let code =
                                 StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
-                            return Handled::from(finish(
-                                route,
-                                parts,
-                                target,
-                                client,
-                                local,
-                                &attempts,
-                                start,
-                                error_page(code),
-                            ));
+                            return answer(parts, &attempts, error_page(code));
                         }
                     }
                 }
