@@ -128,8 +128,8 @@ pub fn coarse_tick() -> Tick {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Tick(u64);
 
-/// Where ticks count from: an hour before the first tick was taken (or
-/// as far back as the OS's monotonic clock goes), so that a paused-time
+/// Where ticks count from: an hour before the first tick was taken (less
+/// where std cannot go that far back), so that a paused-time
 /// test runtime built a little before that moment (its clock starts at
 /// the real time it was built) still reads after it.
 #[allow(

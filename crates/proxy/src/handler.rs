@@ -578,10 +578,10 @@ fn proxy_request<'a, 'o>(
                     .max()
                     .zip(upstream.hedge_after(&sel, clock.now(), connecting(&flights)))
                     .map(|(t0, after)| {
-                        // Due `after` the latest start: from the clock's
-                        // reading now, what is left of it (none: at once).
-                        vigil_core::clock::coarse_now()
-                            + after.saturating_sub(coarse_tick().since(t0))
+                        // Due `after` the latest start: from one reading of
+                        // the clock, what is left of it (none: at once).
+                        let now = vigil_core::clock::coarse_now();
+                        now + after.saturating_sub(Tick::of(now).since(t0))
                     })
             } else {
                 None
