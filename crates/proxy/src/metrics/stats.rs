@@ -113,8 +113,8 @@ impl<const N: usize> PerWorker<N> {
 
     /// Add `n` to counter `i` of this worker's.
     fn add(&self, i: usize, n: u64) {
-        if let Some(c) = self.mine().and_then(|s| s.get(i)) {
-            c.fetch_add(n, Ordering::Relaxed);
+        if let Some(mine) = self.mine() {
+            add_to(mine, i, n);
         }
     }
 
@@ -124,6 +124,13 @@ impl<const N: usize> PerWorker<N> {
             .iter()
             .filter_map(|s| s.get(i))
             .fold(0, |sum, c| sum.wrapping_add(c.load(Ordering::Relaxed)))
+    }
+}
+
+/// Add `n` to counter `i` of a worker's (from [`PerWorker::mine`]).
+fn add_to(counters: &[AtomicU64], i: usize, n: u64) {
+    if let Some(c) = counters.get(i) {
+        c.fetch_add(n, Ordering::Relaxed);
     }
 }
 
@@ -222,11 +229,7 @@ impl UpstreamStats {
         let Some(t) = self.totals.per_request.mine() else {
             return;
         };
-        let add = |i: usize, n: u64| {
-            if let Some(c) = t.get(i) {
-                c.fetch_add(n, Ordering::Relaxed);
-            }
-        };
+        let add = |i: usize, n: u64| add_to(t, i, n);
         let class = usize::from((status / 100).clamp(1, 5) - 1);
         add(REQUESTS + class, 1);
         let secs = elapsed.as_secs_f64();
