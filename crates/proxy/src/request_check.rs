@@ -14,7 +14,7 @@ pub(crate) mod gate;
 mod line;
 
 pub(crate) use line::drop_invalid_headers;
-use line::{atoof, parse_header_line};
+use line::{atoof, invalid_name, parse_header_line};
 
 use http::StatusCode;
 use vigil_core::config::ClientSettings;
@@ -108,14 +108,18 @@ pub(crate) struct HeadScan {
     cut: Vec<(usize, usize)>,
     no_colon: Vec<usize>,
     seen: Seen,
+    /// The first look was taken ([`first_look`](Self::first_look)).
+    looked: bool,
 }
 
 /// The special headers met so far (`r->headers_in`).
 #[derive(Debug, Default)]
 struct Seen {
     unique: u16,
-    content_length: Option<Vec<u8>>,
-    transfer_encoding: Option<Vec<u8>>,
+    /// Where the values of `Content-Length` and `Transfer-Encoding` are in
+    /// the buffer, as nginx trims them.
+    content_length: Option<(usize, usize)>,
+    transfer_encoding: Option<(usize, usize)>,
     upgrade: bool,
     /// CONNECT or TRACE (nginx refuses both).
     refused_method: bool,
@@ -161,7 +165,21 @@ impl HeadScan {
             cut: Vec::new(),
             no_colon: Vec::new(),
             seen: Seen::default(),
+            looked: false,
         }
+    }
+
+    /// The limits the scan reads under.
+    pub(crate) fn limits(&self) -> HeadLimits {
+        self.limits
+    }
+
+    /// True the first time it is asked of a scan (of each head): whether a
+    /// head may be read at once ([`accepts_parsed`](Self::accepts_parsed))
+    /// before it is scanned line by line. Asked once, so that a head sent
+    /// in many pieces is not parsed whole again at each.
+    pub(crate) fn first_look(&mut self) -> bool {
+        !std::mem::replace(&mut self.looked, true)
     }
 
     /// Scan what `buf` (the head so far, from its first byte) adds.
@@ -202,6 +220,70 @@ impl HeadScan {
         }
     }
 
+    /// The gate's word on a head `httparse` read whole from the start of
+    /// `buf` (`len` bytes, with these fields), without scanning it line by
+    /// line again: `Some(framing)` where [`feed`](Self::feed) would accept
+    /// the head as it is (`Step::Done` at `len`, nothing rewritten); `None`
+    /// where it might refuse or rewrite it, or the head starts with empty
+    /// lines, for `feed` to decide.
+    ///
+    /// What `httparse` accepted already holds to what `feed` checks of
+    /// each line's syntax (a method, a target and `HTTP/1.0` or `1.1`;
+    /// names are tokens and end at a colon, values have no NUL or bare CR,
+    /// lines end in LF or CRLF); the rest is checked here with `feed`'s own
+    /// code: the buffers each line takes, the method's letters, nginx's
+    /// name rule, the unique and framing fields.
+    pub(crate) fn accepts_parsed(
+        limits: HeadLimits,
+        buf: &[u8],
+        len: usize,
+        req: &httparse::Request<'_, '_>,
+    ) -> Option<Framing> {
+        let fields = &*req.headers;
+        let head = buf.get(..len)?;
+        if matches!(head.first(), None | Some(b'\r' | b'\n')) {
+            return None;
+        }
+        // The blank line that ends the head (CRLF or a bare LF).
+        let blank = if head.get(len.checked_sub(2)?) == Some(&b'\r') {
+            len - 2
+        } else {
+            len - 1
+        };
+        let base = head.as_ptr() as usize;
+        // Where a field's line starts: its name starts it.
+        let start = |h: &httparse::Header<'_>| (h.name.as_ptr() as usize).wrapping_sub(base);
+        let mut scan = Self::new(limits);
+        let first_end = fields.first().map_or(blank, start);
+        scan.account(first_end)?;
+        scan.start = Some(0);
+        // The request line as `request_line` reads it: httparse took the
+        // method to the first space and the version as HTTP/1.0 or 1.1.
+        scan.method(req.method?.as_bytes()).ok()?;
+        scan.http10 = req.version? == 0;
+        for (i, h) in fields.iter().enumerate() {
+            let at = start(h);
+            let text = head.get(at..fields.get(i + 1).map_or(blank, start))?;
+            scan.account(text.len())?;
+            let name = h.name.as_bytes();
+            if invalid_name(name, limits.underscores) {
+                return None;
+            }
+            // nginx trims a value of spaces only, httparse of tabs too: the
+            // values nginx reads are taken as nginx takes them.
+            let value = if Seen::reads_value(name) {
+                let v = parse_header_line(text, limits.underscores)?.value;
+                let from = at + (v.as_ptr() as usize - text.as_ptr() as usize);
+                (from, from + v.len())
+            } else {
+                (0, 0)
+            };
+            scan.seen.note(name, value).ok()?;
+        }
+        scan.account(len - blank)?;
+        scan.seen.framing(head, scan.http10).ok()
+    }
+
     /// Whether a line of `len` bytes (so far) fits where nginx would put
     /// it: past the room of the current buffer it moves to a new large
     /// buffer, which must exist and hold it whole.
@@ -221,6 +303,14 @@ impl HeadScan {
         Ok(())
     }
 
+    /// A whole line of `len` bytes, accounted where it fits; None where
+    /// it does not.
+    fn account(&mut self, len: usize) -> Option<()> {
+        self.fits(len).ok()?;
+        self.take(len);
+        Some(())
+    }
+
     /// Account a line that fits.
     fn take(&mut self, len: usize) {
         if len <= self.room {
@@ -238,15 +328,7 @@ impl HeadScan {
         let line = line.strip_suffix(b"\n").unwrap_or(line);
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let method_end = line.iter().position(|&b| b == b' ').unwrap_or(line.len());
-        let method = &line[..method_end];
-        if method.is_empty()
-            || !method
-                .iter()
-                .all(|&b| b.is_ascii_uppercase() || b == b'_' || b == b'-')
-        {
-            return Err(StatusCode::BAD_REQUEST);
-        }
-        self.seen.refused_method = method == b"CONNECT" || method == b"TRACE";
+        self.method(&line[..method_end])?;
         let version = line.rsplit(|&b| b == b' ').next().unwrap_or_default();
         if let Some(v) = version.strip_prefix(b"HTTP/") {
             let major = v.split(|&b| b == b'.').next().unwrap_or_default();
@@ -262,8 +344,21 @@ impl HeadScan {
         Ok(())
     }
 
-    /// One header line: cut it if its name is invalid and nginx ignores
-    /// such lines, refuse the head where nginx does.
+    /// The request line's method: nginx's letters (`A`-`Z`, `_`, `-`).
+    fn method(&mut self, method: &[u8]) -> Result<(), StatusCode> {
+        if method.is_empty()
+            || !method
+                .iter()
+                .all(|&b| b.is_ascii_uppercase() || b == b'_' || b == b'-')
+        {
+            return Err(StatusCode::BAD_REQUEST);
+        }
+        self.seen.refused_method = method == b"CONNECT" || method == b"TRACE";
+        Ok(())
+    }
+
+    /// One header line (at `at` in the buffer): cut it if its name is
+    /// invalid and nginx ignores such lines, refuse the head where nginx does.
     fn header_line(&mut self, at: usize, line: &[u8]) -> Result<(), StatusCode> {
         let h = parse_header_line(line, self.limits.underscores).ok_or(StatusCode::BAD_REQUEST)?;
         if h.invalid && self.limits.ignore_invalid {
@@ -273,58 +368,17 @@ impl HeadScan {
         if !h.has_colon {
             self.no_colon.push(at + h.name.len());
         }
-        let name = h.name;
-        if let Some(i) = UNIQUE.iter().position(|u| u.eq_ignore_ascii_case(name)) {
-            let bit = 1u16 << i;
-            if self.seen.unique & bit != 0 {
-                return Err(StatusCode::BAD_REQUEST);
-            }
-            self.seen.unique |= bit;
-        }
-        if name.eq_ignore_ascii_case(b"content-length") {
-            self.seen.content_length = Some(h.value.to_vec());
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            self.seen.transfer_encoding = Some(h.value.to_vec());
-        } else if name.eq_ignore_ascii_case(b"upgrade") {
-            self.seen.upgrade = true;
-        }
-        Ok(())
+        let value = at + (h.value.as_ptr() as usize - line.as_ptr() as usize);
+        self.seen.note(h.name, (value, value + h.value.len()))
     }
 
     /// The whole head is in: `ngx_http_process_request_header`'s checks.
     fn done(&mut self, buf: &[u8]) -> Step {
         let end = self.next;
-        let seen = &self.seen;
-        // HTTP/1.1 without Host (bit 0 of `unique`).
-        if !self.http10 && seen.unique & 1 == 0 {
-            return Step::Refuse(StatusCode::BAD_REQUEST);
-        }
-        let length = match &seen.content_length {
-            None => None,
-            Some(v) => match atoof(v) {
-                Some(n) => Some(n),
-                None => return Step::Refuse(StatusCode::BAD_REQUEST),
-            },
+        let framing = match self.seen.framing(buf, self.http10) {
+            Ok(framing) => framing,
+            Err(status) => return Step::Refuse(status),
         };
-        let mut framing = length.map_or(Framing::None, Framing::Length);
-        if let Some(te) = &seen.transfer_encoding {
-            if self.http10 {
-                return Step::Refuse(StatusCode::BAD_REQUEST);
-            }
-            if !te.eq_ignore_ascii_case(b"chunked") {
-                return Step::Refuse(StatusCode::NOT_IMPLEMENTED);
-            }
-            if length.is_some() {
-                return Step::Refuse(StatusCode::BAD_REQUEST);
-            }
-            framing = Framing::Opaque;
-        }
-        if seen.refused_method {
-            return Step::Refuse(StatusCode::METHOD_NOT_ALLOWED);
-        }
-        if seen.upgrade {
-            framing = Framing::Opaque;
-        }
         let rewritten =
             (!self.cut.is_empty() || !self.no_colon.is_empty()).then(|| self.rewrite(&buf[..end]));
         Step::Done {
@@ -366,6 +420,71 @@ impl HeadScan {
         }
         out.extend_from_slice(&head[from..]);
         out
+    }
+}
+
+// === impl Seen ===
+
+impl Seen {
+    /// A kept header line: `name`, and where its value (as nginx trims it)
+    /// is in the buffer.
+    fn note(&mut self, name: &[u8], value: (usize, usize)) -> Result<(), StatusCode> {
+        if let Some(i) = UNIQUE.iter().position(|u| u.eq_ignore_ascii_case(name)) {
+            let bit = 1u16 << i;
+            if self.unique & bit != 0 {
+                return Err(StatusCode::BAD_REQUEST);
+            }
+            self.unique |= bit;
+        }
+        if name.eq_ignore_ascii_case(b"content-length") {
+            self.content_length = Some(value);
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            self.transfer_encoding = Some(value);
+        } else if name.eq_ignore_ascii_case(b"upgrade") {
+            self.upgrade = true;
+        }
+        Ok(())
+    }
+
+    /// Whether nginx needs a header's value: it reads `Content-Length`'s
+    /// and `Transfer-Encoding`'s.
+    fn reads_value(name: &[u8]) -> bool {
+        name.eq_ignore_ascii_case(b"content-length")
+            || name.eq_ignore_ascii_case(b"transfer-encoding")
+    }
+
+    /// The head is whole (its values in `buf`): its framing, or nginx's
+    /// status for it.
+    fn framing(&self, buf: &[u8], http10: bool) -> Result<Framing, StatusCode> {
+        let value = |(from, to): (usize, usize)| buf.get(from..to).unwrap_or_default();
+        // HTTP/1.1 without Host (bit 0 of `unique`).
+        if !http10 && self.unique & 1 == 0 {
+            return Err(StatusCode::BAD_REQUEST);
+        }
+        let length = match self.content_length {
+            None => None,
+            Some(v) => Some(atoof(value(v)).ok_or(StatusCode::BAD_REQUEST)?),
+        };
+        let mut framing = length.map_or(Framing::None, Framing::Length);
+        if let Some(te) = self.transfer_encoding {
+            if http10 {
+                return Err(StatusCode::BAD_REQUEST);
+            }
+            if !value(te).eq_ignore_ascii_case(b"chunked") {
+                return Err(StatusCode::NOT_IMPLEMENTED);
+            }
+            if length.is_some() {
+                return Err(StatusCode::BAD_REQUEST);
+            }
+            framing = Framing::Opaque;
+        }
+        if self.refused_method {
+            return Err(StatusCode::METHOD_NOT_ALLOWED);
+        }
+        if self.upgrade {
+            framing = Framing::Opaque;
+        }
+        Ok(framing)
     }
 }
 

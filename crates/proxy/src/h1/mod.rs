@@ -1,6 +1,8 @@
 //! vigil's own HTTP/1.x server connection: one loop per connection, in the
 //! connection's task, over one read buffer. Each head is judged as nginx
-//! judges it ([`HeadScan`]), parsed once ([`read::parse`]), served by the
+//! judges it ([`HeadScan`]) and parsed once: at once where it came whole
+//! and the gate takes it as it is ([`read::at_once`]), else line by line
+//! and then parsed ([`read::parse`]). It is served by the
 //! handler, and its response written as hyper writes it ([`write`]); then
 //! the next head (pipelined bytes stay in the buffer). An HTTP/2 preface
 //! hands the connection (with the bytes read) to hyper; a 101 hands it to
@@ -190,9 +192,15 @@ impl Graceful for Connection {
 }
 
 /// What reading a head found.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "the accepted head is nearly every one, and a box would be an allocation a request; \
+              a head is a value of the loop's stack, never of a connection's future"
+)]
 enum Head {
-    /// A head the gate accepted, with its framing.
-    Accepted(Bytes, Framing),
+    /// A head the gate accepted, with its framing, as hyper parsed it
+    /// (`Err`: hyper's answer to a head it cannot parse).
+    Accepted(Result<read::Parsed, StatusCode>, Framing),
     /// A head the gate refused.
     Refused(Refused),
     /// The HTTP/2 preface.
@@ -329,7 +337,20 @@ async fn read_head(
 }
 
 /// One judging step over the buffer; None when more bytes are needed.
+///
+/// A head that came whole in the scan's first look is parsed once, the
+/// gate's rules checked on what `httparse` found ([`read::at_once`]); any
+/// other (one in pieces, one the gate might refuse or rewrite) is judged
+/// line by line as its bytes come, then parsed.
 fn judge(w: &mut Wire, scan: &mut HeadScan) -> Option<Head> {
+    if scan.first_look() {
+        let mut fields = [read::Span::default(); read::STACK_HEADERS];
+        if let Some((end, framing, spans)) = read::at_once(&w.buf, scan.limits(), &mut fields) {
+            // (The buffer's empty rest is kept, as below.)
+            let head = w.buf.split_to(end).freeze();
+            return Some(Head::Accepted(read::build(&head, spans, &fields), framing));
+        }
+    }
     match scan.feed(&w.buf) {
         Step::More => None,
         Step::Refuse(status) => {
@@ -346,7 +367,7 @@ fn judge(w: &mut Wire, scan: &mut HeadScan) -> Option<Head> {
             // and then given back for a later head (`spare::read_room`).
             let head = w.buf.split_to(end).freeze();
             let head = rewritten.map_or(head, Bytes::from);
-            Some(Head::Accepted(head, framing))
+            Some(Head::Accepted(read::parse(&head), framing))
         }
     }
 }
@@ -370,24 +391,18 @@ fn run(
         let mut first = true;
         let mut seq = 0u64;
         loop {
-            let head = read_head(&mut held, cx.limits, first, &shutdown).await?;
-            let was_first = first;
-            first = false;
-            let (head, framing) = match head {
-                Head::Accepted(head, framing) => (head, framing),
-                Head::Closed => {
-                    close(&mut held).await;
-                    return Ok(());
-                }
+            let was_first = std::mem::replace(&mut first, false);
+            // (Matched as a temporary and every other head boxed out: a head
+            // bound to a name here, its request moved out of it, would keep
+            // its storage in every connection's future across the exchange.)
+            let (parsed, framing) = match read_head(&mut held, cx.limits, was_first, &shutdown)
+                .await?
+            {
+                Head::Accepted(Ok(parsed), framing) => (parsed, framing),
                 other => {
                     return Box::pin(unaccepted(&cx, &mut held, &shutdown, other, was_first)).await
                 }
             };
-            let parsed = match read::parse(&head) {
-                Ok(p) => p,
-                Err(status) => return Box::pin(parse_failed(&mut held, status)).await,
-            };
-            drop(head);
             seq += 1;
             // (Read out of `parsed` first: a closure borrowing it would
             // keep its storage in this future across the exchange.)
@@ -438,8 +453,8 @@ fn run(
     }
 }
 
-/// A head that is not a request to serve: the HTTP/2 preface, or a head
-/// the gate refused.
+/// A head that is not a request to serve: the HTTP/2 preface, a head the
+/// gate refused or hyper could not parse, or the connection's end.
 async fn unaccepted(
     cx: &Ctx,
     wire: &mut Held,
@@ -448,8 +463,10 @@ async fn unaccepted(
     was_first: bool,
 ) -> Result<(), ConnError> {
     match head {
-        // (Not passed here: the loop serves the one and closes on the other.)
-        Head::Closed | Head::Accepted(..) => {
+        // hyper's answer to a head it cannot parse.
+        Head::Accepted(Err(status), _) => parse_failed(wire, status).await,
+        // (Not passed here: the loop serves it.)
+        Head::Accepted(Ok(_), _) | Head::Closed => {
             close(wire).await;
             Ok(())
         }
@@ -916,11 +933,7 @@ mod tests {
 
     fn uri(h: &Head) -> String {
         match h {
-            Head::Accepted(head, _) => String::from_utf8_lossy(head)
-                .split(' ')
-                .nth(1)
-                .unwrap_or_default()
-                .to_string(),
+            Head::Accepted(Ok(parsed), _) => parsed.uri.to_string(),
             _ => "not accepted".into(),
         }
     }
@@ -1122,7 +1135,7 @@ mod tests {
         // bounds: the sizes with the rare paths boxed, no argument held
         // twice and hyper's HTTP/2 builder shared (512, 3,552 and 3,024
         // bytes with rust 1.95, the loop 552 since it holds its wire
-        // itself; as `async fn`s with the rare paths inline
+        // itself, 472 since it holds no head of its own; as `async fn`s with the rare paths inline
         // and a builder each they were 1,632, 5,216 and 4,160), and room to
         // grow by about a sixth; an attempt (824 bytes, was 3,816) boxes
         // its connect and its send, to stay under glibc's limit.
@@ -1130,7 +1143,7 @@ mod tests {
             (
                 "the connection loop",
                 returned_size(|(cx, io, off): (Ctx, BoxIo, Arc<AtomicBool>)| run(cx, io, off)),
-                600,
+                550,
             ),
             (
                 "a request's exchange",
@@ -1201,5 +1214,30 @@ mod tests {
             read_head(&mut wire, HeadLimits::default(), true, &off).await,
             Err(H1Error::Incomplete)
         ));
+    }
+}
+#[cfg(test)]
+mod tmp_sizes {
+    use super::*;
+    fn returned_size<A, R>(_: impl FnOnce(A) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+    #[test]
+    fn tmp_sizes() {
+        eprintln!(
+            "read_head {}",
+            returned_size(
+                |(h, l, f, s): (&'static mut Held, HeadLimits, bool, &'static AtomicBool)| {
+                    read_head(h, l, f, s)
+                }
+            )
+        );
+        eprintln!(
+            "Head {} Parsed {} HeadScan {}",
+            std::mem::size_of::<Head>(),
+            std::mem::size_of::<read::Parsed>(),
+            std::mem::size_of::<HeadScan>()
+        );
+        eprintln!("close {}", returned_size(|h: &'static mut Held| close(h)));
     }
 }

@@ -19,6 +19,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use super::write::has_token;
 use crate::client_io::Io;
 use crate::payload::BoxError;
+use crate::request_check::{Framing, HeadLimits, HeadScan};
 
 /// The bytes a read into an empty connection buffer takes at most.
 const CHUNK_SIZE: usize = 8192;
@@ -41,7 +42,7 @@ const MAX_URI_LEN: usize = (u16::MAX - 1) as usize;
 const MAX_HEADERS: usize = 100;
 
 /// Headers parsed from a stack array first.
-const STACK_HEADERS: usize = 32;
+pub(crate) const STACK_HEADERS: usize = 32;
 
 /// A chunked body's trailers may take this much (hyper's default).
 const TRAILERS_LIMIT: usize = 16 * 1024;
@@ -390,19 +391,96 @@ impl std::fmt::Debug for H1Body {
 
 // === parsing ===
 
+/// Where a request head's pieces are in it (offsets: a head is far under
+/// 4 GiB), as `httparse` found them.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Spans {
+    method: (u32, u32),
+    path: (u32, u32),
+    /// `HTTP/1.x`'s x.
+    minor: u8,
+    /// How many of the fields' spans are filled.
+    count: usize,
+}
+
+/// A field's name and value in the head.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Span {
+    name: (u32, u32),
+    value: (u32, u32),
+}
+
+/// The fields' spans of a head parsed from a stack array.
+pub(crate) type FieldSpans = [Span; STACK_HEADERS];
+
+/// A request head read straight off the connection's buffer, where the
+/// gate's rules can be checked on what `httparse` found
+/// ([`HeadScan::accepts_parsed`]): the head's length, its framing, and
+/// where its pieces are (its fields' in `fields`). `None` where the gate
+/// must read it line by line (an incomplete head, one `httparse` refuses,
+/// one the gate might refuse or rewrite, more fields than the stack holds).
+pub(crate) fn at_once(
+    buf: &[u8],
+    limits: HeadLimits,
+    fields: &mut FieldSpans,
+) -> Option<(usize, Framing, Spans)> {
+    let mut stack = [const { MaybeUninit::uninit() }; STACK_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let Ok(httparse::Status::Complete(len)) = req.parse_with_uninit_headers(buf, &mut stack) else {
+        return None;
+    };
+    let framing = HeadScan::accepts_parsed(limits, buf, len, &req)?;
+    Some((len, framing, spans_of(buf, &req, fields)?))
+}
+
+/// Where `req`'s pieces are in `buf`.
+fn spans_of(buf: &[u8], req: &httparse::Request<'_, '_>, fields: &mut [Span]) -> Option<Spans> {
+    let base = buf.as_ptr() as usize;
+    // A piece of `buf` (httparse's are): its offsets.
+    let at = |s: &[u8]| -> (u32, u32) {
+        let from = (s.as_ptr() as usize).wrapping_sub(base);
+        let from = u32::try_from(from).unwrap_or(u32::MAX);
+        (
+            from,
+            from.saturating_add(u32::try_from(s.len()).unwrap_or(u32::MAX)),
+        )
+    };
+    let (method, path, minor) = (req.method?, req.path?, req.version?);
+    for (span, h) in fields.iter_mut().zip(req.headers.iter()) {
+        *span = Span {
+            name: at(h.name.as_bytes()),
+            value: at(h.value),
+        };
+    }
+    Some(Spans {
+        method: at(method.as_bytes()),
+        path: at(path.as_bytes()),
+        minor,
+        count: req.headers.len(),
+    })
+}
+
 /// Parse a head the gate accepted, as hyper does; `Err` is hyper's
 /// automatic answer (400, 414, 431).
 pub(crate) fn parse(head: &Bytes) -> Result<Parsed, StatusCode> {
     let mut stack = [httparse::EMPTY_HEADER; STACK_HEADERS];
     let mut req = httparse::Request::new(&mut stack);
     match req.parse(head) {
-        Ok(httparse::Status::Complete(_)) => build(head, &req),
+        Ok(httparse::Status::Complete(_)) => {
+            let mut fields = [Span::default(); STACK_HEADERS];
+            let spans = spans_of(head, &req, &mut fields).ok_or(StatusCode::BAD_REQUEST)?;
+            build(head, spans, &fields)
+        }
         Ok(httparse::Status::Partial) => Err(StatusCode::BAD_REQUEST),
         Err(httparse::Error::TooManyHeaders) => {
             let mut heap = vec![httparse::EMPTY_HEADER; MAX_HEADERS];
             let mut req = httparse::Request::new(&mut heap);
             match req.parse(head) {
-                Ok(httparse::Status::Complete(_)) => build(head, &req),
+                Ok(httparse::Status::Complete(_)) => {
+                    let mut fields = vec![Span::default(); MAX_HEADERS];
+                    let spans = spans_of(head, &req, &mut fields).ok_or(StatusCode::BAD_REQUEST)?;
+                    build(head, spans, &fields)
+                }
                 Err(httparse::Error::TooManyHeaders) => {
                     Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
                 }
@@ -413,17 +491,25 @@ pub(crate) fn parse(head: &Bytes) -> Result<Parsed, StatusCode> {
     }
 }
 
-fn build(head: &Bytes, req: &httparse::Request<'_, '_>) -> Result<Parsed, StatusCode> {
-    let (Some(method), Some(path), Some(minor)) = (req.method, req.path, req.version) else {
-        return Err(StatusCode::BAD_REQUEST);
+/// What hyper makes of a head `httparse` parsed: the pieces at `spans`
+/// (its fields' in `fields`) of `head`.
+pub(crate) fn build(head: &Bytes, spans: Spans, fields: &[Span]) -> Result<Parsed, StatusCode> {
+    let piece = |(from, to): (u32, u32)| head.get(from as usize..to as usize).unwrap_or_default();
+    let shared = |(from, to): (u32, u32)| {
+        if from <= to && to as usize <= head.len() {
+            head.slice(from as usize..to as usize)
+        } else {
+            Bytes::new()
+        }
     };
+    let fields = fields.get(..spans.count).unwrap_or_default();
+    let path = piece(spans.path);
     if path.len() > MAX_URI_LEN {
         return Err(StatusCode::URI_TOO_LONG);
     }
-    let method = Method::from_bytes(method.as_bytes()).map_err(|_| StatusCode::BAD_REQUEST)?;
-    let uri = Uri::from_maybe_shared(head.slice_ref(path.as_bytes()))
-        .map_err(|_| StatusCode::BAD_REQUEST)?;
-    let is_http_11 = minor == 1;
+    let method = Method::from_bytes(piece(spans.method)).map_err(|_| StatusCode::BAD_REQUEST)?;
+    let uri = Uri::from_maybe_shared(shared(spans.path)).map_err(|_| StatusCode::BAD_REQUEST)?;
+    let is_http_11 = spans.minor == 1;
     let version = if is_http_11 {
         Version::HTTP_11
     } else {
@@ -436,12 +522,11 @@ fn build(head: &Bytes, req: &httparse::Request<'_, '_>) -> Result<Parsed, Status
     let mut con_len: Option<u64> = None;
     let (mut is_te, mut is_te_chunked, mut is_cl) = (false, false, false);
     let mut saw_close = false;
-    let mut headers = crate::spare::map(req.headers.len());
-    for h in req.headers.iter() {
-        let name =
-            crate::names::header_name(h.name.as_bytes()).map_err(|_| StatusCode::BAD_REQUEST)?;
-        let value = HeaderValue::from_maybe_shared(head.slice_ref(h.value))
-            .map_err(|_| StatusCode::BAD_REQUEST)?;
+    let mut headers = crate::spare::map(fields.len());
+    for h in fields {
+        let name = crate::names::header_name(piece(h.name)).map_err(|_| StatusCode::BAD_REQUEST)?;
+        let value =
+            HeaderValue::from_maybe_shared(shared(h.value)).map_err(|_| StatusCode::BAD_REQUEST)?;
         match name {
             header::TRANSFER_ENCODING => {
                 if !is_http_11 {

@@ -112,10 +112,11 @@ pub(crate) fn parse_header_line(line: &[u8], underscores: bool) -> Option<Header
     }
     let Some(colon) = colon else {
         // A name alone on its line: a header with an empty value.
-        let name = &line[..i];
-        return end_of_line(&line[i..]).then_some(HeaderLine {
+        let (name, rest) = line.split_at(i);
+        return end_of_line(rest).then_some(HeaderLine {
             name,
-            value: b"",
+            // Empty, where the line's end is (the value's place in the line).
+            value: &rest[..0],
             invalid,
             has_colon: false,
         });

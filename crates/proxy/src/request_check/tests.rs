@@ -188,3 +188,240 @@ fn a_head_fed_byte_by_byte_is_judged_as_a_whole() {
         assert_eq!(last, whole, "{}", String::from_utf8_lossy(head));
     }
 }
+
+/// `accepts_parsed` on what httparse makes of `buf` (None where httparse
+/// does not read a whole head from a stack of 32 fields).
+fn at_once(buf: &[u8], limits: HeadLimits) -> Option<(usize, Framing)> {
+    let mut stack = [httparse::EMPTY_HEADER; 32];
+    let mut req = httparse::Request::new(&mut stack);
+    let Ok(httparse::Status::Complete(len)) = req.parse(buf) else {
+        return None;
+    };
+    HeadScan::accepts_parsed(limits, buf, len, &req).map(|f| (len, f))
+}
+
+#[test]
+fn plain_heads_are_judged_at_once_and_unusual_ones_line_by_line() {
+    let limits = HeadLimits::default();
+    for (head, framing) in [
+        (&b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"[..], Framing::None),
+        (b"GET / HTTP/1.0\r\n\r\n", Framing::None),
+        (
+            b"GET /x?y HTTP/1.1\nHost: a\nAccept: */*\n\n",
+            Framing::None,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length:  5 \r\n\r\nhello",
+            Framing::Length(5),
+        ),
+        (
+            b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: Chunked\r\n\r\n",
+            Framing::Opaque,
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+            Framing::Opaque,
+        ),
+    ] {
+        let whole = judge(head);
+        let Some((len, f)) = at_once(head, limits) else {
+            panic!("not at once: {}", String::from_utf8_lossy(head));
+        };
+        assert_eq!(f, framing);
+        assert_eq!(
+            whole,
+            Step::Done {
+                end: len,
+                rewritten: None,
+                framing
+            }
+        );
+    }
+    for head in [
+        // Leading empty lines, cut or rewritten lines, refusals.
+        &b"\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n"[..],
+        b"GET / HTTP/1.1\r\nHost: a\r\nX_Y: 1\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: a\r\nX.Y: 1\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+        b"GET / HTTP/1.1\r\n\r\n",
+        b"CONNECT a:1 HTTP/1.1\r\nHost: a\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\tchunked\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: \t5\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"M_X-Y / HTTP/1.1\r\nHost: a\r\nX: 1\r\n",
+    ] {
+        let whole = judge(head);
+        assert_eq!(
+            at_once(head, limits),
+            None,
+            "{} is {whole:?}",
+            String::from_utf8_lossy(head)
+        );
+    }
+    // A line past nginx's buffers.
+    let long = format!(
+        "GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n\r\n",
+        "a".repeat(9000)
+    );
+    assert_eq!(at_once(long.as_bytes(), limits), None);
+    assert_eq!(status(long.as_bytes()), Some(400));
+}
+
+/// Request heads from pieces nginx and httparse tell apart: methods,
+/// targets and versions good and bad, names with `_`, `.` or a space,
+/// values with tabs, NUL or control bytes, the framing fields, bare LFs
+/// and lone CRs, leading empty lines, bytes after the head.
+fn heads() -> impl proptest::strategy::Strategy<Value = (Vec<u8>, HeadLimits)> {
+    use proptest::prelude::*;
+    use proptest::sample::select;
+    // Mostly pieces a head may have, sometimes ones it may not.
+    let mostly = |good: Vec<&'static str>, odd: Vec<&'static str>| prop_oneof![6 => select(good), 1 => select(odd)];
+    let eol = move || mostly(vec!["\r\n", "\r\n", "\r\n", "\n"], vec!["\r\r\n", "\r", ""]);
+    let field = (
+        mostly(
+            vec![
+                "Host",
+                "host",
+                "Content-Length",
+                "content-length",
+                "Transfer-Encoding",
+                "Upgrade",
+                "Connection",
+                "Expect",
+                "If-Match",
+                "X-A",
+                "Cookie",
+                "Accept",
+            ],
+            vec!["X_Y", "X.Y", "A B", "\u{fc}", ""],
+        ),
+        mostly(vec![": ", ":", ":  "], vec![" :", ":\t", ""]),
+        mostly(
+            vec![
+                "a",
+                "5",
+                " 5 ",
+                "0",
+                "chunked",
+                "CHUNKED",
+                "websocket",
+                "close",
+                "100-continue",
+                "",
+                "\u{e9}",
+                "a\tb ",
+            ],
+            vec![
+                "\t5",
+                "5\t",
+                "gzip, chunked",
+                "x\u{1}y",
+                "x\0y",
+                "+1",
+                "99999999999999999999",
+                "a\rb",
+            ],
+        ),
+        eol(),
+    );
+    (
+        mostly(vec![""], vec!["\r\n", "\n", "\r"]),
+        mostly(
+            vec!["GET", "POST", "PUT", "M_X-Y"],
+            vec!["get", "CONNECT", "TRACE", "G@T", ""],
+        ),
+        mostly(
+            vec![" / ", " /a?b=c ", " * ", " http://h/p "],
+            vec![" /\u{e9} ", " /a b ", "  / ", " /\u{7f} "],
+        ),
+        mostly(
+            vec!["HTTP/1.1", "HTTP/1.0"],
+            vec!["HTTP/2.0", "HTTP/0.9", "HTTP/1.2", "http/1.1"],
+        ),
+        eol(),
+        any::<bool>(),
+        proptest::collection::vec(field, 0..6),
+        eol(),
+        select(vec!["", "", "abc", "GET / HTTP/1.1\r\n"]),
+        (
+            mostly(vec!["8192"], vec!["64", "24"]),
+            mostly(vec!["4"], vec!["1", "0"]),
+            any::<bool>(),
+            prop_oneof![3 => Just(true), 1 => Just(false)],
+        ),
+    )
+        .prop_map(
+            |(lead, method, target, version, eol1, host, fields, blank, after, limits)| {
+                let mut h = format!("{lead}{method}{target}{version}{eol1}");
+                if host {
+                    h.push_str("Host: a\r\n");
+                }
+                for (name, sep, value, eol) in fields {
+                    if sep.is_empty() {
+                        h.push_str(&format!("{name}{eol}"));
+                    } else {
+                        h.push_str(&format!("{name}{sep}{value}{eol}"));
+                    }
+                }
+                h.push_str(blank);
+                h.push_str(after);
+                let (buffer_size, buffers, underscores, ignore_invalid) = limits;
+                let limits = HeadLimits {
+                    buffer_size: buffer_size.parse().unwrap_or(8192),
+                    buffers: buffers.parse().unwrap_or(4),
+                    underscores,
+                    ignore_invalid,
+                };
+                (h.into_bytes(), limits)
+            },
+        )
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(20_000))]
+
+    /// Where a head is judged at once, the line-by-line gate accepts it
+    /// as it is, at the same end, with the same framing.
+    #[test]
+    fn a_head_judged_at_once_is_what_the_gate_accepts((head, limits) in heads()) {
+        if let Some((len, framing)) = at_once(&head, limits) {
+            proptest::prop_assert_eq!(
+                HeadScan::new(limits).feed(&head),
+                Step::Done { end: len, rewritten: None, framing }
+            );
+        }
+    }
+
+    /// And it is parsed as the gate's accepted head is.
+    #[test]
+    fn a_head_read_at_once_parses_as_the_accepted_head((head, limits) in heads()) {
+        use crate::h1::read;
+        let mut fields = [read::Span::default(); read::STACK_HEADERS];
+        if let Some((end, _, spans)) = read::at_once(&head, limits, &mut fields) {
+            let head = bytes::Bytes::copy_from_slice(&head[..end]);
+            let once = format!("{:?}", read::build(&head, spans, &fields));
+            proptest::prop_assert_eq!(once, format!("{:?}", read::parse(&head)));
+        }
+    }
+}
+
+#[test]
+fn the_generated_heads_take_both_ways() {
+    use proptest::strategy::{Strategy, ValueTree};
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let strategy = heads();
+    let (mut once, mut accepted) = (0, 0);
+    for _ in 0..2_000 {
+        let (head, limits) = strategy.new_tree(&mut runner).expect("a head").current();
+        once += usize::from(at_once(&head, limits).is_some());
+        accepted += usize::from(matches!(
+            HeadScan::new(limits).feed(&head),
+            Step::Done { .. }
+        ));
+    }
+    eprintln!("at once {once}, accepted {accepted} of 2000");
+    // The property tests above are not vacuous: many heads are read at
+    // once, and the gate accepts many others it reads line by line.
+    assert!(once >= 100, "{once}");
+    assert!(accepted >= once + 100, "{accepted}");
+}
