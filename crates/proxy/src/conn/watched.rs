@@ -40,6 +40,11 @@ pub(crate) struct Watched<C> {
     state: Arc<ConnState>,
     sleep: Pin<Box<Sleep>>,
     armed: Option<Instant>,
+    /// The sleep was polled since it was last armed: the task's waker is
+    /// registered with it (tokio's timer clones and swaps the waker at each
+    /// poll, two reference counts and a lock; a connection's task wakes
+    /// about twice a request).
+    waiting: bool,
     drain: Arc<Drain>,
     /// Registered once, on the first poll; kept so the task stays registered.
     drain_wake: Pin<Box<OwnedNotified>>,
@@ -93,6 +98,7 @@ where
             conn: Box::pin(conn),
             sleep: Box::pin(tokio::time::sleep_until(first.unwrap_or(far))),
             armed: first,
+            waiting: false,
             state,
             drain_wake: Box::pin(drain.notify.clone().notified_owned()),
             drain,
@@ -141,11 +147,19 @@ where
             if this.armed.is_none_or(|a| deadline < a) {
                 this.sleep.as_mut().reset(deadline);
                 this.armed = Some(deadline);
+                this.waiting = false;
+            }
+            // Registered already with this task's waker (which does not
+            // change) and not fired: nothing to poll.
+            if this.waiting && !this.sleep.is_elapsed() {
+                return Poll::Pending;
             }
             if this.sleep.as_mut().poll(cx).is_pending() {
+                this.waiting = true;
                 return Poll::Pending;
             }
             this.armed = None;
+            this.waiting = false;
             match this.state.expired(Instant::now()) {
                 None => continue,
                 Some(Expiry::Idle) if this.state.h2.load(Ordering::Relaxed) && !this.draining => {
