@@ -39,6 +39,18 @@ const UNIQUE: &[&[u8]] = &[
     b"authorization",
 ];
 
+/// The lengths of the [`UNIQUE`] names, as bits: a name of another length
+/// is none of them (one test, where most fields are not).
+const UNIQUE_LENGTHS: u64 = {
+    let mut bits = 0u64;
+    let mut i = 0;
+    while i < UNIQUE.len() {
+        bits |= 1 << UNIQUE[i].len();
+        i += 1;
+    }
+    bits
+};
+
 /// The server's settings for reading a request head.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct HeadLimits {
@@ -429,7 +441,11 @@ impl Seen {
     /// A kept header line: `name`, and where its value (as nginx trims it)
     /// is in the buffer.
     fn note(&mut self, name: &[u8], value: (usize, usize)) -> Result<(), StatusCode> {
-        if let Some(i) = UNIQUE.iter().position(|u| u.eq_ignore_ascii_case(name)) {
+        let maybe_unique = name.len() < 64 && UNIQUE_LENGTHS & (1 << name.len()) != 0;
+        if let Some(i) = maybe_unique
+            .then(|| UNIQUE.iter().position(|u| u.eq_ignore_ascii_case(name)))
+            .flatten()
+        {
             let bit = 1u16 << i;
             if self.unique & bit != 0 {
                 return Err(StatusCode::BAD_REQUEST);

@@ -425,3 +425,21 @@ fn the_generated_heads_take_both_ways() {
     assert!(once >= 100, "{once}");
     assert!(accepted >= once + 100, "{accepted}");
 }
+
+#[test]
+fn each_single_value_header_given_twice_is_refused() {
+    for name in UNIQUE {
+        let name = String::from_utf8_lossy(name).to_uppercase();
+        let value = if name == "CONTENT-LENGTH" {
+            "1"
+        } else {
+            "chunked"
+        };
+        let host = if name == "HOST" { "" } else { "Host: a\r\n" };
+        let once = format!("POST / HTTP/1.1\r\n{host}{name}: {value}\r\n\r\n");
+        let twice = format!("POST / HTTP/1.1\r\n{host}{name}: {value}\r\n{name}: {value}\r\n\r\n");
+        assert_ne!(status(once.as_bytes()), Some(400), "{name} once");
+        assert_eq!(status(twice.as_bytes()), Some(400), "{name} twice");
+        assert_eq!(at_once(twice.as_bytes(), HeadLimits::default()), None);
+    }
+}
