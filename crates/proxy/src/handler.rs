@@ -81,9 +81,11 @@ fn observer<'p>(
 
 /// Serve one request that came on the connection of `conn` (whose timers
 /// take the location's once it is routed). An `async` block rather than an
-/// `async fn`, whose future would hold `req` twice (rust-lang/rust#62958);
-/// what only some requests need (an error page, a refusal's page) is boxed
-/// out of it.
+/// `async fn`, whose future would hold its arguments twice
+/// (rust-lang/rust#62958); the request comes as its parts and body, which
+/// the block uses where they were captured (a `Request` taken apart would
+/// stay in the future beside its parts); what only some requests need (an
+/// error page, a refusal's page) is boxed out of it.
 #[allow(
     clippy::manual_async_fn,
     reason = "an async fn would hold its arguments twice"
@@ -92,20 +94,19 @@ pub(crate) fn handle<'a>(
     proxy: &'a Arc<Proxy>,
     local: SocketAddr,
     client: SocketAddr,
-    mut req: Request<RequestBody>,
+    (mut parts, body): (Parts, RequestBody),
     conn: &'a Arc<crate::conn::ConnState>,
 ) -> impl Future<Output = Handled> + Send + 'a {
     async move {
         let start = coarse_tick();
         // Only where a template or log line may read it ($request_id).
         if let Some(id) = crate::vars::RequestId::draw() {
-            req.extensions_mut().insert(id);
+            parts.extensions.insert(id);
         }
         let generation = proxy.current();
         // Routing leaves $uri, $host and $server_name in `target`, the
         // rewrite phases' captures and a proxy_pass URI with variables in the
         // request's extensions.
-        let (mut parts, body) = req.into_parts();
         let mut target = None;
         let routed = generation
             .routes

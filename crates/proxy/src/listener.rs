@@ -254,7 +254,8 @@ where
         move |mut req: http::Request<hyper::body::Incoming>| {
             let (proxy, served) = (proxy.clone(), served.clone());
             req.extensions_mut().insert(Secure);
-            let req = req.map(crate::body::RequestBody::Hyper);
+            let (parts, body) = req.into_parts();
+            let req = (parts, crate::body::RequestBody::Hyper(body));
             async move {
                 crate::handler::handle(&proxy, addr, client, req, &served)
                     .await

@@ -535,16 +535,17 @@ fn exchange<'a>(
     let version = parsed.version;
     let keep_alive = parsed.keep_alive;
     let method = parsed.method.clone();
-    let body = H1Body::new(|| wire.lend(), seq, parsed.body);
-    let mut req = Request::new(RequestBody::H1(body));
-    *req.method_mut() = parsed.method;
-    *req.uri_mut() = parsed.uri;
-    *req.version_mut() = version;
-    *req.headers_mut() = parsed.headers;
-    *req.extensions_mut() = crate::spare::extensions();
+    let body = RequestBody::H1(H1Body::new(|| wire.lend(), seq, parsed.body));
+    let (mut parts, ()) = Request::new(()).into_parts();
+    parts.method = parsed.method;
+    parts.uri = parsed.uri;
+    parts.version = version;
+    parts.headers = parsed.headers;
+    parts.extensions = crate::spare::extensions();
     let upgrade = if parsed.wants_upgrade {
         let (tx, rx) = oneshot::channel();
-        req.extensions_mut()
+        parts
+            .extensions
             .insert(PendingUpgrade(Arc::new(Mutex::new(Some(rx)))));
         Some(tx)
     } else {
@@ -558,13 +559,14 @@ fn exchange<'a>(
         } = match cx.serve {
             Serve::PlainOnTls => {
                 tracing::debug!(client = %cx.client, "client sent plain HTTP request to HTTPS port");
-                drop(req);
+                drop((parts, body));
                 (cx.plain_to_https)().into()
             }
             serve => {
                 if serve == Serve::Tls {
-                    req.extensions_mut().insert(crate::tls::Secure);
+                    parts.extensions.insert(crate::tls::Secure);
                 }
+                let req = (parts, body);
                 crate::handler::handle(&cx.proxy, cx.local, cx.client, req, &cx.state).await
             }
         };
@@ -644,7 +646,8 @@ async fn serve_h2(cx: &Ctx, wire: &mut Held, shutdown: &AtomicBool) -> Result<()
         move |req: Request<hyper::body::Incoming>| {
             let (proxy, state) = (proxy.clone(), state.clone());
             async move {
-                let req = req.map(RequestBody::Hyper);
+                let (parts, body) = req.into_parts();
+                let req = (parts, RequestBody::Hyper(body));
                 crate::handler::handle(&proxy, local, client, req, &state)
                     .await
                     .response
@@ -1121,7 +1124,7 @@ mod tests {
             &'static Arc<Proxy>,
             SocketAddr,
             SocketAddr,
-            Request<RequestBody>,
+            (http::request::Parts, RequestBody),
             &'static Arc<crate::conn::ConnState>,
         );
         type AttemptArgs = (
