@@ -2,7 +2,7 @@
 """Build vigil with profile-guided optimization (PGO), trained on proxied traffic.
 
     python3 benches/pgo/build.py [--train-seconds 3] [--out target/pgo] [--instrumented BIN]
-                                 [--features mimalloc]
+                                 [--features mimalloc] [--bolt]
 
 Three steps, as the rustc book's "Profile-guided Optimization" chapter gives them:
 
@@ -26,6 +26,12 @@ must come from the code it optimizes): `--features mimalloc` builds with mimallo
 allocator (docs/performance.md, "Fewer locked instructions; mimalloc with the
 profile-guided build"). With `--instrumented BIN` the first build is skipped: BIN must
 have been built with the same features.
+
+With `--bolt`, the profile-guided build is linked with its relocations kept
+(`--emit-relocs`) and laid out again by BOLT (LLVM's post-link optimizer, Debian's
+`bolt-NN` package): `llvm-bolt -instrument` makes a counting copy of it, which is trained
+on the same mix, and `llvm-bolt` rewrites the build from those counts (blocks ordered by
+ext-tsp, functions by cdsort, cold code split out) into OUT/release/vigil-bolt.
 """
 
 import argparse
@@ -78,6 +84,33 @@ def llvm_profdata():
     raise SystemExit(f"llvm-profdata is not at {tool}: run `rustup component add llvm-tools`")
 
 
+def llvm_bolt():
+    """Debian's llvm-bolt (`llvm-bolt-NN`, the newest), or one on PATH."""
+    found = shutil.which("llvm-bolt")
+    if found:
+        return found
+    versions = sorted(glob.glob("/usr/bin/llvm-bolt-[0-9]*"), key=lambda b: int(b.rsplit("-", 1)[1]))
+    if versions:
+        return versions[-1]
+    raise SystemExit("llvm-bolt is not installed: apt-get install bolt-22 (or another bolt-NN)")
+
+
+def bolt(bolt_tool, binary, seconds, profiles):
+    """BOLT's layout of `binary` (linked with --emit-relocs), trained on the mix."""
+    counting = os.path.join(profiles, "vigil-bolt-instrumented")
+    fdata = os.path.join(profiles, "vigil.fdata")
+    subprocess.run([bolt_tool, binary, "-instrument", f"-instrumentation-file={fdata}", "-o", counting],
+                   check=True, stdout=subprocess.DEVNULL)
+    train(counting, seconds, profiles)
+    if not os.path.exists(fdata):
+        raise SystemExit("BOLT's training wrote no profile")
+    laid_out = binary + "-bolt"
+    subprocess.run([bolt_tool, binary, "-o", laid_out, f"-data={fdata}", "-reorder-blocks=ext-tsp",
+                    "-reorder-functions=cdsort", "-split-functions", "-split-all-cold", "-split-eh",
+                    "-icf=safe", "-dyno-stats"], check=True)
+    return laid_out
+
+
 def build(target_dir, rustflags, features):
     env = dict(os.environ, CARGO_TARGET_DIR=target_dir,
                RUSTFLAGS=(os.environ.get("RUSTFLAGS", "") + " " + rustflags).strip())
@@ -119,8 +152,11 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "target", "pgo"), help="target directory of the optimized build")
     ap.add_argument("--instrumented", help="an instrumented vigil built already (skips step 1)")
     ap.add_argument("--features", default="", help="cargo features of the vigil crate, for both builds (mimalloc)")
+    ap.add_argument("--bolt", action="store_true",
+                    help="also lay the optimized build out again with BOLT, trained on the same mix (OUT/release/vigil-bolt)")
     a = ap.parse_args()
     profdata_tool = llvm_profdata()
+    bolt_tool = llvm_bolt() if a.bolt else None
     out = os.path.abspath(a.out)
     generate = os.path.join(ROOT, "target", "pgo-generate")
     profiles = tempfile.mkdtemp(prefix="vigil-pgo-profiles-")
@@ -144,8 +180,13 @@ def main():
             os.remove(old)
         kept = os.path.join(out, f"vigil-{digest}.profdata")
         shutil.move(merged, kept)
-        optimized = build(out, f"-Cprofile-use={kept}", a.features)
+        # BOLT moves code between functions: it needs the relocations the
+        # linker would otherwise drop.
+        relocs = " -Clink-arg=-Wl,--emit-relocs" if a.bolt else ""
+        optimized = build(out, f"-Cprofile-use={kept}{relocs}", a.features)
         print(f"built {optimized} (profile {kept})")
+        if bolt_tool:
+            print(f"built {bolt(bolt_tool, optimized, a.train_seconds, profiles)} (BOLT)")
     finally:
         shutil.rmtree(profiles, ignore_errors=True)
 
