@@ -31,7 +31,10 @@ With `--bolt`, the profile-guided build is linked with its relocations kept
 (`--emit-relocs`) and laid out again by BOLT (LLVM's post-link optimizer, Debian's
 `bolt-NN` package): `llvm-bolt -instrument` makes a counting copy of it, which is trained
 on the same mix, and `llvm-bolt` rewrites the build from those counts (blocks ordered by
-ext-tsp, functions by cdsort, cold code split out) into OUT/release/vigil-bolt.
+ext-tsp, functions by cdsort, cold code split out) into OUT/release/vigil-bolt, without debug
+information (`llvm-bolt` keeps it only with `-update-debug-sections`, not passed here).
+OUT/release/vigil is then the profile-guided build with its relocations kept (the same code,
+a larger file). The flags are those of `llvm-bolt` 22; an older `bolt-NN` may lack some.
 """
 
 import argparse
@@ -104,10 +107,18 @@ def bolt(bolt_tool, binary, seconds, profiles):
     train(counting, seconds, profiles)
     if not os.path.exists(fdata):
         raise SystemExit("BOLT's training wrote no profile")
+    # Written beside its place and moved there once whole: a failed rewrite
+    # leaves no binary that looks like a finished one.
     laid_out = binary + "-bolt"
-    subprocess.run([bolt_tool, binary, "-o", laid_out, f"-data={fdata}", "-reorder-blocks=ext-tsp",
-                    "-reorder-functions=cdsort", "-split-functions", "-split-all-cold", "-split-eh",
-                    "-icf=safe", "-dyno-stats"], check=True)
+    partial = laid_out + ".partial"
+    try:
+        subprocess.run([bolt_tool, binary, "-o", partial, f"-data={fdata}", "-reorder-blocks=ext-tsp",
+                        "-reorder-functions=cdsort", "-split-functions", "-split-all-cold", "-split-eh",
+                        "-icf=safe", "-dyno-stats"], check=True)
+        os.replace(partial, laid_out)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
     return laid_out
 
 
@@ -158,6 +169,11 @@ def main():
     profdata_tool = llvm_profdata()
     bolt_tool = llvm_bolt() if a.bolt else None
     out = os.path.abspath(a.out)
+    # A BOLT build of an earlier run is not this run's (with or without
+    # --bolt): it goes before anything is built.
+    stale = os.path.join(out, "release", "vigil-bolt")
+    if os.path.exists(stale):
+        os.remove(stale)
     generate = os.path.join(ROOT, "target", "pgo-generate")
     profiles = tempfile.mkdtemp(prefix="vigil-pgo-profiles-")
     try:

@@ -1136,12 +1136,14 @@ mod tests {
         // each attempt its own: a copy of the whole future each time, and
         // past 1,032 bytes glibc's slower path for the allocation. The
         // bounds: the sizes with the rare paths boxed, no argument held
-        // twice and hyper's HTTP/2 builder shared (512, 3,552 and 3,024
-        // bytes with rust 1.95, the loop 552 since it holds its wire
-        // itself, 472 since it holds no head of its own; as `async fn`s with the rare paths inline
-        // and a builder each they were 1,632, 5,216 and 4,160), and room to
-        // grow by about a sixth; an attempt (824 bytes, was 3,816) boxes
-        // its connect and its send, to stay under glibc's limit.
+        // twice and hyper's HTTP/2 builder shared (the loop, the exchange
+        // and the handler: 472, 2,736 and 2,368 bytes in a test build with
+        // rust 1.95, since the loop holds no head of its own and the
+        // handler captures a request's parts and body rather than the
+        // request; as `async fn`s with the rare paths inline and a builder
+        // each they were 1,632, 5,216 and 4,160), and room to grow; an
+        // attempt (784 bytes, was 3,816) boxes its connect and its send,
+        // to stay under glibc's limit.
         let sizes = [
             (
                 "the connection loop",
