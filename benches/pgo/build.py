@@ -92,7 +92,8 @@ def llvm_bolt():
     found = shutil.which("llvm-bolt")
     if found:
         return found
-    versions = sorted(glob.glob("/usr/bin/llvm-bolt-[0-9]*"), key=lambda b: int(b.rsplit("-", 1)[1]))
+    versions = sorted((b for b in glob.glob("/usr/bin/llvm-bolt-*") if b.rsplit("-", 1)[1].isdigit()),
+                      key=lambda b: int(b.rsplit("-", 1)[1]))
     if versions:
         return versions[-1]
     raise SystemExit("llvm-bolt is not installed: apt-get install bolt-22 (or another bolt-NN)")

@@ -254,8 +254,7 @@ where
         move |mut req: http::Request<hyper::body::Incoming>| {
             let (proxy, served) = (proxy.clone(), served.clone());
             req.extensions_mut().insert(Secure);
-            let (parts, body) = req.into_parts();
-            let req = (parts, crate::body::RequestBody::Hyper(body));
+            let req = crate::body::RequestBody::hyper_request(req);
             async move {
                 crate::handler::handle(&proxy, addr, client, req, &served)
                     .await

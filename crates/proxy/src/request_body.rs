@@ -18,6 +18,15 @@ pub(crate) enum RequestBody {
     H1(crate::h1::read::H1Body),
 }
 
+impl RequestBody {
+    /// An HTTP/2 request from hyper as the handler takes it: its parts
+    /// and its body.
+    pub(crate) fn hyper_request(req: http::Request<Incoming>) -> (http::request::Parts, Self) {
+        let (parts, body) = req.into_parts();
+        (parts, RequestBody::Hyper(body))
+    }
+}
+
 impl Body for RequestBody {
     type Data = Bytes;
     type Error = BoxError;

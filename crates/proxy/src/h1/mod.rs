@@ -646,8 +646,7 @@ async fn serve_h2(cx: &Ctx, wire: &mut Held, shutdown: &AtomicBool) -> Result<()
         move |req: Request<hyper::body::Incoming>| {
             let (proxy, state) = (proxy.clone(), state.clone());
             async move {
-                let (parts, body) = req.into_parts();
-                let req = (parts, RequestBody::Hyper(body));
+                let req = RequestBody::hyper_request(req);
                 crate::handler::handle(&proxy, local, client, req, &state)
                     .await
                     .response
