@@ -43,6 +43,10 @@ pub struct Config {
     pub admin: AdminConfig,
     /// OpenTelemetry export (off unless an endpoint is set).
     pub telemetry: TelemetryConfig,
+    /// nginx's `worker_shutdown_timeout`: how long a graceful stop (SIGQUIT)
+    /// lets the requests and tunnels in flight run before it closes them.
+    /// None (nginx's default): no limit.
+    pub shutdown_timeout: Option<Duration>,
 }
 
 /// OpenTelemetry export of the proxy's metrics and request traces

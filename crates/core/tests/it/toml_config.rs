@@ -1158,3 +1158,35 @@ fn the_admin_dashboard_can_be_switched_off_and_round_trips() {
     assert!(!vigil_core::config::toml::to_toml_string(&load_ok("")).contains("dashboard"));
     assert!(load_err("[admin]\ndashboard = \"off\"\n").contains("dashboard"));
 }
+
+#[test]
+fn worker_shutdown_timeout_bounds_a_graceful_stop_in_both_front_ends() {
+    let conf = "worker_shutdown_timeout 30s; http { server { listen 9000; } }";
+    assert_eq!(nginx_load(conf).config.shutdown_timeout, Some(secs(30)));
+    let text = assert_round_trip(conf);
+    assert!(text.contains("worker_shutdown_timeout = \"30s\""), "{text}");
+    assert_eq!(
+        load_ok("worker_shutdown_timeout = \"1m\"").shutdown_timeout,
+        Some(secs(60))
+    );
+    assert_eq!(
+        nginx_load("http {}").config.shutdown_timeout,
+        None,
+        "nginx: no limit"
+    );
+    let e = load_err("worker_shutdown_timeout = \"soon\"");
+    assert!(e.contains("worker_shutdown_timeout"), "{e}");
+    let twice = nginx::load_str(
+        "worker_shutdown_timeout 1s;\nworker_shutdown_timeout 2s;\n",
+        Path::new("nginx.conf"),
+        Path::new("."),
+        &literal_resolver,
+    )
+    .expect_err("duplicate");
+    assert!(
+        twice
+            .to_string()
+            .contains("nginx.conf:2:1: \"worker_shutdown_timeout\" directive is duplicate"),
+        "{twice}"
+    );
+}

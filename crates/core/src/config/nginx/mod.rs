@@ -165,7 +165,6 @@ pub fn build_with(
             | "master_process"
             | "worker_cpu_affinity"
             | "worker_priority"
-            | "worker_shutdown_timeout"
             | "timer_resolution"
             | "env"
             | "pcre_jit"
@@ -173,6 +172,12 @@ pub fn build_with(
             | "lock_file"
             | "working_directory"
             | "worker_rlimit_core" => cx.ignore(d),
+            "worker_shutdown_timeout" => {
+                let r = shutdown_timeout(d, cx.config.shutdown_timeout.is_some());
+                if let Some(t) = cx.keep(r)? {
+                    cx.config.shutdown_timeout = Some(t);
+                }
+            }
             "stream" | "mail" | "load_module" => {
                 cx.refuse(unsupported(d, "vigil proxies HTTP only"))?;
             }
@@ -321,6 +326,18 @@ pub(crate) fn on_off(d: &Directive) -> Result<bool, ConfigError> {
 pub(crate) fn time(d: &Directive, a: &Arg) -> Result<std::time::Duration, ConfigError> {
     super::value::parse_time(&a.value)
         .map_err(|e| ConfigError::invalid(&a.span, format!("\"{}\": {e}", d.name)))
+}
+
+/// `worker_shutdown_timeout TIME;` (main context, once; nginx's msec slot).
+fn shutdown_timeout(d: &Directive, seen: bool) -> Result<std::time::Duration, ConfigError> {
+    no_block(d)?;
+    if seen {
+        return Err(ConfigError::invalid(
+            &d.span,
+            format!("\"{}\" directive is duplicate", d.name),
+        ));
+    }
+    time(d, one(d)?)
 }
 
 pub(crate) fn number(d: &Directive, a: &Arg) -> Result<u32, ConfigError> {

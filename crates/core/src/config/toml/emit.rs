@@ -22,6 +22,7 @@ use crate::config::{
 pub(super) fn config(c: &Config) -> RawConfig {
     let implicit = implicit_upstreams(c);
     RawConfig {
+        worker_shutdown_timeout: c.shutdown_timeout.map(format_time),
         admin: admin(&c.admin),
         upstream: Ordered(
             c.upstreams

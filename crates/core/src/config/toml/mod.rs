@@ -75,6 +75,10 @@ fn build(raw: &RawConfig, at: &At<'_>, resolve: Resolver<'_>) -> Result<Config, 
     let mut config = Config {
         admin: admin(raw.admin.as_ref(), &at.key("admin"), resolve)?,
         telemetry: telemetry::build(raw.telemetry.as_ref(), &at.key("telemetry"))?,
+        shutdown_timeout: match &raw.worker_shutdown_timeout {
+            Some(t) => Some(at.key("worker_shutdown_timeout").time(t)?),
+            None => None,
+        },
         ..Config::default()
     };
     for (name, u) in &raw.upstream.0 {

@@ -11,6 +11,10 @@ use super::ordered::Ordered;
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawConfig {
+    /// nginx's `worker_shutdown_timeout`: the bound on a graceful stop;
+    /// absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) worker_shutdown_timeout: Option<String>,
     /// `[admin]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) admin: Option<RawAdmin>,
