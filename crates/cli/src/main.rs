@@ -1,8 +1,9 @@
 //! `vigil`: the upstream health plane. This binary is the composition root
 //! (config → state → proxy + checker + admin API) and the inspection CLI.
 //!
-//! Exit codes: 0 success; 1 findings (`lint`) or a failed command; 2 bad
-//! input (unreadable or invalid configuration, bad arguments).
+//! Exit codes: 0 success; 1 findings (`lint`) or a failed command (an
+//! address to listen on is taken); 2 bad input (unreadable or invalid
+//! configuration, bad arguments).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
@@ -14,6 +15,7 @@ mod load;
 mod resolve;
 mod stack;
 
+use std::io::Write as _;
 use std::process::ExitCode;
 
 /// The `mimalloc` feature's allocator (see crates/cli/Cargo.toml).
@@ -78,7 +80,14 @@ fn main() -> ExitCode {
             if is_broken_pipe(&e) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("vigil: error: {e:#}");
+            // Not eprintln!: a closed standard error must not turn the
+            // error into a panic.
+            let _ = writeln!(std::io::stderr(), "vigil: error: {e:#}");
+            // An address another process holds is a failed start (nginx
+            // exits 1 on its bind() error), not bad input.
+            if is_listen_error(&e) {
+                return ExitCode::from(1);
+            }
             ExitCode::from(2)
         }
     }
@@ -108,6 +117,15 @@ pub(crate) fn raise_nofile_limit() {
             tracing::warn!(limit = before, error = %e, "cannot raise the open-file limit (RLIMIT_NOFILE)")
         }
     }
+}
+
+/// The proxy could not listen on an address of its configuration.
+fn is_listen_error(e: &anyhow::Error) -> bool {
+    use vigil_proxy::worker::{ListenError, SpawnError};
+    e.chain().any(|c| {
+        c.downcast_ref::<ListenError>().is_some()
+            || matches!(c.downcast_ref::<SpawnError>(), Some(SpawnError::Listen(_)))
+    })
 }
 
 /// `vigil status | head` closing the pipe early is not an error.

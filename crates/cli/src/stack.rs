@@ -19,7 +19,6 @@ use crate::admin::Admin;
 /// How to run the stack.
 pub(crate) struct Options {
     pub(crate) threads: usize,
-    pub(crate) grace: Duration,
     pub(crate) spool_dir: PathBuf,
     /// Admin listen address (None: the config's, else 127.0.0.1:9901).
     pub(crate) admin_listen: Option<SocketAddr>,
@@ -40,12 +39,27 @@ pub(crate) struct Stack {
     pub(crate) checker: Arc<vigil_checker::Checker>,
     pub(crate) admin: Option<Admin>,
     pub(crate) admin_addr: Option<SocketAddr>,
+    /// Fires when a stop begins (graceful or fast): the admin API, the
+    /// resolver and the demo's load stop with it.
     pub(crate) shutdown: CancellationToken,
     pub(crate) fleet: Option<Arc<crate::fleet::Member>>,
-    workers: vigil_proxy::worker::Workers,
-    telemetry: Option<Telemetry>,
+    /// How the workers stop (`shutdown` is its graceful token).
+    stopping: vigil_proxy::worker::Shutdown,
+    /// Taken by the stop that waits for them.
+    workers: std::sync::Mutex<Option<vigil_proxy::worker::Workers>>,
+    telemetry: std::sync::Mutex<Option<Telemetry>>,
     events: Arc<EventBus>,
     clock: Arc<dyn Clock>,
+}
+
+/// How to stop (nginx's signals: QUIT graceful, TERM and INT fast).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// Stop accepting, close idle connections, let the requests and tunnels
+    /// in flight finish; close what is left after the bound (None: never).
+    Graceful(Option<Duration>),
+    /// Close every connection now.
+    Fast,
 }
 
 /// Log a transition: trouble (an exclusion, a probe down) at WARN, good
@@ -147,6 +161,7 @@ pub(crate) async fn start(config: Config, opts: Options) -> anyhow::Result<Stack
     }
     let proxy = Arc::new(proxy);
     let shutdown = CancellationToken::new();
+    let stopping = vigil_proxy::worker::Shutdown::with_graceful(shutdown.clone());
     let mut admin = None;
     let mut admin_addr = None;
     if !opts.no_admin {
@@ -185,17 +200,8 @@ pub(crate) async fn start(config: Config, opts: Options) -> anyhow::Result<Stack
             Err(e) => return Err(e.into()),
         }
     }
-    let workers = vigil_proxy::worker::spawn(
-        proxy.clone(),
-        &listens,
-        opts.threads,
-        shutdown.clone(),
-        opts.grace,
-    )
-    .with_context(|| {
-        let addrs: Vec<String> = listens.iter().map(|l| l.addr.to_string()).collect();
-        format!("cannot listen on {}", addrs.join(", "))
-    })?;
+    let workers =
+        vigil_proxy::worker::spawn(proxy.clone(), &listens, opts.threads, stopping.clone())?;
     for l in &listens {
         tracing::info!(addr = %l.addr, workers = opts.threads, "listening");
     }
@@ -206,8 +212,9 @@ pub(crate) async fn start(config: Config, opts: Options) -> anyhow::Result<Stack
         admin_addr,
         shutdown,
         fleet,
-        workers,
-        telemetry,
+        stopping,
+        workers: std::sync::Mutex::new(Some(workers)),
+        telemetry: std::sync::Mutex::new(telemetry),
         events,
         clock,
     })
@@ -230,7 +237,13 @@ impl Stack {
     /// Swap in a new configuration, listen addresses included; probes
     /// follow. On an error nothing changed.
     pub(crate) fn reload(&self, config: Config) -> Result<u64, String> {
-        let generation = self.workers.reload(config).map_err(|e| e.to_string())?;
+        let generation = {
+            let workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(workers) = workers.as_ref() else {
+                return Err("vigil is stopping: the configuration is not reloaded".into());
+            };
+            workers.reload(config).map_err(|e| e.to_string())?
+        };
         let current = self.proxy.current();
         let tls = vigil_checker::TlsPolicy::from_config(&current.config);
         match self.checker.update_with_tls(current.registry.clone(), tls) {
@@ -248,21 +261,63 @@ impl Stack {
         Ok(generation)
     }
 
-    /// Stop accepting, let requests finish, stop probing.
-    pub(crate) async fn stop(self) {
-        tracing::info!("shutting down");
-        self.shutdown.cancel();
+    /// Begin a stop (or make a graceful one fast): the listeners close at
+    /// once; the probes stop. Returns at once: [`Stack::stopped`] waits.
+    pub(crate) fn begin_stop(&self, how: Stop) {
+        match how {
+            Stop::Graceful(bound) if !self.shutdown.is_cancelled() => {
+                match bound {
+                    Some(b) => tracing::info!(
+                        bound = %vigil_core::config::value::format_time(b),
+                        "graceful stop: no new connections; idle ones close, requests and tunnels in flight finish"
+                    ),
+                    None => tracing::info!(
+                        "graceful stop: no new connections; idle ones close, requests and tunnels in flight finish (no time limit: worker_shutdown_timeout is not set)"
+                    ),
+                }
+                self.stopping.graceful(bound);
+            }
+            Stop::Graceful(_) => {}
+            Stop::Fast => {
+                tracing::info!("fast stop: closing every connection");
+                self.stopping.fast();
+            }
+        }
         self.checker.shutdown();
+    }
+
+    /// Wait for the stop begun by [`Stack::begin_stop`]: the workers end
+    /// (their connections finished or closed), the fleet is left and the
+    /// telemetry flushed. Only the first caller waits for the workers.
+    pub(crate) async fn stopped(&self) {
         if let Some(f) = &self.fleet {
             f.leave().await;
         }
-        let workers = self.workers;
-        let _ = tokio::task::spawn_blocking(move || workers.join()).await;
-        if let Some(t) = self.telemetry {
+        let workers = self
+            .workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(workers) = workers {
+            let _ = tokio::task::spawn_blocking(move || workers.join()).await;
+        }
+        let telemetry = self
+            .telemetry
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(t) = telemetry {
             if let Err(e) = t.shutdown().await {
                 tracing::warn!(error = %e, "OpenTelemetry export did not flush");
             }
         }
+        tracing::info!("stopped");
+    }
+
+    /// Stop as `how` says and wait until stopped.
+    pub(crate) async fn stop(&self, how: Stop) {
+        self.begin_stop(how);
+        self.stopped().await;
     }
 }
 

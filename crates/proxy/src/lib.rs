@@ -52,6 +52,7 @@ mod wallclock;
 pub mod worker;
 
 pub use listener::{serve, serve_connection};
+pub use log::{reopen as reopen_logs, Reopened};
 pub use metrics::ProxyMetrics;
 pub use server::{bind, Generation, Proxy};
 pub use telemetry::{Telemetry, TelemetryError};

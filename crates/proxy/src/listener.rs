@@ -41,20 +41,37 @@ pub async fn serve(
             return;
         }
     };
-    serve_on(proxy, listener, addr, shutdown.clone(), shutdown, grace).await;
+    let stopping = crate::worker::Shutdown::with_graceful(shutdown.clone());
+    let bound = {
+        let stopping = stopping.clone();
+        async move {
+            shutdown.cancelled().await;
+            stopping.graceful(Some(grace));
+        }
+    };
+    tokio::join!(
+        serve_on(
+            proxy,
+            listener,
+            addr,
+            stopping.graceful_token().clone(),
+            stopping.clone()
+        ),
+        bound
+    );
 }
 
 /// Accept on `listener` (the configured address `addr`) until `stop`; then
-/// let its connections finish their requests and close: without limit while
-/// the proxy runs (a listener removed by a reload), within `grace` once
-/// `shutdown` fires.
+/// let its connections finish their requests and close: idle keep-alive
+/// connections at once, the others after their request; without limit while
+/// the proxy runs (a listener removed by a reload), until `shutdown` says
+/// close once a stop began.
 pub(crate) async fn serve_on(
     proxy: Arc<Proxy>,
     listener: TcpListener,
     addr: SocketAddr,
     stop: CancellationToken,
-    shutdown: CancellationToken,
-    grace: Duration,
+    shutdown: crate::worker::Shutdown,
 ) {
     let open = TaskTracker::new();
     let drain = Arc::new(Drain::default());
@@ -69,9 +86,9 @@ pub(crate) async fn serve_on(
     drain.start();
     open.close();
     tokio::select! {
-        _ = open.wait() => {}
-        _ = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
-            tracing::warn!(%addr, "grace period over; closing remaining connections");
+        () = open.wait() => {}
+        () = shutdown.closing() => {
+            tracing::info!(%addr, connections = open.len(), "closing the connections still open");
         }
     }
 }

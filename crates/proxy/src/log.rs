@@ -2,14 +2,16 @@
 //! `combined`, a `log_format` of the conf, or vigil's JSON lines with
 //! every attempt. The line is written when the response body has been
 //! sent (or dropped), so that `$body_bytes_sent` and `$request_time` are
-//! nginx's; a file is opened once per path, at start and reload.
+//! nginx's; a file is opened once per path, at start and reload, and again
+//! by [`reopen`] (SIGUSR1, for logrotate).
 
 mod format;
 
 use std::fs::{File, OpenOptions};
 use std::io::{LineWriter, Write};
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
@@ -24,10 +26,64 @@ use crate::payload::{BoxError, UpBody};
 use crate::vars::VarContext;
 use format::{End, Format, Rendered};
 
+/// An open log file, shared by every `access_log` of its path; its writer
+/// is swapped for a new one when the file is reopened.
+type Shared = Arc<Mutex<LineWriter<File>>>;
+
+/// A log file by its path, while a generation holds it.
+type Opened = (PathBuf, Weak<Mutex<LineWriter<File>>>);
+
+/// Every access log file this process has open, for [`reopen`] (entries
+/// whose generations are gone are pruned then).
+static OPEN: Mutex<Vec<Opened>> = Mutex::new(Vec::new());
+
+/// What [`reopen`] did.
+#[derive(Debug, Default)]
+pub struct Reopened {
+    /// The files reopened.
+    pub files: Vec<PathBuf>,
+    /// The files that could not be opened again (they keep being written
+    /// where they were), with why.
+    pub failed: Vec<(PathBuf, std::io::Error)>,
+}
+
+/// Open every access log file again by its path, as nginx does on SIGUSR1
+/// (`ngx_reopen_files`): after logrotate moved a file away, the lines go
+/// to a new file of that name. A line is written whole to the old file or
+/// to the new one. A file that cannot be opened keeps its old descriptor
+/// (nginx keeps it too) and is reported.
+pub fn reopen() -> Reopened {
+    let mut out = Reopened::default();
+    let mut open = OPEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    open.retain(|(_, w)| w.strong_count() > 0);
+    for (path, file) in open.iter() {
+        let Some(file) = file.upgrade() else { continue };
+        match open_append(path) {
+            Ok(f) => {
+                let mut w = file
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                // The old writer holds whole lines only; dropping it closes the old file.
+                let _ = w.flush();
+                *w = LineWriter::new(f);
+                out.files.push(path.clone());
+            }
+            Err(e) => out.failed.push((path.clone(), e)),
+        }
+    }
+    out
+}
+
+fn open_append(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
 /// One `access_log`: its file (shared by every log of that path), its
 /// format and its `if=`.
 pub(crate) struct AccessLogWriter {
-    file: Arc<Mutex<LineWriter<File>>>,
+    file: Shared,
     format: Compiled,
     condition: Option<Format>,
 }
@@ -40,7 +96,7 @@ enum Compiled {
 
 /// A line waiting for the end of its response.
 pub(crate) struct Pending {
-    file: Arc<Mutex<LineWriter<File>>>,
+    file: Shared,
     line: Rendered,
     start: Tick,
 }
@@ -66,12 +122,15 @@ impl AccessLogWriter {
         let file = match open {
             Some(w) => w.file.clone(),
             None => {
-                let f = OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&log.path)
+                let f = open_append(&log.path)
                     .map_err(|e| format!("cannot open access log {}: {e}", log.path.display()))?;
-                Arc::new(Mutex::new(LineWriter::new(f)))
+                let file = Arc::new(Mutex::new(LineWriter::new(f)));
+                let mut open = OPEN
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                open.retain(|(_, w)| w.strong_count() > 0);
+                open.push((log.path.clone(), Arc::downgrade(&file)));
+                file
             }
         };
         let format = match &log.format {

@@ -9,8 +9,16 @@
 //! that cannot listen fails whole, the old configuration still in force; a
 //! removed address stops accepting and its connections finish their
 //! requests, then close.
+//!
+//! Stopping ([`Shutdown`]) is nginx's: a graceful stop (SIGQUIT) closes the
+//! listeners and the idle keep-alive connections, lets every request and
+//! tunnel in flight finish, and closes what is left when its bound
+//! (`worker_shutdown_timeout`) passes; a fast stop (SIGTERM, SIGINT) closes
+//! everything at once.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -18,11 +26,20 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use vigil_core::config::{Config, Listen};
 
 use crate::listener::serve_on;
 use crate::route::RouteError;
 use crate::server::Proxy;
+
+/// How the workers are told to stop: `graceful` stops accepting and lets
+/// what is in flight finish; `now` closes whatever is still open.
+#[derive(Clone, Debug, Default)]
+pub struct Shutdown {
+    graceful: CancellationToken,
+    now: CancellationToken,
+}
 
 /// The running workers and the addresses they listen on.
 pub struct Workers {
@@ -81,15 +98,14 @@ pub fn plan(threads: usize) {
     crate::shard::plan(threads);
 }
 
-/// Start `threads` workers, each accepting on every listen address.
-/// Binding errors are returned before any worker starts serving.
+/// Start `threads` workers, each accepting on every listen address, until
+/// `shutdown`. Binding errors are returned before any worker starts serving.
 pub fn spawn(
     proxy: Arc<Proxy>,
     listens: &[Listen],
     threads: usize,
-    shutdown: CancellationToken,
-    grace: Duration,
-) -> std::io::Result<Workers> {
+    shutdown: Shutdown,
+) -> Result<Workers, SpawnError> {
     let threads = threads.max(1);
     plan(threads);
     let mut sockets = Vec::with_capacity(listens.len());
@@ -102,7 +118,8 @@ pub fn spawn(
         let (proxy, shutdown) = (proxy.clone(), shutdown.clone());
         let thread = std::thread::Builder::new()
             .name(format!("vigil-worker-{i}"))
-            .spawn(move || run(i, proxy, inbox, shutdown, grace))?;
+            .spawn(move || run(i, proxy, inbox, shutdown))
+            .map_err(SpawnError::Thread)?;
         workers.push(Worker { orders, thread });
     }
     let workers = Workers {
@@ -114,6 +131,85 @@ pub fn spawn(
         workers.hand_out(l, per_worker);
     }
     Ok(workers)
+}
+
+// === impl Shutdown ===
+
+impl Shutdown {
+    /// Stop with `graceful` as the token that starts a graceful stop (it
+    /// may be shared with other parts of the process that stop with it).
+    pub fn with_graceful(graceful: CancellationToken) -> Self {
+        Self {
+            graceful,
+            now: CancellationToken::new(),
+        }
+    }
+
+    /// The token that starts a graceful stop.
+    pub fn graceful_token(&self) -> &CancellationToken {
+        &self.graceful
+    }
+
+    /// A graceful stop: listeners close, idle connections close, requests
+    /// and tunnels in flight finish; when `bound` passes (None: never),
+    /// the rest are closed. Call on a tokio runtime (the bound's timer runs
+    /// on it). A second call does not move an earlier bound.
+    pub fn graceful(&self, bound: Option<Duration>) {
+        if self.graceful.is_cancelled() {
+            return;
+        }
+        self.graceful.cancel();
+        if let Some(bound) = bound {
+            let now = self.now.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = tokio::time::sleep(bound) => {
+                        tracing::warn!(
+                            bound = %vigil_core::config::value::format_time(bound),
+                            "graceful stop: the time given is over; closing the connections still open"
+                        );
+                        now.cancel();
+                    }
+                    () = now.cancelled() => {}
+                }
+            });
+        }
+    }
+
+    /// A fast stop: every connection is closed now (also during a graceful
+    /// stop).
+    pub fn fast(&self) {
+        self.graceful.cancel();
+        self.now.cancel();
+    }
+
+    /// The graceful stop has begun.
+    pub(crate) async fn begun(&self) {
+        self.graceful.cancelled().await;
+    }
+
+    /// The connections still open must close.
+    pub(crate) async fn closing(&self) {
+        self.now.cancelled().await;
+    }
+}
+
+thread_local! {
+    /// The worker's tunnels (upgraded connections), which outlive the
+    /// connection task that made them: a graceful stop waits for them too.
+    static TUNNELS: RefCell<Option<TaskTracker>> = const { RefCell::new(None) };
+}
+
+/// Run `tunnel` on this worker, tracked so that a graceful stop waits for
+/// it (outside a worker, as in tests, on the current runtime untracked).
+pub(crate) fn spawn_tunnel<F>(tunnel: F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    match TUNNELS.with(|t| t.borrow().clone()) {
+        Some(tracker) => drop(tracker.spawn(tunnel)),
+        None => drop(tokio::spawn(tunnel)),
+    }
 }
 
 // === impl Workers ===
@@ -140,9 +236,9 @@ impl Workers {
             .iter()
             .filter(|l| !listening.iter().any(|o| o.addr == l.addr))
         {
-            let sockets = bind_all(l, threads).map_err(|source| ReloadError::Listen {
+            let sockets = bind_all(l, threads).map_err(|e| ReloadError::Listen {
                 addr: l.addr,
-                source,
+                source: e.error,
             })?;
             added.push((l, sockets));
         }
@@ -164,7 +260,7 @@ impl Workers {
         Ok(generation)
     }
 
-    /// Wait for every worker thread to end (after the shutdown token fired).
+    /// Wait for every worker thread to end (after a stop began).
     pub fn join(self) {
         for w in self.workers {
             drop(w.orders);
@@ -187,14 +283,10 @@ impl Workers {
     }
 }
 
-/// One worker thread: its runtime, its listeners, its orders.
-fn run(
-    i: usize,
-    proxy: Arc<Proxy>,
-    mut inbox: mpsc::UnboundedReceiver<Order>,
-    shutdown: CancellationToken,
-    grace: Duration,
-) {
+/// One worker thread: its runtime, its listeners, its orders; on a
+/// graceful stop, its connections and tunnels finish (until `shutdown`
+/// says close), then the runtime is dropped with whatever is left.
+fn run(i: usize, proxy: Arc<Proxy>, mut inbox: mpsc::UnboundedReceiver<Order>, shutdown: Shutdown) {
     crate::shard::enter(i);
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -212,18 +304,20 @@ fn run(
     rt.block_on(async move {
         // The worker's one sweeper of upstream timers (crate::timer).
         crate::timer::install();
+        let tunnels = TaskTracker::new();
+        TUNNELS.with(|t| *t.borrow_mut() = Some(tunnels.clone()));
         let mut tasks = tokio::task::JoinSet::new();
         let mut listeners: HashMap<SocketAddr, CancellationToken> = HashMap::new();
         loop {
             let order = tokio::select! {
                 o = inbox.recv() => o,
-                _ = shutdown.cancelled() => None,
+                () = shutdown.begun() => None,
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
             };
             match order {
                 Some(Order::Listen(l, socket)) => match tokio::net::TcpListener::from_std(socket) {
                     Ok(listener) => {
-                        let stop = shutdown.child_token();
+                        let stop = shutdown.graceful.child_token();
                         if let Some(old) = listeners.insert(l.addr, stop.clone()) {
                             old.cancel();
                         }
@@ -233,7 +327,6 @@ fn run(
                             l.addr,
                             stop,
                             shutdown.clone(),
-                            grace,
                         ));
                     }
                     Err(e) => {
@@ -248,15 +341,76 @@ fn run(
                 None => break,
             }
         }
+        // Each listener's task ends when its connections have finished
+        // (or `now`); the tunnels they made run on until they end or `now`.
         while tasks.join_next().await.is_some() {}
+        tunnels.close();
+        tokio::select! {
+            () = tunnels.wait() => {}
+            () = shutdown.closing() => {}
+        }
+        TUNNELS.with(|t| *t.borrow_mut() = None);
     });
+    // Dropping the runtime drops every task still running: the connections
+    // of a fast stop, or those left when the graceful stop's bound passed.
+    drop(rt);
 }
 
-/// One socket for `l` per worker (`SO_REUSEPORT` when there are several).
-fn bind_all(l: &Listen, threads: usize) -> std::io::Result<Vec<std::net::TcpListener>> {
-    (0..threads)
-        .map(|_| bind_std(l.addr, threads > 1 || l.reuseport, l.backlog))
-        .collect()
+/// Why the workers could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    /// An address could not be listened on.
+    #[error(transparent)]
+    Listen(#[from] ListenError),
+    /// A worker thread could not be started.
+    #[error("cannot start a worker thread: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
+/// An address could not be listened on.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {addr}: {error}{hint}")]
+pub struct ListenError {
+    /// The address.
+    pub addr: SocketAddr,
+    /// Why (in the message, not a source: said once).
+    pub error: std::io::Error,
+    hint: &'static str,
+}
+
+impl ListenError {
+    fn new(addr: SocketAddr, source: std::io::Error) -> Self {
+        let hint = if source.kind() == std::io::ErrorKind::AddrInUse {
+            " (another process listens there: as nginx, vigil shares an address only when its listen line says `reuseport`)"
+        } else {
+            ""
+        };
+        Self {
+            addr,
+            error: source,
+            hint,
+        }
+    }
+}
+
+/// The sockets of `l`, one per worker. As nginx: without `reuseport` one
+/// socket, which every worker accepts on (a descriptor of it each), so no
+/// other process can bind the address; with `reuseport` a socket per
+/// worker with `SO_REUSEPORT` (its own accept queue).
+fn bind_all(l: &Listen, threads: usize) -> Result<Vec<std::net::TcpListener>, ListenError> {
+    let err = |e| ListenError::new(l.addr, e);
+    if l.reuseport {
+        return (0..threads)
+            .map(|_| bind_std(l.addr, true, l.backlog).map_err(err))
+            .collect();
+    }
+    let first = bind_std(l.addr, false, l.backlog).map_err(err)?;
+    let mut out = Vec::with_capacity(threads);
+    for _ in 1..threads {
+        out.push(first.try_clone().map_err(err)?);
+    }
+    out.insert(0, first);
+    Ok(out)
 }
 
 fn bind_std(

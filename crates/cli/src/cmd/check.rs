@@ -20,7 +20,7 @@ use vigil_core::config::{literal_resolver, nginx, CheckConfig};
 /// Arguments of `vigil check`.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Example:\n  vigil check --upstreams /etc/vigil/upstreams.conf --render-dir /etc/vigil/upstreams \\\n      --nginx-conf /etc/nginx/nginx.conf --status-listen 127.0.0.1:9902\n\nnginx.conf includes the rendered files inside http {}:  include /etc/vigil/upstreams/*.conf;\nSignals: SIGHUP re-reads --upstreams (unchanged servers keep their state); SIGTERM, SIGINT and SIGQUIT stop.\nSee docs/checker-only.md."
+    after_help = "Example:\n  vigil check --upstreams /etc/vigil/upstreams.conf --render-dir /etc/vigil/upstreams \\\n      --nginx-conf /etc/nginx/nginx.conf --status-listen 127.0.0.1:9902\n\nnginx.conf includes the rendered files inside http {}:  include /etc/vigil/upstreams/*.conf;\nSignals: SIGHUP re-reads --upstreams (unchanged servers keep their state); SIGUSR1 is accepted (no log file to reopen); SIGTERM, SIGINT and SIGQUIT stop.\nSee docs/checker-only.md."
 )]
 pub(crate) struct Args {
     /// Upstream blocks with tengine `check` directives (nginx syntax, at the
@@ -210,10 +210,21 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
 async fn signals(running: &CheckOnly, admin: Option<&crate::admin::Admin>) -> anyhow::Result<()> {
     let mut signals = crate::cmd::Signals::install()?;
     let reloader = running.source_reloader();
-    while let crate::cmd::SignalAction::Reload = signals.next().await {
-        let r = source_reload(&reloader);
-        if let Some(admin) = admin {
-            admin.record_reload(&r);
+    loop {
+        match signals.next().await {
+            crate::cmd::SignalAction::Reload => {
+                let r = source_reload(&reloader);
+                if let Some(admin) = admin {
+                    admin.record_reload(&r);
+                }
+            }
+            // Its only log is standard error, which is not reopened.
+            crate::cmd::SignalAction::Reopen => {
+                tracing::info!("SIGUSR1: vigil check writes no log file (its log is standard error); nothing to reopen")
+            }
+            crate::cmd::SignalAction::Quit
+            | crate::cmd::SignalAction::Terminate
+            | crate::cmd::SignalAction::Interrupt => break,
         }
     }
     tracing::info!("shutting down");

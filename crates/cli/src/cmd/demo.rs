@@ -168,7 +168,6 @@ async fn demo(args: Args) -> anyhow::Result<ExitCode> {
         config,
         stack::Options {
             threads: 1,
-            grace: Duration::from_secs(2),
             spool_dir: std::env::temp_dir(),
             admin_listen: Some(args.admin_listen),
             admin_token: Some(token.clone()),
@@ -198,7 +197,10 @@ async fn demo(args: Args) -> anyhow::Result<ExitCode> {
         tokio::spawn(load(listen, args.rate, stack.shutdown.clone()));
     }
     let _ = tokio::signal::ctrl_c().await;
-    stack.stop().await;
+    // Ctrl-C: the requests in flight finish (within 2 s), as a graceful stop.
+    stack
+        .stop(stack::Stop::Graceful(Some(Duration::from_secs(2))))
+        .await;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -75,7 +75,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let findings = match collect(&args.path, Kind::of(&args.path)) {
         Ok(f) => f,
         Err(e) => {
-            eprintln!("vigil: error: {e}");
+            let _ = writeln!(std::io::stderr(), "vigil: error: {e}");
             return Ok(ExitCode::from(2));
         }
     };

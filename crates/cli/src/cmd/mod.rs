@@ -19,10 +19,14 @@ pub(crate) fn init_logging() {
     // Colour only on a terminal (and not with NO_COLOR): log files stay plain.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none();
+    // A log that cannot be written (standard error a closed pipe, a full
+    // disk) is not reported on standard error again: tracing-subscriber's
+    // report of it would panic there.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(ansi);
+        .with_ansi(ansi)
+        .log_internal_errors(false);
     let json = std::env::var("VIGIL_LOG_FORMAT").is_ok_and(|v| v == "json");
     let _ = if json {
         builder.json().try_init()
@@ -36,20 +40,29 @@ pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     vigil_core::config::value::parse_time(s).map_err(|e| e.to_string())
 }
 
-/// Shutdown and reload signals, as one stream.
+/// nginx's signals, as one stream: HUP reload, USR1 reopen the logs, QUIT
+/// graceful stop, TERM and INT fast stop.
 pub(crate) struct Signals {
     hup: tokio::signal::unix::Signal,
+    usr1: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
     quit: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
 }
 
 /// What a signal asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum SignalAction {
-    /// SIGHUP.
+    /// SIGHUP: read the configuration again.
     Reload,
-    /// SIGTERM, SIGQUIT or SIGINT.
-    Stop,
+    /// SIGUSR1: reopen the log files (logrotate).
+    Reopen,
+    /// SIGQUIT: graceful stop.
+    Quit,
+    /// SIGTERM: fast stop (nginx); `vigil serve --grace` makes it graceful.
+    Terminate,
+    /// SIGINT (Ctrl-C): fast stop.
+    Interrupt,
 }
 
 impl Signals {
@@ -59,6 +72,7 @@ impl Signals {
         use tokio::signal::unix::{signal, SignalKind};
         Ok(Self {
             hup: signal(SignalKind::hangup()).context("installing SIGHUP handler")?,
+            usr1: signal(SignalKind::user_defined1()).context("installing SIGUSR1 handler")?,
             term: signal(SignalKind::terminate()).context("installing SIGTERM handler")?,
             quit: signal(SignalKind::quit()).context("installing SIGQUIT handler")?,
             int: signal(SignalKind::interrupt()).context("installing SIGINT handler")?,
@@ -69,9 +83,10 @@ impl Signals {
     pub(crate) async fn next(&mut self) -> SignalAction {
         tokio::select! {
             _ = self.hup.recv() => SignalAction::Reload,
-            _ = self.term.recv() => SignalAction::Stop,
-            _ = self.quit.recv() => SignalAction::Stop,
-            _ = self.int.recv() => SignalAction::Stop,
+            _ = self.usr1.recv() => SignalAction::Reopen,
+            _ = self.term.recv() => SignalAction::Terminate,
+            _ = self.quit.recv() => SignalAction::Quit,
+            _ = self.int.recv() => SignalAction::Interrupt,
         }
     }
 }

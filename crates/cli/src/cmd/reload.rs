@@ -1,6 +1,7 @@
 //! `vigil reload`: ask a running `vigil serve` or `vigil check` to reload
 //! its configuration (what SIGHUP does), through the admin API.
 
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
@@ -34,10 +35,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     ))?;
     let (ok, text) = outcome(status, &body);
     if ok {
-        println!("{text}");
+        writeln!(std::io::stdout(), "{text}")?;
         Ok(ExitCode::SUCCESS)
     } else {
-        eprintln!("vigil: {text}");
+        let _ = writeln!(std::io::stderr(), "vigil: {text}");
         Ok(ExitCode::from(1))
     }
 }

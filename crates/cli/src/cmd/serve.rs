@@ -14,7 +14,7 @@ use crate::stack;
 /// Arguments of `vigil serve`.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Examples:\n  vigil serve --nginx-conf /etc/nginx/nginx.conf\n  vigil serve --config vigil.toml --listen 127.0.0.1:8080\n\nSignals: SIGHUP reloads the configuration (unchanged peers keep their state); SIGTERM, SIGQUIT and Ctrl-C stop accepting and let requests finish within --grace."
+    after_help = "Examples:\n  vigil serve --nginx-conf /etc/nginx/nginx.conf\n  vigil serve --config vigil.toml --listen 127.0.0.1:8080\n\nSignals, as nginx's: SIGHUP reloads the configuration (unchanged peers keep their state); SIGUSR1 reopens the access logs; SIGQUIT stops gracefully (no new connections, idle ones closed, requests and tunnels in flight finish within --grace, else worker_shutdown_timeout, else without limit); SIGTERM and SIGINT (Ctrl-C) stop at once, and SIGTERM stops gracefully too when --grace is given."
 )]
 pub(crate) struct Args {
     /// An nginx.conf to serve (its upstream, server and location blocks).
@@ -29,9 +29,12 @@ pub(crate) struct Args {
     /// Worker threads, each one event loop with its own accept queue (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
-    /// How long in-flight requests may take to finish at shutdown.
-    #[arg(long, default_value = "10s", value_parser = crate::cmd::parse_duration)]
-    grace: Duration,
+    /// A graceful stop's bound: how long the requests and tunnels in flight
+    /// may take to finish after SIGQUIT (default: the conf's
+    /// worker_shutdown_timeout, else no limit, as nginx). Given, SIGTERM
+    /// stops gracefully within it too (else SIGTERM is nginx's fast stop).
+    #[arg(long, value_parser = crate::cmd::parse_duration)]
+    grace: Option<Duration>,
     /// Directory for spooled request bodies (default: the system temp dir).
     #[arg(long, value_name = "DIR")]
     spool_dir: Option<PathBuf>,
@@ -107,12 +110,12 @@ async fn serve(
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let shutdown_timeout = config.shutdown_timeout;
     let stack = Arc::new(
         stack::start(
             config,
             stack::Options {
                 threads,
-                grace: args.grace,
                 spool_dir: args.spool_dir.clone().unwrap_or_else(std::env::temp_dir),
                 admin_listen: args.admin_listen,
                 admin_token: args.admin_token.clone(),
@@ -133,39 +136,141 @@ async fn serve(
             st.reload(loaded.config)
         });
     }
-    signals(&stack, &path, kind, listen).await?;
-    match Arc::try_unwrap(stack) {
-        Ok(stack) => stack.stop().await,
-        Err(stack) => {
-            // The admin API still holds a reference: stop the parts it does not own.
-            stack.shutdown.cancel();
-            stack.checker.shutdown();
-            if let Some(f) = &stack.fleet {
-                f.leave().await;
-            }
-        }
-    }
+    let grace = Grace {
+        given: args.grace,
+        conf: shutdown_timeout,
+    };
+    signals(&stack, &path, kind, listen, grace).await?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// Wait for signals: SIGHUP reloads, SIGTERM/SIGQUIT/SIGINT stop.
+/// The bounds of a graceful stop.
+#[derive(Clone, Copy, Debug)]
+struct Grace {
+    /// `--grace`.
+    given: Option<Duration>,
+    /// `worker_shutdown_timeout` of the configuration started with.
+    conf: Option<Duration>,
+}
+
+impl Grace {
+    /// How a signal stops vigil: SIGQUIT gracefully (within `--grace`,
+    /// else `worker_shutdown_timeout`, else without limit); SIGTERM fast as
+    /// nginx, or gracefully within `--grace` when it is given; SIGINT fast.
+    fn stop_for(self, signal: crate::cmd::SignalAction) -> Option<stack::Stop> {
+        use crate::cmd::SignalAction as S;
+        match signal {
+            S::Quit => Some(stack::Stop::Graceful(self.given.or(self.conf))),
+            S::Terminate => Some(match self.given {
+                Some(g) => stack::Stop::Graceful(Some(g)),
+                None => stack::Stop::Fast,
+            }),
+            S::Interrupt => Some(stack::Stop::Fast),
+            S::Reload | S::Reopen => None,
+        }
+    }
+}
+
+/// nginx's signals until vigil has stopped: SIGHUP reloads, SIGUSR1
+/// reopens the access logs, SIGQUIT/SIGTERM/SIGINT stop (see
+/// [`Grace::stop_for`]); a fast stop's signal during a graceful stop makes
+/// it fast.
 async fn signals(
     stack: &stack::Stack,
     path: &std::path::Path,
     kind: Kind,
     listen: Option<SocketAddr>,
+    grace: Grace,
 ) -> anyhow::Result<()> {
+    use crate::cmd::SignalAction as S;
     let mut signals = crate::cmd::Signals::install()?;
-    while let crate::cmd::SignalAction::Reload = signals.next().await {
-        let r = load_with_override(path, kind, listen)
-            .map_err(|e| format!("{e:#}"))
-            .and_then(|l| stack.reload(l.config));
-        if let Err(e) = &r {
-            tracing::error!(error = %e, "reload failed; keeping the running configuration");
-        }
-        if let Some(admin) = &stack.admin {
-            admin.record_reload(&r);
+    let stopped = stack.stopped();
+    tokio::pin!(stopped);
+    let mut stopping = false;
+    loop {
+        let signal = tokio::select! {
+            s = signals.next() => s,
+            () = &mut stopped, if stopping => return Ok(()),
+        };
+        match signal {
+            S::Reload if stopping => {
+                tracing::info!("SIGHUP while stopping: the configuration is not reloaded")
+            }
+            S::Reload => {
+                let r = load_with_override(path, kind, listen)
+                    .map_err(|e| format!("{e:#}"))
+                    .and_then(|l| stack.reload(l.config));
+                if let Err(e) = &r {
+                    tracing::error!(error = %e, "reload failed; keeping the running configuration");
+                }
+                if let Some(admin) = &stack.admin {
+                    admin.record_reload(&r);
+                }
+            }
+            S::Reopen => reopen_logs(),
+            stop => {
+                if let Some(how) = grace.stop_for(stop) {
+                    stack.begin_stop(how);
+                    stopping = true;
+                }
+            }
         }
     }
-    Ok(())
+}
+
+/// SIGUSR1: every access log file opened again by its path (logrotate).
+fn reopen_logs() {
+    let r = vigil_proxy::reopen_logs();
+    for (path, e) in &r.failed {
+        tracing::error!(path = %path.display(), error = %e, "SIGUSR1: cannot reopen the access log; it is still written where it was");
+    }
+    tracing::info!(
+        reopened = r.files.len(),
+        failed = r.failed.len(),
+        "SIGUSR1: access logs reopened"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::SignalAction as S;
+    use stack::Stop;
+
+    const S5: Duration = Duration::from_secs(5);
+    const S30: Duration = Duration::from_secs(30);
+
+    #[test]
+    fn quit_is_graceful_term_and_int_fast_as_nginx() {
+        let g = Grace {
+            given: None,
+            conf: None,
+        };
+        assert_eq!(g.stop_for(S::Quit), Some(Stop::Graceful(None)));
+        assert_eq!(g.stop_for(S::Terminate), Some(Stop::Fast));
+        assert_eq!(g.stop_for(S::Interrupt), Some(Stop::Fast));
+        assert_eq!(g.stop_for(S::Reload), None);
+        assert_eq!(g.stop_for(S::Reopen), None);
+    }
+
+    #[test]
+    fn worker_shutdown_timeout_bounds_quit_and_grace_overrides_it() {
+        let conf = Grace {
+            given: None,
+            conf: Some(S30),
+        };
+        assert_eq!(conf.stop_for(S::Quit), Some(Stop::Graceful(Some(S30))));
+        assert_eq!(conf.stop_for(S::Terminate), Some(Stop::Fast));
+        let given = Grace {
+            given: Some(S5),
+            conf: Some(S30),
+        };
+        assert_eq!(given.stop_for(S::Quit), Some(Stop::Graceful(Some(S5))));
+        assert_eq!(
+            given.stop_for(S::Terminate),
+            Some(Stop::Graceful(Some(S5))),
+            "--grace makes SIGTERM graceful"
+        );
+        assert_eq!(given.stop_for(S::Interrupt), Some(Stop::Fast));
+    }
 }

@@ -6,5 +6,6 @@ mod demo;
 #[cfg(feature = "fleet")]
 mod fleet;
 mod health;
+mod process;
 mod resolve;
 mod serve;

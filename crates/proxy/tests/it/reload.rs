@@ -17,7 +17,6 @@ use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 use vigil_core::event::EventBus;
 use vigil_core::{Clock, SystemClock};
 use vigil_proxy::worker::{self, ReloadError, Workers};
@@ -84,7 +83,7 @@ fn conf(backend: SocketAddr, listen: &[SocketAddr]) -> vigil_core::config::Confi
 struct Served {
     proxy: Arc<Proxy>,
     workers: Option<Workers>,
-    shutdown: CancellationToken,
+    shutdown: worker::Shutdown,
 }
 
 impl Served {
@@ -95,15 +94,8 @@ impl Served {
         let generation =
             Generation::build(config, None, events.clone(), clock.clone()).expect("routes");
         let proxy = Arc::new(Proxy::new(generation, events, clock, std::env::temp_dir()));
-        let shutdown = CancellationToken::new();
-        let workers = worker::spawn(
-            proxy.clone(),
-            &listens,
-            2,
-            shutdown.clone(),
-            Duration::from_secs(5),
-        )
-        .expect("listen");
+        let shutdown = worker::Shutdown::default();
+        let workers = worker::spawn(proxy.clone(), &listens, 2, shutdown.clone()).expect("listen");
         Self {
             proxy,
             workers: Some(workers),
@@ -118,7 +110,7 @@ impl Served {
 
 impl Drop for Served {
     fn drop(&mut self) {
-        self.shutdown.cancel();
+        self.shutdown.fast();
         if let Some(w) = self.workers.take() {
             w.join();
         }
