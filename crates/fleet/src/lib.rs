@@ -11,6 +11,10 @@
 //!   record it into their own core through
 //!   [`vigil_checker::Checker::record_remote`], the path a local result
 //!   takes, so rise/fall apply identically and `explain` names the prober;
+//! - a write under the prefix is believed only where a member could have
+//!   made it (a member key with a lease; a result of a live member under
+//!   its lease for its own target; times within a few seconds): see
+//!   `trust`; the defence against a hostile writer is etcd's auth and TLS;
 //! - etcd unreachable or slow: the member probes every target itself
 //!   (within one interval), logs it, and rejoins when etcd is back; traffic
 //!   never waits on etcd.
@@ -26,6 +30,7 @@ mod options;
 pub mod rendezvous;
 mod session;
 mod state;
+mod trust;
 mod view;
 pub mod wire;
 

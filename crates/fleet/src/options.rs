@@ -186,13 +186,16 @@ impl FleetOptions {
 }
 
 /// Names go into etcd keys: letters, digits, `.`, `_`, `-`, at most 128.
-fn name_ok(what: &'static str, name: &str) -> Result<(), FleetError> {
-    let ok = !name.is_empty()
+pub(crate) fn is_name(name: &str) -> bool {
+    !name.is_empty()
         && name.len() <= 128
         && name
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if ok {
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+fn name_ok(what: &'static str, name: &str) -> Result<(), FleetError> {
+    if is_name(name) {
         Ok(())
     } else {
         Err(FleetError::invalid(

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::state::{unix_ms, Outgoing, Shared};
+use crate::trust::{Roster, Why};
 use crate::wire::{self, Key, MemberValue, PassiveValue, ResultValue};
 use crate::{FleetError, FleetOptions};
 
@@ -172,14 +173,15 @@ impl Session<'_> {
             )
             .await?;
         let revision = got.header().map_or(0, |h| h.revision());
-        let mut members: Vec<String> = got
-            .kvs()
-            .iter()
-            .filter_map(|kv| match wire::parse_key(&s.root, kv.key()) {
-                Some(Key::Member(m)) => Some(m.to_string()),
-                _ => None,
-            })
-            .collect();
+        // Only member keys with a lease count (crate::trust).
+        let mut roster = Roster::default();
+        for kv in got.kvs() {
+            if let Some(Key::Member(m)) = wire::parse_key(&s.root, kv.key()) {
+                if let Err(why) = roster.put(m, kv.lease()) {
+                    s.ignore(kv.key(), why);
+                }
+            }
+        }
         let mut watch = self
             .call(
                 "watch",
@@ -193,12 +195,12 @@ impl Session<'_> {
                 ),
             )
             .await?;
-        if !members.iter().any(|m| m == s.me()) {
+        if roster.lease_of(s.me()) != Some(lease) {
             return Err(FleetError::Lost(
-                "our member key is not in the member list just read".into(),
+                "our member key is not in the member list just read, under our lease".into(),
             ));
         }
-        s.set_members(members.clone());
+        s.set_members(roster.names().to_vec());
         s.joined();
         // Keep-alives three times per TTL; no answer within etcd_timeout
         // of one sent means etcd is slow.
@@ -233,34 +235,14 @@ impl Session<'_> {
                     for ev in resp.events() {
                         let Some(kv) = ev.kv() else { continue };
                         let put = ev.event_type() == EventType::Put;
-                        match wire::parse_key(&s.root, kv.key()) {
-                            Some(Key::Member(m)) => {
-                                changed = true;
-                                members.retain(|x| x != m);
-                                if put {
-                                    members.push(m.to_string());
-                                }
-                            }
-                            Some(Key::Passive { member, target }) if put => {
-                                if let Ok(v) = serde_json::from_slice::<PassiveValue>(kv.value()) {
-                                    s.remote_ejection(member, target, &v);
-                                }
-                            }
-                            Some(Key::Result { member, target }) if put => {
-                                match serde_json::from_slice::<ResultValue>(kv.value()) {
-                                    Ok(v) => s.remote_result(member, target, v),
-                                    Err(e) => tracing::debug!(target: "vigil::fleet", %member, %target, error = %e, "fleet: unreadable result ignored"),
-                                }
-                            }
-                            _ => {}
-                        }
+                        changed |= self.heard(&mut roster, kv, put);
                     }
                     if changed {
-                        if !members.iter().any(|m| m == s.me()) {
-                            return Err(FleetError::Lost("our member key was deleted (lease expired?)".into()));
+                        if roster.lease_of(s.me()) != Some(lease) {
+                            return Err(FleetError::Lost("our member key was deleted (lease expired?) or put again without our lease".into()));
                         }
-                        tracing::info!(target: "vigil::fleet", members = members.len(), "fleet: member list changed; targets re-assigned");
-                        s.set_members(members.clone());
+                        tracing::info!(target: "vigil::fleet", members = roster.names().len(), "fleet: member list changed; targets re-assigned");
+                        s.set_members(roster.names().to_vec());
                     }
                 }
                 out = outbox.recv() => {
@@ -274,6 +256,63 @@ impl Session<'_> {
                 }
             }
         }
+    }
+
+    /// One key put or deleted under the prefix. A member key may change
+    /// the roster (returns whether it did, or was ours); a result or
+    /// ejection another member wrote goes to the shared state if it is
+    /// believed ([`crate::trust`]), and is counted and logged once per key
+    /// if not. The roster is the one of this watch response so far: etcd
+    /// delivers a member's key before its results.
+    fn heard(&self, roster: &mut Roster, kv: &etcd_client::KeyValue, put: bool) -> bool {
+        let s = self.shared;
+        let (lease, now) = (kv.lease(), unix_ms());
+        match wire::parse_key(&s.root, kv.key()) {
+            Some(Key::Member(m)) => {
+                let before = roster.names().len();
+                if !put {
+                    roster.delete(m);
+                } else if let Err(why) = roster.put(m, lease) {
+                    s.ignore(kv.key(), why);
+                }
+                // One put or delete adds or takes out one name at most.
+                // Puts that change nothing (a lease-less key put again and
+                // again) log nothing more; our own key is checked always.
+                return roster.names().len() != before || m == s.me();
+            }
+            // Our own (or written in our name): nothing to learn.
+            Some(Key::Passive { member, .. } | Key::Result { member, .. }) if member == s.me() => {}
+            Some(Key::Passive { member, target }) if put => {
+                match serde_json::from_slice::<PassiveValue>(kv.value()) {
+                    Ok(v) => match roster.check_ejection(member, lease, (v.at_unix_ms, now)) {
+                        Ok(()) => s.remote_ejection(member, target, &v),
+                        Err(why) => s.ignore(kv.key(), why),
+                    },
+                    Err(_) => s.ignore(kv.key(), Why::Unreadable),
+                }
+            }
+            Some(Key::Result { member, target }) if put => {
+                match serde_json::from_slice::<ResultValue>(kv.value()) {
+                    Ok(v) => {
+                        let o = &s.opts;
+                        match roster.check_result(
+                            member,
+                            lease,
+                            target,
+                            o.replicas,
+                            (v.at_unix_ms, now),
+                            o.ttl,
+                        ) {
+                            Ok(()) => s.remote_result(member, target, v),
+                            Err(why) => s.ignore(kv.key(), why),
+                        }
+                    }
+                    Err(_) => s.ignore(kv.key(), Why::Unreadable),
+                }
+            }
+            _ => {}
+        }
+        false
     }
 
     /// Revoke the lease (best effort, bounded): the member's keys go at

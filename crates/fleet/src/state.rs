@@ -15,6 +15,7 @@ use vigil_core::health::ProbeReport;
 use vigil_core::Clock;
 
 use crate::rendezvous;
+use crate::trust::{self, Ignored, Why};
 use crate::view::{FleetView, HistoryView, TargetView, VerdictView};
 use crate::wire::{self, PassiveValue, ResultValue};
 use crate::FleetOptions;
@@ -44,6 +45,8 @@ pub(crate) struct Shared {
     joined: AtomicBool,
     status: Mutex<Status>,
     verdicts: Mutex<HashMap<String, VerdictView>>,
+    /// Writes under the prefix not believed ([`trust`]).
+    ignored: Mutex<Ignored>,
     outbox: mpsc::Sender<Outgoing>,
     checker: OnceLock<Weak<Checker>>,
     /// Where state changes go as events (`vigil events`), once given.
@@ -81,6 +84,7 @@ impl Shared {
                 history: VecDeque::new(),
             }),
             verdicts: Mutex::new(HashMap::new()),
+            ignored: Mutex::new(Ignored::default()),
             outbox: tx,
             checker: OnceLock::new(),
             events: OnceLock::new(),
@@ -205,8 +209,17 @@ impl Shared {
         }
     }
 
-    /// A result another member published: record it here as active
-    /// evidence, through the checker's own path.
+    /// A write under the prefix was not believed: counted, logged once
+    /// per key.
+    pub(crate) fn ignore(&self, key: &[u8], why: Why) {
+        if let Ok(mut i) = self.ignored.lock() {
+            i.note(key, why);
+        }
+    }
+
+    /// A result another member published (the session checked it is
+    /// believed): record it here as active evidence, through the checker's
+    /// own path.
     pub(crate) fn remote_result(&self, member: &str, target: &str, value: ResultValue) {
         if member == self.me() {
             return;
@@ -253,9 +266,11 @@ impl Shared {
         });
     }
 
-    /// Another member ejected a peer passively: a peer with a check here is
-    /// probed now (the result decides, as any probe's); one without has its
-    /// weight halved for what is left of that member's penalty.
+    /// Another member ejected a peer passively (the session checked it is
+    /// believed): a peer with a check here is probed now (the result
+    /// decides, as any probe's); one without has its weight halved for
+    /// what is left of that member's penalty, at most the longest
+    /// exclusion this member's own config gives the peer.
     pub(crate) fn remote_ejection(&self, member: &str, target: &str, value: &PassiveValue) {
         if member == self.me() || !self.opts.share_passive {
             return;
@@ -271,15 +286,6 @@ impl Shared {
         if local.is_some() {
             return;
         }
-        // What is left of the penalty (the members' wall clocks are assumed
-        // close); an ejection whose penalty is over when heard is ignored.
-        let Some(penalty) = value.penalty_ms else {
-            return;
-        };
-        let left = penalty.saturating_sub(unix_ms().saturating_sub(value.at_unix_ms));
-        if left == 0 {
-            return;
-        }
         let Some((_, clock)) = self.events.get() else {
             return;
         };
@@ -287,9 +293,21 @@ impl Shared {
         let Some(up) = registry.get(&value.upstream) else {
             return;
         };
-        let Some(id) = up.peer_by_name(&value.peer).map(|p| p.id()) else {
+        let Some(peer) = up.peer_by_name(&value.peer) else {
             return;
         };
+        // What is left of the penalty (the members' wall clocks are assumed
+        // within trust::MAX_SKEW); an ejection whose penalty is over when
+        // heard is ignored.
+        let longest = trust::longest_exclusion_ms(
+            peer.config().fail_timeout,
+            up.config().rules.penalty.as_ref(),
+        );
+        let left = trust::halving_ms(value.penalty_ms, value.at_unix_ms, unix_ms(), longest);
+        if left == 0 {
+            return;
+        }
+        let id = peer.id();
         let now = clock.now();
         if !up.halve_weight(id, now.after(Duration::from_millis(left)), member, now) {
             return;
@@ -351,6 +369,7 @@ impl Shared {
             members: members.as_ref().clone(),
             targets,
             history,
+            ignored_writes: self.ignored.lock().map_or(0, |i| i.count()),
         }
     }
 }

@@ -29,6 +29,12 @@ pub struct FleetView {
     pub targets: Vec<TargetView>,
     /// The last state changes (joined, degraded, rejoined), oldest first.
     pub history: Vec<HistoryView>,
+    /// Writes under the fleet's prefix not believed since this member
+    /// started (a member key without a lease, a result or ejection of no
+    /// live member, under another lease, for a target not its writer's,
+    /// or stamped too far ahead or too long ago): each key is logged once.
+    #[serde(default)]
+    pub ignored_writes: u64,
 }
 
 /// One target.

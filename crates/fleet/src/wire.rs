@@ -11,12 +11,16 @@
 //!
 //! Values are JSON. Everything a member wrote goes with its lease: when a
 //! member dies its keys vanish after the TTL and the others re-assign its
-//! targets.
+//! targets. Which of these keys a member believes (a lease, the writer's
+//! own lease, its own targets, bounded times) is the `trust` module's
+//! business.
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use vigil_core::health::{ProbePhase, ProbeReport};
+
+use crate::options::is_name;
 
 /// A member's key's value.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,15 +88,16 @@ pub enum Key<'a> {
 }
 
 /// Parse a key below `root`; `None` for anything else (a newer member's
-/// key kinds are ignored, not errors).
+/// key kinds are ignored, not errors), and for a `MEMBER` no member can
+/// be named (1 to 128 letters, digits, `.`, `_`, `-`).
 pub fn parse_key<'a>(root: &str, key: &'a [u8]) -> Option<Key<'a>> {
     let key = std::str::from_utf8(key).ok()?.strip_prefix(root)?;
     let (kind, rest) = key.split_once('/')?;
     match kind {
-        "members" if !rest.is_empty() && !rest.contains('/') => Some(Key::Member(rest)),
+        "members" if is_name(rest) => Some(Key::Member(rest)),
         "results" | "passive" => {
             let (member, target) = rest.split_once('/')?;
-            if member.is_empty() || target.is_empty() {
+            if !is_name(member) || target.is_empty() {
                 return None;
             }
             Some(if kind == "results" {
@@ -236,6 +241,9 @@ mod tests {
             "/vigil/fleet/edge/members/a/b",
             "/vigil/fleet/edge/results/m1",
             "/vigil/fleet/edge/results//t",
+            "/vigil/fleet/edge/members/a b",
+            "/vigil/fleet/edge/results/a\nb/t",
+            "/vigil/fleet/edge/passive/a\u{1b}[31m/t",
             "/vigil/fleet/edge/future/x",
         ] {
             assert_eq!(parse_key(ROOT, k.as_bytes()), None, "{k}");

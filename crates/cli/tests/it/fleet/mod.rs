@@ -9,6 +9,7 @@
 //! every member probes everything and serves, and rejoins when it is back.
 
 mod check;
+mod hostile;
 mod support;
 
 use std::collections::{BTreeSet, HashMap};

@@ -135,6 +135,60 @@ impl Drop for Etcd {
     }
 }
 
+/// `etcdctl` (API v3) against one etcd: the hostile writer of the trust
+/// tests. Missing, it is a failure, not a skip, as a missing etcd is.
+pub(super) struct Etcdctl {
+    endpoint: String,
+}
+
+impl Etcdctl {
+    pub(super) fn new(etcd: &Etcd) -> Self {
+        let ctl = Etcdctl {
+            endpoint: etcd.url(),
+        };
+        let out = ctl.command().arg("version").output().unwrap_or_else(|e| {
+            panic!("cannot run etcdctl ({e}): install it (Debian: apt-get install etcd-client)")
+        });
+        assert!(out.status.success(), "etcdctl version: {out:?}");
+        ctl
+    }
+
+    fn command(&self) -> Command {
+        let mut c = Command::new("etcdctl");
+        c.env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.endpoint));
+        c
+    }
+
+    /// `etcdctl put KEY VALUE`, under `lease` (hex, as etcdctl takes it) if given.
+    pub(super) fn put(&self, key: &str, value: &str, lease: Option<&str>) {
+        let mut c = self.command();
+        c.arg("put");
+        if let Some(l) = lease {
+            c.arg(format!("--lease={l}"));
+        }
+        let out = c.arg(key).arg(value).output().expect("run etcdctl");
+        assert!(
+            out.status.success(),
+            "etcdctl put {key} {value} (lease {lease:?}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The lease `key` is attached to, in hex (0: none).
+    pub(super) fn lease_of(&self, key: &str) -> String {
+        let out = self
+            .command()
+            .args(["get", key, "-w", "json"])
+            .output()
+            .expect("run etcdctl");
+        assert!(out.status.success(), "etcdctl get {key}: {out:?}");
+        let v: Value = serde_json::from_slice(&out.stdout).expect("etcdctl's json");
+        let lease = v["kvs"][0]["lease"].as_i64().unwrap_or(0);
+        format!("{lease:x}")
+    }
+}
+
 // === backends ===
 
 /// Backends that answer `GET /health` (probes) and anything else
@@ -149,6 +203,9 @@ pub(super) struct Backends {
     pub(super) failing: Vec<Arc<AtomicBool>>,
     /// Per backend: close traffic connections unanswered (probes pass).
     pub(super) broken: Vec<Arc<AtomicBool>>,
+    /// Per backend: stopped, answering nothing: every connection, probes
+    /// too, is closed as soon as it is accepted.
+    pub(super) stopped: Vec<Arc<AtomicBool>>,
     /// pid -> member name, for the /proc look-up.
     pub(super) pids: Arc<Mutex<HashMap<u32, String>>>,
 }
@@ -162,6 +219,7 @@ impl Backends {
             traffic: Vec::new(),
             failing: Vec::new(),
             broken: Vec::new(),
+            stopped: Vec::new(),
             pids: pids.clone(),
         };
         for _ in 0..n {
@@ -171,15 +229,20 @@ impl Backends {
             let traffic = Arc::new(AtomicUsize::new(0));
             let failing = Arc::new(AtomicBool::new(false));
             let broken = Arc::new(AtomicBool::new(false));
-            let (p, t, f, pids) = (
+            let stopped = Arc::new(AtomicBool::new(false));
+            let (p, t, f, pids, st) = (
                 probes.clone(),
                 traffic.clone(),
                 (failing.clone(), broken.clone()),
                 pids.clone(),
+                stopped.clone(),
             );
             std::thread::spawn(move || {
                 for s in l.incoming() {
                     let Ok(s) = s else { continue };
+                    if st.load(Ordering::SeqCst) {
+                        continue; // dropped: closed unanswered
+                    }
                     let (p, t, f, pids) = (p.clone(), t.clone(), f.clone(), pids.clone());
                     std::thread::spawn(move || serve_one(s, addr, &p, &t, &f, &pids));
                 }
@@ -189,6 +252,7 @@ impl Backends {
             b.traffic.push(traffic);
             b.failing.push(failing);
             b.broken.push(broken);
+            b.stopped.push(stopped);
         }
         b
     }
