@@ -513,3 +513,53 @@ fn admin_metrics_hold_the_proxys_and_the_checkers_families_in_one_text() {
     assert!(om.contains(&sample), "the same samples: {om}");
     assert!(om.ends_with("# EOF\n"), "{om}");
 }
+
+#[test]
+fn a_closed_log_pipe_does_not_stop_vigil() {
+    // Every request to a refused upstream is logged (a warn and an error
+    // line); the reader of vigil's log goes away first.
+    let listen = free_port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("nginx.conf");
+    std::fs::write(
+        &path,
+        format!("events {{}} http {{ upstream u {{ server 127.0.0.1:1; }} server {{ listen {listen}; location / {{ proxy_pass http://u; }} }} }}\n"),
+    )
+    .expect("write");
+    let mut running = Child(
+        Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .args(["serve", "--no-admin", "--threads", "1", "--nginx-conf"])
+            .arg(&path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start"),
+    );
+    let child = &mut running.0;
+    wait_for("vigil to answer", || get(listen).is_some());
+    // The reader of both pipes closes them.
+    drop(child.stderr.take());
+    drop(child.stdout.take());
+    for _ in 0..50 {
+        let r = get(listen).unwrap_or_default();
+        assert!(r.starts_with("HTTP/1.1 502"), "{r:?}");
+    }
+    assert!(
+        child.try_wait().expect("wait").is_none(),
+        "vigil is still running with its log pipe closed"
+    );
+    assert!(Command::new("kill")
+        .args(["-QUIT", &child.id().to_string()])
+        .status()
+        .expect("kill")
+        .success());
+    let until = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(Instant::now() < until, "vigil did not exit after SIGQUIT");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "exit {status} (101 is a panic)");
+}
