@@ -71,6 +71,9 @@ pub(crate) struct ConnState {
     write_deadline: AtomicU64,
     in_flight: AtomicU32,
     h2: AtomicBool,
+    /// HTTP/1: the client closed (or reset) the connection while its
+    /// request waited for the upstream (see [`ConnState::client_gone`]).
+    client_gone: AtomicBool,
     header_ms: u64,
     keepalive_ms: AtomicU64,
     send_ms: AtomicU64,
@@ -110,6 +113,7 @@ impl ConnState {
             write_deadline: AtomicU64::new(NONE),
             in_flight: AtomicU32::new(0),
             h2: AtomicBool::new(false),
+            client_gone: AtomicBool::new(false),
             header_ms,
             keepalive_ms: AtomicU64::new(ms(t.keepalive)),
             send_ms: AtomicU64::new(ms(t.send)),
@@ -135,6 +139,18 @@ impl ConnState {
             return None;
         }
         self.origin.checked_add(Duration::from_millis(deadline_ms))
+    }
+
+    /// The client closed or reset the connection while its request was
+    /// being served (HTTP/1: nginx's broken-connection check; the handler
+    /// ends its attempts unless `proxy_ignore_client_abort` is on).
+    pub(crate) fn client_gone(&self) -> bool {
+        self.client_gone.load(Ordering::Relaxed)
+    }
+
+    /// See [`ConnState::client_gone`].
+    pub(crate) fn set_client_gone(&self) {
+        self.client_gone.store(true, Ordering::Relaxed);
     }
 
     /// Bytes came from the client.

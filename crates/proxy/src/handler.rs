@@ -130,14 +130,18 @@ pub(crate) fn handle<'a>(
             },
             Err(refusal) => {
                 let mut raw = None;
+                let down = Downstream {
+                    local,
+                    client,
+                    conn,
+                };
                 let response = Box::pin(not_routed(
                     proxy,
                     &generation,
                     refusal,
                     (parts, target),
                     body,
-                    local,
-                    client,
+                    down,
                     start,
                     &mut raw,
                 ))
@@ -150,7 +154,11 @@ pub(crate) fn handle<'a>(
         // error_page redirects with the routes of this generation.
         let pages = saved.map(|p| (generation.clone(), p));
         drop(generation);
-        let net = (local, client);
+        let net = Downstream {
+            local,
+            client,
+            conn,
+        };
         let Handled {
             response: resp,
             mut raw,
@@ -192,6 +200,16 @@ pub(crate) fn handle<'a>(
             raw,
         }
     }
+}
+
+/// Where a request came from (nginx's downstream): the connection's local
+/// and client addresses, and its state, which says when an HTTP/1 client
+/// went away while its request waited ([`crate::conn::ConnState::client_gone`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Downstream<'c> {
+    pub(crate) local: SocketAddr,
+    pub(crate) client: SocketAddr,
+    pub(crate) conn: &'c crate::conn::ConnState,
 }
 
 /// A request's response, with its fields as they came where the route
@@ -379,7 +397,7 @@ fn returned(
 fn proxy_request<'a, 'o>(
     proxy: &'a Proxy,
     route: &'a Route,
-    (local, client): (SocketAddr, SocketAddr),
+    down: Downstream<'a>,
     parts: &'a mut Parts,
     target: Option<&'a Target>,
     client_body: &'a mut ClientRequestBody,
@@ -387,6 +405,7 @@ fn proxy_request<'a, 'o>(
     obs: &'a mut RequestObserver<'o>,
 ) -> impl Future<Output = Handled> + use<'a, 'o> {
     async move {
+        let (local, client) = (down.local, down.client);
         // nginx tunnels when the client sent Upgrade and the upstream answered
         // 101 (`u->upgrade`); vigil asks the upstream to switch only where the
         // location passes Upgrade on (see `passes_upgrade`).
@@ -539,6 +558,9 @@ fn proxy_request<'a, 'o>(
         };
         // The attempts in flight: one, or more while hedges race.
         let mut flights: Flights<'_> = SmallVec::new();
+        // The client's close ends them (nginx's broken-connection check),
+        // unless proxy_ignore_client_abort is on.
+        let watched = (!settings.ignore_client_abort).then_some(down.conn);
         let mut hedging = job.hedged;
         loop {
             if flights.is_empty() {
@@ -587,7 +609,22 @@ fn proxy_request<'a, 'o>(
             } else {
                 None
             };
-            let (flight, result) = match race(&mut flights, hedge_at).await {
+            let (flight, result) = match race(&mut flights, hedge_at, watched).await {
+                Raced::ClientGone => {
+                    // As nginx's 499: the attempts end, their connections
+                    // closed and their peers freed as nginx frees them
+                    // (state 0: nothing charged); nothing is retried and
+                    // nothing is sent.
+                    tracing::info!(%client, upstream = %upstream.name(), "client closed the connection while waiting for the upstream's answer");
+                    for f in flights.drain(..) {
+                        if let Some(r) = attempts.get_mut(f.record) {
+                            r.response_time = attempt::secs(coarse_tick().since(f.t0));
+                        }
+                        drop(f);
+                    }
+                    let gone = StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST);
+                    return answer(parts, &attempts, crate::conn::close_silently(gone));
+                }
                 Raced::Hedge => {
                     match upstream.hedge(&mut sel, clock.now(), connecting(&flights)) {
                         Ok(guard) => {
@@ -864,6 +901,8 @@ enum Raced {
     Done(usize, Result<Box<Answered>, Failed>),
     /// The hedge timer fired.
     Hedge,
+    /// The client closed its connection.
+    ClientGone,
 }
 
 impl<'a> Job<'a> {
@@ -955,10 +994,20 @@ impl<'a> Job<'a> {
     }
 }
 
-/// Wait for the first attempt to end, or for the hedge timer.
-async fn race(flights: &mut [Flight<'_>], hedge_at: Option<Instant>) -> Raced {
+/// Wait for the first attempt to end, for the hedge timer, or for the
+/// client of `watched` to go away.
+async fn race(
+    flights: &mut [Flight<'_>],
+    hedge_at: Option<Instant>,
+    watched: Option<&crate::conn::ConnState>,
+) -> Raced {
     let mut timer = std::pin::pin!(hedge_at.map(crate::timer::sleep_until));
     std::future::poll_fn(|cx| {
+        // (Set by the connection's loop, which polls this request again
+        // at once: crate::h1's watch.)
+        if watched.is_some_and(crate::conn::ConnState::client_gone) {
+            return Poll::Ready(Raced::ClientGone);
+        }
         for (i, f) in flights.iter_mut().enumerate() {
             if let Poll::Ready(r) = f.run.as_mut().poll(cx) {
                 return Poll::Ready(Raced::Done(i, r));

@@ -739,6 +739,11 @@ pub struct ProxySettings {
     pub read_timeout: Duration,
     /// `proxy_request_buffering`, default on.
     pub request_buffering: bool,
+    /// `proxy_ignore_client_abort`, default off: a client that closes its
+    /// connection while its request waits for the upstream ends the
+    /// attempt (logged 499, not retried, not charged to the peer); on, the
+    /// request goes on to the end.
+    pub ignore_client_abort: bool,
     /// `proxy_buffering`, default on.
     pub buffering: bool,
     /// `proxy_http_version`, default 1.0 in nginx; vigil speaks 1.1 upstream
@@ -1224,6 +1229,7 @@ impl Default for ProxySettings {
             send_timeout: Duration::from_secs(60),
             read_timeout: Duration::from_secs(60),
             request_buffering: true,
+            ignore_client_abort: false,
             buffering: true,
             http_version: HttpVersion::Http10,
             set_headers: Vec::new(),

@@ -567,7 +567,12 @@ fn exchange<'a>(
                     parts.extensions.insert(crate::tls::Secure);
                 }
                 let req = (parts, body);
-                crate::handler::handle(&cx.proxy, cx.local, cx.client, req, &cx.state).await
+                // Pinned where it is made: moved into `watch` it would be
+                // held twice in this future.
+                let handling = std::pin::pin!(crate::handler::handle(
+                    &cx.proxy, cx.local, cx.client, req, &cx.state
+                ));
+                watch(handling, wire, &cx.state).await
             }
         };
         gate::close_if_blind(&verdict, &mut resp);
@@ -601,6 +606,64 @@ fn exchange<'a>(
         } else {
             After::Next
         })
+    }
+}
+
+/// Drive `handling` (a request's handler) and, while it runs, watch the
+/// client's side of the connection as nginx's
+/// `ngx_http_upstream_check_broken_connection` does: once the request body
+/// is read, the client closing or resetting the connection is noted in
+/// `state` ([`ConnState::client_gone`]) and the handler polled again at
+/// once (it ends its attempts: 499); bytes of a next request end the watch.
+/// The watch costs no system call while nothing comes: the socket's read
+/// readiness is clear after the head's read, so the poll only registers.
+async fn watch<F: Future>(
+    mut handling: Pin<&mut F>,
+    wire: &mut Held,
+    state: &ConnState,
+) -> F::Output {
+    let mut watching = true;
+    std::future::poll_fn(|task| loop {
+        if let Poll::Ready(out) = handling.as_mut().poll(task) {
+            return Poll::Ready(out);
+        }
+        if !watching {
+            return Poll::Pending;
+        }
+        match wire.with(|w| client_left(w, task)) {
+            Some(true) => {
+                watching = false;
+                state.set_client_gone();
+            }
+            Some(false) => {
+                watching = false;
+                return Poll::Pending;
+            }
+            None => return Poll::Pending,
+        }
+    })
+    .await
+}
+
+/// Whether the client left while its request is served (`Some(true)`: it
+/// closed or reset the connection; `Some(false)`: a next request's bytes
+/// came, the watch ends), or not yet known (None; the task is woken when
+/// the socket has news). While the body is still to be read, its reader
+/// sees a close (and answers 400): None.
+fn client_left(w: &mut Wire, task: &mut Context<'_>) -> Option<bool> {
+    if !matches!(w.body, Reading::Done) || w.continue_at.is_some() || w.io.is_none() {
+        return None;
+    }
+    if !w.buf.is_empty() {
+        return Some(false);
+    }
+    if w.eof {
+        return Some(true);
+    }
+    match w.poll_fill(task) {
+        Poll::Pending => None,
+        Poll::Ready(Ok(0) | Err(_)) => Some(true),
+        Poll::Ready(Ok(_)) => Some(false),
     }
 }
 

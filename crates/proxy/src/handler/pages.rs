@@ -40,11 +40,12 @@ pub(super) async fn error_paged(
     proxy: &Proxy,
     page: Page<'_>,
     body: &mut ClientRequestBody,
-    (local, client): (SocketAddr, SocketAddr),
+    down: super::Downstream<'_>,
     start: Tick,
     mut resp: Response<UpBody>,
     raw: &mut Option<Box<crate::raw_head::RawFields>>,
 ) -> Response<UpBody> {
+    let (local, client) = (down.local, down.client);
     let routes = &page.generation.routes;
     let status = resp.status().as_u16();
     let generated = resp
@@ -102,14 +103,13 @@ pub(super) async fn error_paged(
             }
             // The page's upstream counts (and traces) its own attempts.
             let mut obs = super::observer(proxy, page.generation, &route, &parts, start);
-            let net = (local, client);
             let super::Handled {
                 response: resp,
                 raw: fields,
             } = Box::pin(proxy_request(
                 proxy,
                 &route,
-                net,
+                down,
                 &mut parts,
                 Some(&target),
                 body,
@@ -175,11 +175,11 @@ pub(super) async fn not_routed(
     refusal: Refusal,
     (parts, target): (Parts, Option<Target>),
     mut body: ClientRequestBody,
-    local: SocketAddr,
-    client: SocketAddr,
+    down: super::Downstream<'_>,
     start: Tick,
     raw: &mut Option<Box<crate::raw_head::RawFields>>,
 ) -> Response<UpBody> {
+    let (local, client) = (down.local, down.client);
     let routes = &generation.routes;
     let server = target
         .as_ref()
@@ -219,8 +219,7 @@ pub(super) async fn not_routed(
                 parts: parts.clone(),
                 target: target.clone(),
             };
-            let net = (local, client);
-            return error_paged(proxy, page, &mut body, net, start, resp, raw).await;
+            return error_paged(proxy, page, &mut body, down, start, resp, raw).await;
         }
     }
     server_logged(

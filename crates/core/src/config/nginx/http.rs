@@ -736,6 +736,7 @@ impl Level {
             "proxy_send_timeout" => p.send_timeout = time(d, one(d)?)?,
             "proxy_read_timeout" => p.read_timeout = time(d, one(d)?)?,
             "proxy_request_buffering" => p.request_buffering = on_off(d)?,
+            "proxy_ignore_client_abort" => p.ignore_client_abort = on_off(d)?,
             "proxy_buffering" => {
                 // vigil streams responses (as proxy_buffering off); reported once.
                 p.buffering = on_off(d)?;

@@ -362,6 +362,7 @@ fn shared(locations: &[Location]) -> ProxySettings {
         send_timeout,
         read_timeout,
         request_buffering,
+        ignore_client_abort,
         buffering,
         http_version,
         set_headers,
@@ -412,6 +413,7 @@ fn diff(p: &ProxySettings, base: &ProxySettings) -> RawProxy {
         send_timeout,
         read_timeout,
         request_buffering,
+        ignore_client_abort,
         buffering,
         http_version,
         set_headers,
@@ -456,6 +458,7 @@ fn diff(p: &ProxySettings, base: &ProxySettings) -> RawProxy {
         client_keepalive_timeout: changed(client_keepalive_timeout, &base.client_keepalive_timeout)
             .map(format_time),
         request_buffering: changed(request_buffering, &base.request_buffering),
+        ignore_client_abort: changed(ignore_client_abort, &base.ignore_client_abort),
         buffering: changed(buffering, &base.buffering),
         http_version: changed(http_version, &base.http_version).map(|v| {
             match v {

@@ -306,6 +306,7 @@ fn proxy(raw: &RawProxy, mut p: ProxySettings, at: &At<'_>) -> Result<ProxySetti
     }
     for (value, slot) in [
         (raw.request_buffering, &mut p.request_buffering),
+        (raw.ignore_client_abort, &mut p.ignore_client_abort),
         (raw.buffering, &mut p.buffering),
         (raw.ssl_verify, &mut p.ssl_verify),
         (raw.ssl_server_name, &mut p.ssl_server_name),

@@ -297,6 +297,8 @@ macro_rules! proxy_keys {
             read_timeout: String,
             /// `proxy_request_buffering`, default true.
             request_buffering: bool,
+            /// `proxy_ignore_client_abort`, default false.
+            ignore_client_abort: bool,
             /// `proxy_buffering`, default true.
             buffering: bool,
             /// `proxy_http_version`: `"1.0"` (default) or `"1.1"`.
