@@ -120,7 +120,7 @@ pub(super) async fn serve(admin: Admin, listener: TcpListener, shutdown: Cancell
             let a = admin.clone();
             let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
                 let a = a.clone();
-                async move { Ok::<_, std::convert::Infallible>(a.handle(&req)) }
+                async move { Ok::<_, std::convert::Infallible>(a.answer(&req)) }
             });
             let io = TokioIo::new(SendTimeout::new(stream, limits.send_timeout));
             let conn = builder.serve_connection(io, svc);

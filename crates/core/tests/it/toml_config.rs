@@ -1158,3 +1158,32 @@ fn the_admin_dashboard_can_be_switched_off_and_round_trips() {
     assert!(!vigil_core::config::toml::to_toml_string(&load_ok("")).contains("dashboard"));
     assert!(load_err("[admin]\ndashboard = \"off\"\n").contains("dashboard"));
 }
+
+#[test]
+fn admin_hosts_are_names_made_canonical_and_round_trip() {
+    let c = load_ok("[admin]\nhosts = [\"Vigil.Internal.\", \"ops_1\"]\n");
+    assert_eq!(c.admin.hosts, ["vigil.internal", "ops_1"]);
+    let text = vigil_core::config::toml::to_toml_string(&c);
+    assert_eq!(load_ok(&text).admin.hosts, c.admin.hosts, "{text}");
+    assert!(load_ok("").admin.hosts.is_empty());
+    for (src, expected) in [
+        (
+            "[admin]\nhosts = [\"ok\", \"*.example.com\"]\n",
+            "vigil.toml: admin.hosts[1]: \"*.example.com\" is not a host name (letters, digits, '-' and '_' in dot-separated labels; no port, no wildcard)",
+        ),
+        (
+            "[admin]\nhosts = [\"vigil:9901\"]\n",
+            "vigil.toml: admin.hosts[0]: \"vigil:9901\" is not a host name (letters, digits, '-' and '_' in dot-separated labels; no port, no wildcard)",
+        ),
+        (
+            "[admin]\nhosts = [\"10.0.0.1\"]\n",
+            "vigil.toml: admin.hosts[0]: \"10.0.0.1\" is an address: any IP address is accepted already; list host names only",
+        ),
+        (
+            "[admin]\nhosts = [\"\"]\n",
+            "vigil.toml: admin.hosts[0]: \"\" is not a host name (letters, digits, '-' and '_' in dot-separated labels; no port, no wildcard)",
+        ),
+    ] {
+        assert_eq!(load_err(src), expected, "{src}");
+    }
+}
