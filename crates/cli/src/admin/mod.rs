@@ -26,6 +26,7 @@ pub mod dashboard;
 mod host;
 mod listener;
 mod route;
+mod slots;
 #[cfg(test)]
 mod tests;
 
@@ -265,9 +266,17 @@ impl Admin {
         self
     }
 
-    /// Connections closed at once because [`Limits::max_connections`] were open.
+    /// Connections closed at once because [`Limits::max_connections`] were
+    /// open and every one was being answered.
     pub fn refused_connections(&self) -> u64 {
         self.refused.get()
+    }
+
+    /// Connections closed to make room for a new one at
+    /// [`Limits::max_connections`] (the one that waited longest without a
+    /// request in hand).
+    pub fn evicted_connections(&self) -> u64 {
+        self.refused.evicted()
     }
 
     /// Let `POST /api/reload` reload (every clone sees it; set once).

@@ -497,7 +497,7 @@ async fn an_idle_kept_alive_connection_is_closed_too() {
 }
 
 #[tokio::test]
-async fn connections_past_the_cap_are_closed_at_once_and_counted() {
+async fn at_the_cap_the_longest_idle_connection_gives_way() {
     use tokio::io::AsyncReadExt;
     let (admin, _) = setup(None);
     let admin = admin.with_limits(super::Limits {
@@ -505,35 +505,60 @@ async fn connections_past_the_cap_are_closed_at_once_and_counted() {
         ..super::Limits::default()
     });
     let (addr, stop) = serving(admin.clone()).await;
-    let held: Vec<tokio::net::TcpStream> = vec![
-        tokio::net::TcpStream::connect(addr).await.expect("1"),
-        tokio::net::TcpStream::connect(addr).await.expect("2"),
-    ];
-    // The accept loop takes them in order: wait (bounded) until the third is refused.
-    let mut third = tokio::net::TcpStream::connect(addr).await.expect("3");
+    let mut first = tokio::net::TcpStream::connect(addr).await.expect("1");
+    let _second = tokio::net::TcpStream::connect(addr).await.expect("2");
+    // A third, at the cap: served, and the first (idle longest) is closed.
+    let reply = raw_exchange(
+        addr,
+        b"GET /api/config HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
     let mut buf = [0u8; 16];
-    let n = tokio::time::timeout(std::time::Duration::from_secs(10), third.read(&mut buf))
+    let n = tokio::time::timeout(std::time::Duration::from_secs(10), first.read(&mut buf))
         .await
-        .expect("closed at once, not held")
+        .expect("the first was closed, not held")
         .unwrap_or(0);
     assert_eq!(n, 0);
-    assert_eq!(admin.refused_connections(), 1);
-    // The held ones still work, and a slot freed is a slot taken.
-    drop(held);
-    let mut answered = false;
-    for _ in 0..200 {
-        let reply = raw_exchange(
-            addr,
-            b"GET /api/config HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
-        )
-        .await;
-        if reply.starts_with("HTTP/1.1 200") {
-            answered = true;
-            break;
+    assert_eq!(
+        (admin.evicted_connections(), admin.refused_connections()),
+        (1, 0)
+    );
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn idle_and_slowloris_connections_past_the_cap_do_not_keep_an_operator_out() {
+    use tokio::io::AsyncWriteExt;
+    let (admin, _) = setup(None);
+    let admin = admin.with_limits(super::Limits {
+        max_connections: 16,
+        ..super::Limits::default()
+    });
+    let (addr, stop) = serving(admin.clone()).await;
+    let mut held = Vec::new();
+    for i in 0..40 {
+        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        if i % 3 == 0 {
+            s.write_all(b"GET /api/st").await.expect("partial head");
         }
-        tokio::task::yield_now().await;
+        held.push(s);
     }
-    assert!(answered, "a freed slot is served again");
+    // Bounded: answered long before the header timeout would free a place.
+    let reply = tokio::time::timeout(
+        super::HEADER_TIMEOUT / 2,
+        raw_exchange(
+            addr,
+            b"GET /api/status HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+        ),
+    )
+    .await
+    .expect("answered while the idle connections are open");
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    // Each connection past the 16th closed the one idle longest.
+    assert_eq!(admin.evicted_connections(), 40 + 1 - 16);
+    assert_eq!(admin.refused_connections(), 0);
+    drop(held);
     stop.cancel();
 }
 

@@ -1,5 +1,10 @@
 //! The admin listener of a real `vigil serve`: it answers only requests
-//! that name it (DNS rebinding).
+//! that name it (DNS rebinding), and idle or slow connections past its cap
+//! do not keep `vigil status` out.
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::Duration;
 
 use vigil_testkit::free_addr;
 
@@ -56,4 +61,43 @@ fn a_rebound_name_is_misdirected_and_a_configured_one_is_served() {
         err.contains("\"*.example.com\" is not a host name"),
         "{err}"
     );
+}
+
+#[test]
+fn three_hundred_idle_and_slowloris_connections_do_not_lock_vigil_status_out() {
+    let _ = rlimit::increase_nofile_limit(4096);
+    let a = backend("A");
+    let (listen, admin) = (free_addr(), free_addr());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("nginx.conf");
+    std::fs::write(&path, conf(a, listen)).expect("write");
+    let admin_s = admin.to_string();
+    let _serving = serve_with_admin(&path, &admin_s, &[]);
+    wait_for("the admin API", || {
+        status_line(admin, "127.0.0.1").starts_with("HTTP/1.1 200")
+    });
+    // Past the 256-connection cap: silent ones, and every third sends a
+    // partial request head and stops (slowloris).
+    let mut held = Vec::with_capacity(300);
+    for i in 0..300 {
+        let mut s = TcpStream::connect_timeout(&admin, Duration::from_secs(5)).expect("connect");
+        if i % 3 == 0 {
+            s.write_all(b"GET /api/status HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Wait: ")
+                .expect("partial head");
+        }
+        held.push(s);
+    }
+    // The operator's command, while all 300 are open (its own bounds: 5 s
+    // to connect, 10 s for the answer; the header timeout that would free
+    // places is 10 s too, so a refused connection fails it at once).
+    let out = vigil(&["status", "--admin", &admin_s]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains(&a.to_string()), "{text}");
+    drop(held);
 }
