@@ -24,6 +24,9 @@ pub(crate) struct Options {
     pub(crate) admin_listen: Option<SocketAddr>,
     /// Admin token (overrides the config's).
     pub(crate) admin_token: Option<String>,
+    /// Host names the admin API answers to, besides the config's
+    /// `admin.hosts` (`--admin-host`).
+    pub(crate) admin_hosts: Vec<String>,
     /// Turn the admin API off.
     pub(crate) no_admin: bool,
     /// Serve the endpoint list on `GET /` instead of the dashboard (else
@@ -183,7 +186,8 @@ pub(crate) async fn start(config: Config, opts: Options) -> anyhow::Result<Stack
             token,
             status,
         )
-        .with_dashboard(admin_cfg.dashboard && !opts.no_dashboard);
+        .with_dashboard(admin_cfg.dashboard && !opts.no_dashboard)
+        .with_hosts(admin_cfg.hosts.iter().chain(&opts.admin_hosts).cloned());
         if let Some(f) = fleet.clone() {
             a = a.with_fleet(move || f.view_json());
         }

@@ -4,11 +4,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::CertificateDer;
-
 pub mod client;
+pub mod pem;
 pub mod server;
+
+pub use pem::{certified_key, read_certs, read_key};
 
 /// Why a TLS configuration could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -51,16 +51,4 @@ pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 /// A file's bytes: a regular file of bounded size only (not a device or FIFO).
 fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
     vigil_core::config::read::read_regular_file(path).map_err(|e| TlsError::file(path, e))
-}
-
-/// The PEM certificates of `path`, at least one.
-pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let pem = read(path)?;
-    let certs = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| TlsError::file(path, e))?;
-    if certs.is_empty() {
-        return Err(TlsError::file(path, "no certificates in the file"));
-    }
-    Ok(certs)
 }

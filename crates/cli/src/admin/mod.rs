@@ -16,12 +16,17 @@
 //!
 //! Write endpoints need `Authorization: Bearer TOKEN`; without a configured
 //! token they are refused. A non-loopback listen address needs a token.
+//! Only requests whose `Host` names the listener are answered ([`host`]:
+//! an address, `localhost`, or a name in `[admin] hosts`), so a page whose
+//! DNS name is re-pointed at the listener cannot read it.
 //! Every response but tengine's `/status` and `/metrics` carries
 //! `Cache-Control: no-store` and `X-Content-Type-Options: nosniff`.
 
 pub mod dashboard;
+mod host;
 mod listener;
 mod route;
+mod slots;
 #[cfg(test)]
 mod tests;
 
@@ -41,6 +46,7 @@ use vigil_core::peer::AdminState;
 use vigil_core::registry::Registry;
 use vigil_core::Clock;
 
+pub use host::AllowedHosts;
 pub use listener::{Limits, HEADER_TIMEOUT, MAX_CONNECTIONS, REFUSED_LOG_INTERVAL, SEND_TIMEOUT};
 pub use route::{
     parse_query, percent_decode_utf8, segments, BadRequest, DashboardAsset, Route,
@@ -77,6 +83,8 @@ pub struct Admin {
     dashboard: bool,
     /// Fleet mode: the fleet's view for `GET /api/fleet`.
     fleet: Option<FleetFn>,
+    /// The `Host` names answered besides addresses and `localhost`.
+    hosts: Arc<AllowedHosts>,
 }
 
 type ReloadResult = api::ReloadView;
@@ -200,7 +208,16 @@ impl Admin {
             nginx_status: None,
             dashboard: true,
             fleet: None,
+            hosts: Arc::default(),
         }
+    }
+
+    /// Answer requests whose `Host` is one of `names` too (lower-case, as
+    /// `AdminConfig::host_name` makes them), besides addresses and
+    /// `localhost` ([`AllowedHosts`]).
+    pub fn with_hosts(mut self, names: impl IntoIterator<Item = String>) -> Self {
+        self.hosts = Arc::new(AllowedHosts::new(names));
+        self
     }
 
     /// Fleet mode: serve `f()` on `GET /api/fleet`.
@@ -249,9 +266,17 @@ impl Admin {
         self
     }
 
-    /// Connections closed at once because [`Limits::max_connections`] were open.
+    /// Connections closed at once because [`Limits::max_connections`] were
+    /// open and every one was being answered.
     pub fn refused_connections(&self) -> u64 {
         self.refused.get()
+    }
+
+    /// Connections closed to make room for a new one at
+    /// [`Limits::max_connections`] (the one that waited longest without a
+    /// request in hand).
+    pub fn evicted_connections(&self) -> u64 {
+        self.refused.evicted()
     }
 
     /// Let `POST /api/reload` reload (every clone sees it; set once).
@@ -298,7 +323,18 @@ impl Admin {
         listener::serve(self, listener, shutdown).await;
     }
 
-    /// Answer one request. Bodies are never read: every input is in the
+    /// Answer one request that came over the listener: first its `Host`
+    /// ([`AllowedHosts::check`]: 421 for a name that is not this
+    /// listener's), then [`Admin::handle`].
+    pub fn answer<B>(&self, req: &Request<B>) -> Response<Full<Bytes>> {
+        match self.hosts.check(req) {
+            Ok(()) => self.handle(req),
+            Err(refused) => *refused,
+        }
+    }
+
+    /// Answer one request (its `Host` is not looked at: see
+    /// [`Admin::answer`]). Bodies are never read: every input is in the
     /// path or the query. Nothing in the request can make this panic.
     pub fn handle<B>(&self, req: &Request<B>) -> Response<Full<Bytes>> {
         let route = match Route::decode(req.method(), req.uri().path(), req.uri().query()) {

@@ -274,7 +274,7 @@ async fn over_a_socket() {
     let req = Request::builder()
         .method(Method::POST)
         .uri("/api/peers/api/10.0.0.2:80/down")
-        .header("host", "admin")
+        .header("host", "127.0.0.1")
         .header("authorization", "Bearer tok")
         .body(Full::new(Bytes::new()))
         .expect("req");
@@ -335,7 +335,7 @@ async fn the_issues_query_is_answered_not_a_panic() {
     let (addr, stop) = serving(admin).await;
     let reply = raw_exchange(
         addr,
-        b"GET /api/status?x=%\xe2\x82\xac HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        b"GET /api/status?x=%\xe2\x82\xac HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
     )
     .await;
     assert!(
@@ -473,7 +473,7 @@ async fn an_idle_kept_alive_connection_is_closed_too() {
     let (admin, _) = setup(None);
     let (addr, stop) = serving(admin).await;
     let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    s.write_all(b"GET /api/config HTTP/1.1\r\nHost: a\r\n\r\n")
+    s.write_all(b"GET /api/config HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .await
         .expect("write");
     let mut got = Vec::new();
@@ -497,7 +497,7 @@ async fn an_idle_kept_alive_connection_is_closed_too() {
 }
 
 #[tokio::test]
-async fn connections_past_the_cap_are_closed_at_once_and_counted() {
+async fn at_the_cap_the_longest_idle_connection_gives_way() {
     use tokio::io::AsyncReadExt;
     let (admin, _) = setup(None);
     let admin = admin.with_limits(super::Limits {
@@ -505,36 +505,198 @@ async fn connections_past_the_cap_are_closed_at_once_and_counted() {
         ..super::Limits::default()
     });
     let (addr, stop) = serving(admin.clone()).await;
-    let held: Vec<tokio::net::TcpStream> = vec![
-        tokio::net::TcpStream::connect(addr).await.expect("1"),
-        tokio::net::TcpStream::connect(addr).await.expect("2"),
-    ];
-    // The accept loop takes them in order: wait (bounded) until the third is refused.
-    let mut third = tokio::net::TcpStream::connect(addr).await.expect("3");
+    let mut first = tokio::net::TcpStream::connect(addr).await.expect("1");
+    let _second = tokio::net::TcpStream::connect(addr).await.expect("2");
+    // A third, at the cap: served, and the first (idle longest) is closed.
+    let reply = raw_exchange(
+        addr,
+        b"GET /api/config HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
     let mut buf = [0u8; 16];
-    let n = tokio::time::timeout(std::time::Duration::from_secs(10), third.read(&mut buf))
+    let n = tokio::time::timeout(std::time::Duration::from_secs(10), first.read(&mut buf))
         .await
-        .expect("closed at once, not held")
+        .expect("the first was closed, not held")
         .unwrap_or(0);
     assert_eq!(n, 0);
-    assert_eq!(admin.refused_connections(), 1);
-    // The held ones still work, and a slot freed is a slot taken.
-    drop(held);
-    let mut answered = false;
-    for _ in 0..200 {
-        let reply = raw_exchange(
+    assert_eq!(
+        (admin.evicted_connections(), admin.refused_connections()),
+        (1, 0)
+    );
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn idle_and_slowloris_connections_past_the_cap_do_not_keep_an_operator_out() {
+    use tokio::io::AsyncWriteExt;
+    let (admin, _) = setup(None);
+    let admin = admin.with_limits(super::Limits {
+        max_connections: 16,
+        ..super::Limits::default()
+    });
+    let (addr, stop) = serving(admin.clone()).await;
+    let mut held = Vec::new();
+    for i in 0..40 {
+        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        if i % 3 == 0 {
+            s.write_all(b"GET /api/st").await.expect("partial head");
+        }
+        held.push(s);
+    }
+    // Bounded: answered long before the header timeout would free a place.
+    let reply = tokio::time::timeout(
+        super::HEADER_TIMEOUT / 2,
+        raw_exchange(
             addr,
-            b"GET /api/config HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+            b"GET /api/status HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+        ),
+    )
+    .await
+    .expect("answered while the idle connections are open");
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    // Each connection past the 16th closed the one idle longest.
+    assert_eq!(admin.evicted_connections(), 40 + 1 - 16);
+    assert_eq!(admin.refused_connections(), 0);
+    drop(held);
+    stop.cancel();
+}
+
+/// The answer to a raw request on `addr`: (status, body).
+async fn status_of(addr: std::net::SocketAddr, raw: &str) -> (u16, String) {
+    let reply = raw_exchange(addr, raw.as_bytes()).await;
+    let status = reply.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = reply
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[tokio::test]
+async fn only_requests_naming_the_listener_are_answered() {
+    let (admin, _) = setup(None);
+    let admin = admin.with_hosts(["vigil.internal".to_string()]);
+    let (addr, stop) = serving(admin).await;
+    let get = |host: &str| {
+        format!("GET /api/status HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+    };
+    for (host, expected) in [
+        ("127.0.0.1", 200),
+        ("127.0.0.1:9901", 200),
+        ("10.1.2.3:80", 200),
+        ("[::1]", 200),
+        ("[::1]:9901", 200),
+        ("localhost", 200),
+        ("LocalHost:9901", 200),
+        ("localhost.", 200),
+        ("dashboard.localhost:9901", 200),
+        ("vigil.internal", 200),
+        ("Vigil.Internal.:8080", 200),
+        ("evil.example", 421),
+        ("evil.example:9901", 421),
+        ("localhost.evil.example", 421),
+        ("127.0.0.1.evil.example", 421),
+        ("vigil.internal.evil.example", 421),
+        ("localhost:99999999", 421),
+        ("127.0.0.1:x", 421),
+        ("[::1", 421),
+        ("::1", 421),
+        (".localhost", 421),
+    ] {
+        let (status, body) = status_of(addr, &get(host)).await;
+        assert_eq!(status, expected, "Host: {host}: {body}");
+        if expected == 421 {
+            assert_eq!(
+                body,
+                format!("Host \"{host}\" is not a name of this admin listener; an IP address, localhost or a name in [admin] hosts (--admin-host) is\n")
+            );
+        }
+    }
+    // No Host: HTTP/1.0 (no browser sends it) is served, HTTP/1.1 is a 400.
+    let (status, _) = status_of(addr, "GET /api/status HTTP/1.0\r\n\r\n").await;
+    assert_eq!(status, 200);
+    let (status, body) = status_of(
+        addr,
+        "GET /api/status HTTP/1.1\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(
+        (status, body.as_str()),
+        (400, "an HTTP/1.1 request needs a Host header\n")
+    );
+    let (status, _) = status_of(
+        addr,
+        "GET /api/status HTTP/1.1\r\nHost: localhost\r\nHost: evil.example\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(status, 400);
+    // An absolute-form target's authority is judged too.
+    let (status, _) = status_of(
+        addr,
+        "GET http://evil.example/api/status HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(status, 421);
+    // The dashboard and tengine's page are behind the same check.
+    for path in ["/", "/status", "/metrics"] {
+        let (status, _) = status_of(
+            addr,
+            &format!("GET {path} HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n"),
         )
         .await;
-        if reply.starts_with("HTTP/1.1 200") {
-            answered = true;
-            break;
-        }
-        tokio::task::yield_now().await;
+        assert_eq!(status, 421, "{path}");
     }
-    assert!(answered, "a freed slot is served again");
     stop.cancel();
+}
+
+#[tokio::test]
+async fn a_refused_host_is_echoed_escaped_and_cut() {
+    let (admin, _) = setup(None);
+    let (addr, stop) = serving(admin).await;
+    let long = "a".repeat(150);
+    let raw = format!("GET / HTTP/1.1\r\nHost: {long}\r\nConnection: close\r\n\r\n");
+    let (status, body) = status_of(addr, &raw).await;
+    assert_eq!(status, 421);
+    assert!(
+        body.starts_with(&format!("Host \"{}...\" is not", "a".repeat(100))),
+        "{body}"
+    );
+    let raw = "GET / HTTP/1.1\r\nHost: x\\\"é\r\nConnection: close\r\n\r\n";
+    let (_, body) = status_of(addr, raw).await;
+    assert!(body.starts_with(r#"Host "x\\\"\xc3\xa9" is not"#), "{body}");
+    stop.cancel();
+}
+
+/// A page on another site can make a browser send a POST without reading
+/// the answer (CSRF). It cannot make it send `Authorization` without a
+/// CORS preflight, which the admin API never grants, and without a
+/// configured token every write is refused anyway: writes need no other guard.
+#[tokio::test]
+async fn a_cross_site_page_cannot_write() {
+    for token in [None, Some("t")] {
+        let (admin, _) = setup(token);
+        let (addr, stop) = serving(admin).await;
+        let reply = String::from_utf8_lossy(
+            raw_exchange(
+                addr,
+                b"OPTIONS /api/peers/api/10.0.0.1:80/down HTTP/1.1\r\nHost: 127.0.0.1:9901\r\nOrigin: http://evil.example\r\nAccess-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: authorization\r\nConnection: close\r\n\r\n",
+            )
+            .await
+            .as_bytes(),
+        )
+        .to_ascii_lowercase();
+        assert!(reply.starts_with("http/1.1 405"), "{reply}");
+        assert!(!reply.contains("access-control-allow"), "{reply}");
+        // The simple POST a form or fetch(no-cors) can send: no token in it.
+        let (status, _) = status_of(
+            addr,
+            "POST /api/peers/api/10.0.0.1:80/down HTTP/1.1\r\nHost: 127.0.0.1:9901\r\nOrigin: http://evil.example\r\nContent-Type: text/plain\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+        assert_eq!(status, if token.is_some() { 401 } else { 403 });
+        stop.cancel();
+    }
 }
 
 #[tokio::test(start_paused = true)]

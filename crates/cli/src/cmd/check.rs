@@ -54,6 +54,11 @@ pub(crate) struct Args {
     /// Bearer token for the admin API's write endpoints.
     #[arg(long, env = "VIGIL_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    /// A host name the admin API answers to besides IP addresses and
+    /// localhost (repeatable). Requests naming any other Host get 421 (DNS
+    /// rebinding).
+    #[arg(long = "admin-host", value_name = "NAME", value_parser = vigil_core::config::AdminConfig::host_name)]
+    admin_hosts: Vec<String>,
     /// Do not serve the admin API.
     #[arg(long)]
     no_admin: bool,
@@ -179,7 +184,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             )
             .with_annotate(move |view| annotator.annotate(view))
             .with_nginx_status(move || sync.sync_view())
-            .with_dashboard(!args.no_dashboard);
+            .with_dashboard(!args.no_dashboard)
+            .with_hosts(args.admin_hosts.clone());
             let admin = match fleet.clone() {
                 Some(f) => admin.with_fleet(move || f.view_json()),
                 None => admin,

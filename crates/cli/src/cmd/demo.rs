@@ -171,6 +171,7 @@ async fn demo(args: Args) -> anyhow::Result<ExitCode> {
             spool_dir: std::env::temp_dir(),
             admin_listen: Some(args.admin_listen),
             admin_token: Some(token.clone()),
+            admin_hosts: Vec::new(),
             no_admin: false,
             no_dashboard: false,
             fleet: None,

@@ -44,6 +44,11 @@ pub(crate) struct Args {
     /// Bearer token for the admin API's write endpoints.
     #[arg(long, env = "VIGIL_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    /// A host name the admin API answers to besides IP addresses and
+    /// localhost (repeatable; added to the config's admin.hosts). Requests
+    /// naming any other Host get 421 (DNS rebinding).
+    #[arg(long = "admin-host", value_name = "NAME", value_parser = vigil_core::config::AdminConfig::host_name)]
+    admin_hosts: Vec<String>,
     /// Do not serve the admin API.
     #[arg(long)]
     no_admin: bool,
@@ -119,6 +124,7 @@ async fn serve(
                 spool_dir: args.spool_dir.clone().unwrap_or_else(std::env::temp_dir),
                 admin_listen: args.admin_listen,
                 admin_token: args.admin_token.clone(),
+                admin_hosts: args.admin_hosts.clone(),
                 no_admin: args.no_admin,
                 no_dashboard: args.no_dashboard,
                 fleet,

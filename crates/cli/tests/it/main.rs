@@ -1,5 +1,6 @@
 //! `vigil` binary tests: the real executable, on 127.0.0.1.
 
+mod admin;
 mod conformance;
 mod dashboard;
 mod demo;

@@ -85,7 +85,7 @@ fn get(addr: SocketAddr, path: &str) -> Option<String> {
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
     )
     .ok()?;
     let mut out = String::new();

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use vigil_testkit::free_addr as free_port;
 
 /// A backend answering every request with `body`, on its own thread.
-fn backend(body: &'static str) -> SocketAddr {
+pub(crate) fn backend(body: &'static str) -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = l.local_addr().expect("addr");
     answer_on(l, body);
@@ -49,7 +49,7 @@ fn get(addr: SocketAddr) -> Option<String> {
 }
 
 /// Send `request` on a new connection to `addr`; all that comes back.
-fn exchange(addr: SocketAddr, request: &str) -> Option<String> {
+pub(crate) fn exchange(addr: SocketAddr, request: &str) -> Option<String> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     s.write_all(request.as_bytes()).ok()?;
@@ -58,7 +58,7 @@ fn exchange(addr: SocketAddr, request: &str) -> Option<String> {
     Some(out)
 }
 
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+pub(crate) fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     let until = Instant::now() + Duration::from_secs(10);
     while !cond() {
         assert!(Instant::now() < until, "timed out waiting for {what}");
@@ -66,7 +66,7 @@ fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-fn conf(upstream: SocketAddr, listen: SocketAddr) -> String {
+pub(crate) fn conf(upstream: SocketAddr, listen: SocketAddr) -> String {
     format!("events {{}} http {{ upstream u {{ server {upstream}; }} server {{ listen {listen}; location / {{ proxy_pass http://u; }} }} }}\n")
 }
 
@@ -283,7 +283,7 @@ fn silent_connections_under_a_1024_descriptor_limit_do_not_take_vigil_down() {
 }
 
 /// A child process killed when the test ends.
-struct Child(std::process::Child);
+pub(crate) struct Child(std::process::Child);
 
 impl Drop for Child {
     fn drop(&mut self) {
@@ -293,7 +293,7 @@ impl Drop for Child {
 }
 
 /// `vigil serve` on `path` with its admin API on `admin` (and `args`).
-fn serve_with_admin(path: &std::path::Path, admin: &str, args: &[&str]) -> Child {
+pub(crate) fn serve_with_admin(path: &std::path::Path, admin: &str, args: &[&str]) -> Child {
     Child(
         Command::new(env!("CARGO_BIN_EXE_vigil"))
             .args(["serve", "--threads", "1", "--admin-listen", admin])
@@ -308,7 +308,7 @@ fn serve_with_admin(path: &std::path::Path, admin: &str, args: &[&str]) -> Child
     )
 }
 
-fn vigil(args: &[&str]) -> std::process::Output {
+pub(crate) fn vigil(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_vigil"))
         .args(args)
         .env_remove("VIGIL_ADMIN_TOKEN")
@@ -449,7 +449,7 @@ fn scrape(admin: SocketAddr, accept: &str) -> Option<(String, String)> {
     let out = exchange(
         admin,
         &format!(
-            "GET /metrics HTTP/1.1\r\nHost: t\r\nAccept: {accept}\r\nConnection: close\r\n\r\n"
+            "GET /metrics HTTP/1.1\r\nHost: localhost\r\nAccept: {accept}\r\nConnection: close\r\n\r\n"
         ),
     )?;
     let (head, body) = out.split_once("\r\n\r\n")?;

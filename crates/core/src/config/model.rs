@@ -73,6 +73,10 @@ pub struct AdminConfig {
     /// `GET /` serves the live dashboard; default true (false: the list of
     /// endpoints there).
     pub dashboard: bool,
+    /// Host names a request's `Host` may name besides an IP address and
+    /// `localhost` (`[admin] hosts`, `--admin-host`); lower-case, without
+    /// a trailing dot; default none. Other names are refused (DNS rebinding).
+    pub hosts: Vec<String>,
 }
 
 impl Default for AdminConfig {
@@ -81,6 +85,7 @@ impl Default for AdminConfig {
             listen: None,
             token: None,
             dashboard: true,
+            hosts: Vec::new(),
         }
     }
 }
@@ -1107,6 +1112,33 @@ impl Default for TelemetryConfig {
 impl AdminConfig {
     /// The default admin listen address.
     pub const DEFAULT_LISTEN: &'static str = "127.0.0.1:9901";
+
+    /// One name of `[admin] hosts` / `--admin-host`, checked and made
+    /// canonical: DNS labels of letters, digits, `-` and `_` (at most 63
+    /// bytes each, 253 in all), lower-cased, a trailing dot dropped. A port,
+    /// a wildcard or an address is refused: addresses are always accepted.
+    pub fn host_name(text: &str) -> Result<String, String> {
+        let name = text.strip_suffix('.').unwrap_or(text).to_ascii_lowercase();
+        if name.parse::<std::net::IpAddr>().is_ok()
+            || name.starts_with('[')
+            || name.parse::<std::net::SocketAddr>().is_ok()
+        {
+            return Err(format!(
+                "\"{text}\" is an address: any IP address is accepted already; list host names only"
+            ));
+        }
+        let label_ok = |l: &str| {
+            (1..=63).contains(&l.len())
+                && l.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        };
+        if name.is_empty() || name.len() > 253 || !name.split('.').all(label_ok) {
+            return Err(format!(
+                "\"{text}\" is not a host name (letters, digits, '-' and '_' in dot-separated labels; no port, no wildcard)"
+            ));
+        }
+        Ok(name)
+    }
 }
 
 impl ServerConfig {

@@ -1190,3 +1190,32 @@ fn worker_shutdown_timeout_bounds_a_graceful_stop_in_both_front_ends() {
         "{twice}"
     );
 }
+
+#[test]
+fn admin_hosts_are_names_made_canonical_and_round_trip() {
+    let c = load_ok("[admin]\nhosts = [\"Vigil.Internal.\", \"ops_1\"]\n");
+    assert_eq!(c.admin.hosts, ["vigil.internal", "ops_1"]);
+    let text = vigil_core::config::toml::to_toml_string(&c);
+    assert_eq!(load_ok(&text).admin.hosts, c.admin.hosts, "{text}");
+    assert!(load_ok("").admin.hosts.is_empty());
+    for (src, expected) in [
+        (
+            "[admin]\nhosts = [\"ok\", \"*.example.com\"]\n",
+            "vigil.toml: admin.hosts[1]: \"*.example.com\" is not a host name (letters, digits, '-' and '_' in dot-separated labels; no port, no wildcard)",
+        ),
+        (
+            "[admin]\nhosts = [\"vigil:9901\"]\n",
+            "vigil.toml: admin.hosts[0]: \"vigil:9901\" is not a host name (letters, digits, '-' and '_' in dot-separated labels; no port, no wildcard)",
+        ),
+        (
+            "[admin]\nhosts = [\"10.0.0.1\"]\n",
+            "vigil.toml: admin.hosts[0]: \"10.0.0.1\" is an address: any IP address is accepted already; list host names only",
+        ),
+        (
+            "[admin]\nhosts = [\"\"]\n",
+            "vigil.toml: admin.hosts[0]: \"\" is not a host name (letters, digits, '-' and '_' in dot-separated labels; no port, no wildcard)",
+        ),
+    ] {
+        assert_eq!(load_err(src), expected, "{src}");
+    }
+}

@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::sign::SingleCertAndKey;
 use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
 
-use super::{provider, read, read_certs, TlsError};
+use super::{certified_key, provider, read_certs, TlsError};
 
 /// What a TLS client configuration is made of.
 #[derive(Clone, Copy, Debug)]
@@ -52,12 +52,8 @@ impl ClientTls<'_> {
         match self.client_auth {
             None => Ok(builder.with_no_client_auth()),
             Some((cert, key)) => {
-                let chain = read_certs(cert)?;
-                let key_der = PrivateKeyDer::from_pem_slice(&read(key)?)
-                    .map_err(|e| TlsError::file(key, e))?;
-                builder
-                    .with_client_auth_cert(chain, key_der)
-                    .map_err(|e| TlsError::file(cert, e))
+                let certified = certified_key(cert, key)?;
+                Ok(builder.with_client_cert_resolver(Arc::new(SingleCertAndKey::from(certified))))
             }
         }
     }

@@ -8,8 +8,6 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::PrivateKeyDer;
 use rustls::server::{
     ClientHello, NoServerSessionStorage, ResolvesServerCert, ServerSessionMemoryCache,
 };
@@ -20,7 +18,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::LazyConfigAcceptor;
 
-use super::{provider, read, read_certs, TlsError};
+use super::{provider, TlsError};
 
 /// The settings of one TLS `server` block besides its certificates.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,26 +45,9 @@ pub type Key = Arc<CertifiedKey>;
 const HTTP1_ALPN: [&[u8]; 3] = [b"http/1.1", b"http/1.0", b"http/0.9"];
 
 /// Load the chain of `cert` and the private key of `key` (PEM), and check
-/// that they belong together.
+/// that they belong together ([`super::certified_key`]).
 pub fn load_key(cert: &Path, key: &Path) -> Result<Key, TlsError> {
-    let chain = read_certs(cert)?;
-    let der = PrivateKeyDer::from_pem_slice(&read(key)?)
-        .map_err(|e| TlsError::file(key, format!("no private key in the file ({e})")))?;
-    let signing = provider()
-        .key_provider
-        .load_private_key(der)
-        .map_err(|e| TlsError::file(key, e))?;
-    let certified = CertifiedKey::new(chain, signing);
-    certified.keys_match().map_err(|e| {
-        TlsError::file(
-            key,
-            format!(
-                "the key does not match the certificate {} ({e})",
-                cert.display()
-            ),
-        )
-    })?;
-    Ok(Arc::new(certified))
+    super::certified_key(cert, key).map(Arc::new)
 }
 
 /// The server configuration of one `server` block with `keys` (the first

@@ -235,11 +235,61 @@ fn certificate_errors_name_the_directive_and_the_file() {
         "{e}"
     );
     assert!(e.contains("does not match the certificate"), "{e}");
-    let e = build(&conf(&ac, &ac)).unwrap_err();
-    assert!(
-        e.starts_with("test.conf:4:2:") && e.contains("no private key"),
-        "{e}"
-    );
+    // Each wrong key file: at the key's directive, the file and what it holds.
+    let empty = dir.path().join("empty.key");
+    std::fs::write(&empty, "").expect("write");
+    let encrypted = dir.path().join("encrypted.key");
+    std::fs::write(
+        &encrypted,
+        "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIHsMFcGCSqGSIb3DQEFDTBKMCkGCSqGSIb3DQEFDDAcBAjyhsp0RG8WVwICCAAw\n-----END ENCRYPTED PRIVATE KEY-----\n",
+    )
+    .expect("write");
+    for (cert, key, expected) in [
+        (
+            &ac,
+            &bk,
+            format!(
+                "test.conf:4:2: cannot load \"ssl_certificate_key\": {}: the key does not match the certificate {} (the server's own certificate must come first in that file, before its chain)",
+                bk.display(),
+                ac.display()
+            ),
+        ),
+        (
+            &ac,
+            &ac,
+            format!(
+                "test.conf:4:2: cannot load \"ssl_certificate_key\": {}: no private key found (the file holds a CERTIFICATE block)",
+                ac.display()
+            ),
+        ),
+        (
+            &ac,
+            &empty,
+            format!(
+                "test.conf:4:2: cannot load \"ssl_certificate_key\": {}: no private key found (the file is empty)",
+                empty.display()
+            ),
+        ),
+        (
+            &ac,
+            &encrypted,
+            format!(
+                "test.conf:4:2: cannot load \"ssl_certificate_key\": {}: the key is encrypted (a passphrase-protected PEM key); vigil reads unencrypted keys only (nginx's ssl_password_file is not supported): `openssl pkey -in KEY -out PLAIN` writes one",
+                encrypted.display()
+            ),
+        ),
+        // The two files swapped: the certificate's directive is read first.
+        (
+            &ak,
+            &ac,
+            format!(
+                "test.conf:3:2: cannot load \"ssl_certificate\": {}: no certificate found (the file holds a PRIVATE KEY block)",
+                ak.display()
+            ),
+        ),
+    ] {
+        assert_eq!(build(&conf(cert, key)), Err(expected));
+    }
 }
 
 #[tokio::test]

@@ -43,6 +43,7 @@ fn admin(a: &AdminConfig) -> Option<RawAdmin> {
         listen: a.listen.map(|l| l.to_string()),
         token: a.token.clone(),
         dashboard: (!a.dashboard).then_some(false),
+        hosts: (!a.hosts.is_empty()).then(|| a.hosts.clone()),
     })
 }
 

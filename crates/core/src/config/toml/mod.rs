@@ -124,9 +124,17 @@ fn admin(
             )));
         }
     }
+    let hosts = raw
+        .hosts
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, h)| AdminConfig::host_name(h).map_err(|e| at.key("hosts").index(i).err(e)))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(AdminConfig {
         listen,
         token: raw.token.clone(),
         dashboard: raw.dashboard.unwrap_or(true),
+        hosts,
     })
 }

@@ -60,6 +60,10 @@ pub(crate) struct RawAdmin {
     /// The dashboard on `GET /`, default true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) dashboard: Option<bool>,
+    /// Host names a request's `Host` may name besides addresses and
+    /// `localhost`, default none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) hosts: Option<Vec<String>>,
 }
 
 /// `[upstream.NAME]`: nginx's `upstream NAME {}` block.

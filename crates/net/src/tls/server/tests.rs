@@ -56,7 +56,7 @@ fn missing_and_empty_files_name_the_file() {
     assert_eq!(e.path(), Some(missing.as_path()));
     // The key file given as the certificate: no certificate in it.
     let e = load_key(&ka, &ka).unwrap_err().to_string();
-    assert!(e.contains("no certificates"), "{e}");
+    assert!(e.contains("no certificate found"), "{e}");
     // The certificate given as the key.
     let e = load_key(&a, &a).unwrap_err().to_string();
     assert!(e.contains("no private key"), "{e}");
