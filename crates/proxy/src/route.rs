@@ -778,10 +778,11 @@ impl Routes {
                         let names = self.capture_names.get(server).and_then(|n| n.get(li));
                         let v = rewrite::vars(parts);
                         if let Some(names) = names {
+                            // ngx_http_regex_exec sets every named group,
+                            // "" for one that took no part.
                             for (name, i) in names {
-                                if let Some(Some(g)) = c.get(*i) {
-                                    v.named.insert(name.clone(), g.clone());
-                                }
+                                let g = c.get(*i).cloned().flatten().unwrap_or_default();
+                                v.named.insert(name.clone(), g);
                             }
                         }
                         v.captures = c;

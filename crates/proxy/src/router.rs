@@ -104,6 +104,12 @@ pub enum Refusal {
     /// The request came in on an address this generation does not listen
     /// on (a reload dropped it): no block may answer for another's address.
     UnknownListener,
+    /// 500: a location's regex could not finish its match (PCRE's match
+    /// limit), nginx's find-config phase failing.
+    RegexFailed,
+    /// A `server_name` regex could not finish its match: nginx closes the
+    /// request without an answer (logged as 500).
+    ServerNameFailed,
 }
 
 // === impl Refusal ===
@@ -262,18 +268,25 @@ impl Router {
             })
         };
         let pick = |host: &str| match address.blocks {
-            1 => address.default,
-            _ => address.names.find(host).unwrap_or(address.default),
+            1 => Ok(address.default),
+            _ => match address.names.find(host) {
+                Ok(found) => Ok(found.unwrap_or(address.default)),
+                Err(e) => {
+                    // nginx logs it at "alert" and closes the request.
+                    tracing::error!(host, "{e}");
+                    Err(Refusal::ServerNameFailed)
+                }
+            },
         };
         // HTTP/1.x reads the request line, with the address's default
         // block's settings, before any header; HTTP/2 clients send
         // :authority before :path, so nginx has picked the block by then.
         let (server, uri) = if h2 {
-            let server = pick(&host);
+            let server = pick(&host)?;
             (server, normalise(server)?)
         } else {
             let uri = normalise(address.default)?;
-            (pick(&host), uri)
+            (pick(&host)?, uri)
         };
         let s = self.servers.get(server).ok_or(Refusal::NotFound)?;
         let target = Target {
@@ -304,6 +317,7 @@ impl Router {
                 max_body: s.max_body.get(i).copied().unwrap_or(0),
             }),
             (Found::Nothing, _) => Err(Refusal::NotFound),
+            (Found::Failed, _) => Err(Refusal::RegexFailed),
         }
     }
 

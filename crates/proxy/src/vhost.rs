@@ -8,6 +8,8 @@
 
 use std::collections::HashMap;
 
+use vigil_core::config::pattern::{self, MatchError, Regex};
+
 /// The `server_name`s of the blocks on one address.
 #[derive(Debug, Default)]
 pub(crate) struct ServerNames {
@@ -22,7 +24,7 @@ pub(crate) struct ServerNames {
     /// `www.example.*` by `www.example`.
     tail: HashMap<String, usize>,
     /// `~regex` names, in config order.
-    regex: Vec<(regex::bytes::Regex, usize)>,
+    regex: Vec<(Regex, usize)>,
 }
 
 /// A `server_name` nginx refuses to start with.
@@ -42,22 +44,10 @@ impl ServerNames {
             if pattern.is_empty() {
                 return Err(NameError(format!("empty regex in server name \"{name}\"")));
             }
-            // nginx compiles the pattern caseless when it has an upper-case letter.
+            // ngx_http_core_server_name: caseless when the pattern has
+            // an upper-case ASCII letter.
             let caseless = pattern.bytes().any(|b| b.is_ascii_uppercase());
-            let re = regex::bytes::RegexBuilder::new(pattern)
-                .case_insensitive(caseless)
-                .unicode(false)
-                .build()
-                .or_else(|_| {
-                    regex::bytes::RegexBuilder::new(pattern)
-                        .case_insensitive(caseless)
-                        .build()
-                })
-                .map_err(|e| {
-                    NameError(format!(
-                        "server name \"{name}\": invalid regular expression: {e}"
-                    ))
-                })?;
+            let re = pattern::compile(pattern, caseless).map_err(NameError)?;
             self.regex.push((re, server));
             return Ok(());
         }
@@ -101,27 +91,31 @@ impl ServerNames {
         Ok(())
     }
 
-    /// The block whose names `host` (validated, lower-case) matches, if any.
-    pub(crate) fn find(&self, host: &str) -> Option<usize> {
+    /// The block whose names `host` (validated, lower-case) matches, if
+    /// any; an error when a regex could not finish its match (PCRE's match
+    /// limit: nginx gives up on the request).
+    pub(crate) fn find(&self, host: &str) -> Result<Option<usize>, MatchError> {
         if let Some(&s) = self.exact.get(host) {
-            return Some(s);
+            return Ok(Some(s));
         }
         if host.is_empty() {
-            return None;
+            return Ok(None);
         }
         if let Some(s) = self.find_head(host) {
-            return Some(s);
+            return Ok(Some(s));
         }
         // Longest "prefix.*" first: cut at each dot from the right.
         for (i, _) in host.rmatch_indices('.') {
             if let Some(&s) = self.tail.get(&host[..i]) {
-                return Some(s);
+                return Ok(Some(s));
             }
         }
-        self.regex
-            .iter()
-            .find(|(re, _)| re.is_match(host.as_bytes()))
-            .map(|&(_, s)| s)
+        for (re, s) in &self.regex {
+            if re.is_match(host.as_bytes())? {
+                return Ok(Some(*s));
+            }
+        }
+        Ok(None)
     }
 
     /// The longest leading wildcard: the whole host (`.example.com` form
@@ -415,7 +409,7 @@ mod tests {
             ("~Upper", 8),
             ("", 9),
         ]);
-        let f = |h: &str| n.find(h);
+        let f = |h: &str| n.find(h).expect("no regex fails");
         assert_eq!(f("a.test"), Some(1));
         assert_eq!(f("x.wild.test"), Some(2));
         assert_eq!(f("y.x.wild.test"), Some(2));
@@ -442,16 +436,16 @@ mod tests {
             ("example.com", 1),
             (".example.com", 2),
         ]);
-        assert_eq!(n.find("a.test"), Some(1));
+        assert_eq!(n.find("a.test").expect("no regex fails"), Some(1));
         // nginx ignores ".example.com" whole when "example.com" came first.
-        assert_eq!(n.find("www.example.com"), None);
+        assert_eq!(n.find("www.example.com").expect("no regex fails"), None);
         let n = names(&[
             (".example.com", 1),
             ("example.com", 2),
             ("*.example.com", 2),
         ]);
-        assert_eq!(n.find("example.com"), Some(1));
-        assert_eq!(n.find("www.example.com"), Some(1));
+        assert_eq!(n.find("example.com").expect("no regex fails"), Some(1));
+        assert_eq!(n.find("www.example.com").expect("no regex fails"), Some(1));
     }
 
     #[test]
@@ -469,6 +463,36 @@ mod tests {
         ] {
             assert!(ServerNames::default().add(bad, 0).is_err(), "{bad}");
         }
-        assert!(ServerNames::default().add("~(unclosed", 0).is_err());
+        assert_eq!(
+            ServerNames::default().add("~(unclosed", 0),
+            Err(NameError(
+                "pcre2_compile() failed: missing closing parenthesis in \"(unclosed\"".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn server_name_regexes_mean_what_pcre_means() {
+        let n = names(&[
+            ("~^re\\.test$", 1),
+            ("~^(?!www\\.)[a-z]+\\.look\\.test$", 2),
+            ("~^CI\\.test$", 3),
+        ]);
+        let f = |h: &str| n.find(h).expect("no regex fails");
+        // A Host cannot carry a newline (validate_host refuses it); the
+        // lookup itself reads `$` as nginx's PCRE does.
+        assert_eq!(f("re.test\n"), Some(1), "`$` before a final newline");
+        assert_eq!(f("re.test\n\n"), None);
+        assert_eq!(f("api.look.test"), Some(2));
+        assert_eq!(f("www.look.test"), None, "look-ahead");
+        assert_eq!(
+            f("ci.test"),
+            Some(3),
+            "an upper-case letter makes it caseless"
+        );
+        // A runaway match (PCRE's match limit): nginx gives up on the request.
+        let n = names(&[("~^(a|aa)+$", 1)]);
+        let host = format!("{}b", "a".repeat(40));
+        assert_eq!(n.find(&host).map_err(|e| e.code()), Err(-47));
     }
 }
