@@ -720,9 +720,19 @@ impl Routes {
         parts: &mut Parts,
         target: &mut Option<Target>,
     ) -> Result<Answer, Refusal> {
-        let (server, mut routed) =
+        let (server, mut routed, captured) =
             self.router
                 .select(local, parts.version, &parts.uri, &parts.headers)?;
+        if let Some(c) = captured {
+            // ngx_http_regex_exec on the host: `$1`.. and every named
+            // group ("" for one that took no part).
+            let v = rewrite::vars(parts);
+            for (name, i) in c.names {
+                let g = c.groups.get(*i).cloned().flatten().unwrap_or_default();
+                v.named.insert(name.clone(), g);
+            }
+            v.captures = c.groups;
+        }
         routed.secure = parts.extensions.get::<crate::marks::Secure>().is_some();
         let target = target.insert(routed);
         self.phases(server, Net { local, client }, parts, target)

@@ -7,8 +7,9 @@
 //! `~regex` names in config order, else the address's default server.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use vigil_core::config::pattern::{self, MatchError, Regex};
+use vigil_core::config::pattern::{self, Groups, MatchError, Regex};
 
 /// The `server_name`s of the blocks on one address.
 #[derive(Debug, Default)]
@@ -24,7 +25,28 @@ pub(crate) struct ServerNames {
     /// `www.example.*` by `www.example`.
     tail: HashMap<String, usize>,
     /// `~regex` names, in config order.
-    regex: Vec<(Regex, usize)>,
+    regex: Vec<NameRegex>,
+}
+
+/// A `~regex` server name.
+#[derive(Debug)]
+struct NameRegex {
+    re: Regex,
+    server: usize,
+    /// Its named groups and their numbers; `groups`: whether it has any
+    /// group (nginx then sets `$1`.. and the named ones from the host).
+    names: Vec<(Arc<str>, usize)>,
+    groups: bool,
+}
+
+/// What the `server_name` regex that picked a block captured of the host:
+/// nginx sets `$1`.. and the regex's named groups from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NameCaptures<'a> {
+    /// The groups, the whole host first.
+    pub(crate) groups: Groups,
+    /// The named groups and their numbers.
+    pub(crate) names: &'a [(Arc<str>, usize)],
 }
 
 /// A `server_name` nginx refuses to start with.
@@ -48,7 +70,18 @@ impl ServerNames {
             // an upper-case ASCII letter.
             let caseless = pattern.bytes().any(|b| b.is_ascii_uppercase());
             let re = pattern::compile(pattern, caseless).map_err(NameError)?;
-            self.regex.push((re, server));
+            let names = re
+                .capture_names()
+                .enumerate()
+                .filter_map(|(i, n)| n.map(|n| (Arc::from(n), i)))
+                .collect();
+            let groups = re.capture_names().count() > 1;
+            self.regex.push(NameRegex {
+                re,
+                server,
+                names,
+                groups,
+            });
             return Ok(());
         }
         if name.eq_ignore_ascii_case("$hostname") {
@@ -95,27 +128,56 @@ impl ServerNames {
     /// any; an error when a regex could not finish its match (PCRE's match
     /// limit: nginx gives up on the request).
     pub(crate) fn find(&self, host: &str) -> Result<Option<usize>, MatchError> {
+        Ok(self.lookup(host)?.map(|(s, _)| s))
+    }
+
+    /// [`ServerNames::find`], with what the regex that picked the block
+    /// captured (when it has groups).
+    pub(crate) fn lookup(
+        &self,
+        host: &str,
+    ) -> Result<Option<(usize, Option<NameCaptures<'_>>)>, MatchError> {
         if let Some(&s) = self.exact.get(host) {
-            return Ok(Some(s));
+            return Ok(Some((s, None)));
         }
         if host.is_empty() {
             return Ok(None);
         }
         if let Some(s) = self.find_head(host) {
-            return Ok(Some(s));
+            return Ok(Some((s, None)));
         }
         // Longest "prefix.*" first: cut at each dot from the right.
         for (i, _) in host.rmatch_indices('.') {
             if let Some(&s) = self.tail.get(&host[..i]) {
-                return Ok(Some(s));
+                return Ok(Some((s, None)));
             }
         }
-        for (re, s) in &self.regex {
-            if re.is_match(host.as_bytes())? {
-                return Ok(Some(*s));
+        for n in &self.regex {
+            if !n.groups {
+                if n.re.is_match(host.as_bytes())? {
+                    return Ok(Some((n.server, None)));
+                }
+                continue;
+            }
+            if let Some(groups) = n.re.captures(host.as_bytes())? {
+                let names = &n.names[..];
+                return Ok(Some((n.server, Some(NameCaptures { groups, names }))));
             }
         }
         Ok(None)
+    }
+
+    /// Whether a regex name has groups: nginx then looks the host up even
+    /// for the only block of an address, to set them.
+    pub(crate) fn captures(&self) -> bool {
+        self.regex.iter().any(|n| n.groups)
+    }
+
+    /// The named groups of the regex names (variables of the configuration).
+    pub(crate) fn group_names(&self) -> impl Iterator<Item = &str> {
+        self.regex
+            .iter()
+            .flat_map(|n| n.names.iter().map(|(name, _)| &**name))
     }
 
     /// The longest leading wildcard: the whole host (`.example.com` form
@@ -490,6 +552,25 @@ mod tests {
             Some(3),
             "an upper-case letter makes it caseless"
         );
+        assert!(!n.captures(), "no regex here has a group");
+        // A regex with groups hands them over with its names' numbers.
+        let n = names(&[("x.test", 0), ("~^(www\\.)?(?<site>[a-z]+)\\.test$", 1)]);
+        assert!(n.captures());
+        let found = n.lookup("www.a.test").expect("no regex fails");
+        let (server, caps) = found.expect("a block");
+        let caps = caps.expect("groups");
+        assert_eq!(server, 1);
+        assert_eq!(
+            caps.groups,
+            [
+                Some("www.a.test".into()),
+                Some("www.".into()),
+                Some("a".into())
+            ]
+        );
+        assert_eq!(caps.names, [(Arc::from("site"), 2)]);
+        assert_eq!(n.lookup("x.test").expect("no regex fails"), Some((0, None)));
+        assert_eq!(n.group_names().collect::<Vec<_>>(), ["site"]);
         // A runaway match (PCRE's match limit): nginx gives up on the request.
         let n = names(&[("~^(a|aa)+$", 1)]);
         let host = format!("{}b", "a".repeat(40));

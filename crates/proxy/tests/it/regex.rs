@@ -2,7 +2,7 @@
 //! vigil and by a stock nginx: `$` before a final newline in a location,
 //! a `rewrite`, a `map`; the PCRE constructs of
 //! crates/core/src/config/pattern/tests.rs's table through `map` keys;
-//! `server_name` regexes; a runaway match.
+//! `server_name` regexes and their groups; a runaway match.
 
 use crate::locations::{get, same, same_uris};
 use crate::twin::Twin;
@@ -226,7 +226,12 @@ async fn server_name_regexes_pick_the_block_as_nginx() {
         r#"server { listen {LISTEN}; return 200 "default"; }
          server { listen {LISTEN}; server_name "~^(?!www\.)[a-z]+\.look\.test$"; return 200 "look"; }
          server { listen {LISTEN}; server_name ~^CI\.test$; return 200 "caseless"; }
-         server { listen {LISTEN}; server_name ~^exact\.test$; return 200 "exact"; }"#,
+         server { listen {LISTEN}; server_name ~^exact\.test$; return 200 "exact"; }
+         server { listen {LISTEN};
+           server_name "~^(?<sub>[a-z]+)\.cap\.test$" "~^(www\.)?(alt)\.test$";
+           location / { return 200 "cap [$sub][$1][$2]"; }
+           location ~ ^/loc/(\w+)$ { return 200 "loc [$sub][$1][$2]"; }
+         }"#,
         0,
     )
     .await;
@@ -240,6 +245,9 @@ async fn server_name_regexes_pick_the_block_as_nginx() {
         "EXACT.test",
         "exact.test.",
         "other.test",
+        "api.cap.test",
+        "www.alt.test",
+        "alt.test",
     ] {
         let (v, n) = t.send(&get("/", host)).await;
         assert_eq!(
@@ -251,8 +259,55 @@ async fn server_name_regexes_pick_the_block_as_nginx() {
     }
     assert_eq!(
         bodies,
-        ["look", "default", "caseless", "caseless", "exact", "exact", "exact", "default"]
+        [
+            "look",
+            "default",
+            "caseless",
+            "caseless",
+            "exact",
+            "exact",
+            "exact",
+            "default",
+            "cap [api][api][]",
+            "cap [][www.][alt]",
+            "cap [][][alt]",
+        ]
     );
+    // A location regex's groups replace the host's; its named ones stay.
+    let (v, n) = t.send(&get("/loc/word", "api.cap.test")).await;
+    assert_eq!((v.status, &v.body), (n.status, &n.body));
+    assert_eq!(String::from_utf8_lossy(&v.body), "loc [api][word][]");
+}
+
+#[tokio::test]
+async fn the_only_block_of_an_address_still_sets_its_server_name_groups() {
+    // ngx_http_optimize_servers looks the names of a lone block up when a
+    // regex of them has groups, so that they are set.
+    let t = Twin::start(
+        r#"server { listen {LISTEN}; server_name "~^(www\.)?(?<site>[a-z]+)\.one\.test$";
+             location / { return 200 "[$1][$2][$site]"; }
+             location /go/ { return 301 https://$site.example$request_uri; }
+           }"#,
+        0,
+    )
+    .await;
+    let mut bodies = Vec::new();
+    for (target, host) in [
+        ("/", "www.a.one.test"),
+        ("/", "b.one.test"),
+        ("/", "other.test"),
+    ] {
+        let (v, n) = t.send(&get(target, host)).await;
+        assert_eq!((v.status, &v.body), (n.status, &n.body), "{host}");
+        bodies.push(String::from_utf8_lossy(&v.body).into_owned());
+    }
+    assert_eq!(bodies, ["[www.][a][a]", "[][b][b]", "[][][]"]);
+    let (v, n) = t.send(&get("/go/x?q=1", "b.one.test")).await;
+    assert_eq!(
+        (v.status, v.header("location")),
+        (n.status, n.header("location"))
+    );
+    assert_eq!(v.header("location"), "https://b.example/go/x?q=1");
 }
 
 #[tokio::test]
