@@ -79,7 +79,7 @@ pub(crate) const MAX_URI_CHANGES: usize = 10;
 // === impl Scope building ===
 
 /// The configuration's own variables: every `set` name, the named groups
-/// of every regex (locations, `rewrite`s, map keys), every map.
+/// of every regex (`server_name`s, locations, `rewrite`s, map keys), every map.
 pub(crate) fn scope(config: &vigil_core::config::Config) -> Result<Scope, RouteError> {
     let mut scope = Scope::default();
     let mut cells: HashMap<String, Arc<MapCell>> = HashMap::new();
@@ -101,6 +101,15 @@ pub(crate) fn scope(config: &vigil_core::config::Config) -> Result<Scope, RouteE
         }
     };
     for s in &config.servers {
+        // ngx_http_core_server_name: caseless with an upper-case letter.
+        for p in s.server_names.iter().filter_map(|n| n.strip_prefix('~')) {
+            let caseless = p.bytes().any(|b| b.is_ascii_uppercase());
+            if let Ok(re) = vigil_core::config::pattern::compile(p, caseless) {
+                for n in vigil_core::config::pattern::group_names(&re) {
+                    scope.declare(n);
+                }
+            }
+        }
         names(&s.rewrite, &mut scope);
         for l in &s.locations {
             names(&l.routing.script, &mut scope);

@@ -331,17 +331,9 @@ impl Router {
         self.servers.get(server)?.locations.named(name)
     }
 
-    /// The named groups of every regex location and `server_name` regex
-    /// (variables of the configuration).
+    /// The named groups of every regex location (variables of the configuration).
     pub(crate) fn group_names(&self) -> impl Iterator<Item = &str> {
-        let names = self
-            .addresses
-            .iter()
-            .flat_map(|(_, a)| a.names.group_names());
-        self.servers
-            .iter()
-            .flat_map(|s| s.locations.group_names())
-            .chain(names)
+        self.servers.iter().flat_map(|s| s.locations.group_names())
     }
 
     /// The blocks for a connection accepted on `listener`: its own address,

@@ -173,13 +173,6 @@ impl ServerNames {
         self.regex.iter().any(|n| n.groups)
     }
 
-    /// The named groups of the regex names (variables of the configuration).
-    pub(crate) fn group_names(&self) -> impl Iterator<Item = &str> {
-        self.regex
-            .iter()
-            .flat_map(|n| n.names.iter().map(|(name, _)| &**name))
-    }
-
     /// The longest leading wildcard: the whole host (`.example.com` form
     /// only), then the suffix after each dot from the left.
     fn find_head(&self, host: &str) -> Option<usize> {
@@ -570,7 +563,6 @@ mod tests {
         );
         assert_eq!(caps.names, [(Arc::from("site"), 2)]);
         assert_eq!(n.lookup("x.test").expect("no regex fails"), Some((0, None)));
-        assert_eq!(n.group_names().collect::<Vec<_>>(), ["site"]);
         // A runaway match (PCRE's match limit): nginx gives up on the request.
         let n = names(&[("~^(a|aa)+$", 1)]);
         let host = format!("{}b", "a".repeat(40));
