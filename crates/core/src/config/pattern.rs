@@ -15,9 +15,10 @@
 //! the match and moves where a group may end; and real confs use `(?!..)`
 //! and backreferences, which no translation gives. PCRE2 is what nginx
 //! runs. The cost is a C dependency (pcre2-sys builds the bundled PCRE2
-//! 10.46 with cc; Debian bookworm's nginx links 10.42, whose only
-//! differences met in a conf are newer syntax: 10.42 reads `x{,3}` and
-//! `x{ 2 }` as literal text) and PCRE's backtracking, which nginx has
+//! 10.46 with cc unless pkg-config finds the system's; Debian bookworm's
+//! nginx links 10.42, whose only differences met in a conf are newer
+//! syntax: 10.42 reads `x{,3}` and `x{ 2 }` as literal text and refuses
+//! `(?<=a{1,3})`) and PCRE's backtracking, which nginx has
 //! too: a match stops at PCRE2's default match limit (10,000,000 steps),
 //! as nginx's does, and then fails; callers answer as nginx does (500 for
 //! a location, a closed request for a `server_name`).
