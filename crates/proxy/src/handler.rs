@@ -267,6 +267,8 @@ fn refused(refusal: Refusal, parts: &Parts) -> Response<UpBody> {
             r
         }
         Refusal::UnknownListener => close(error_page(StatusCode::MISDIRECTED_REQUEST)),
+        Refusal::RegexFailed => error_page(StatusCode::INTERNAL_SERVER_ERROR),
+        Refusal::ServerNameFailed => crate::conn::close_silently(StatusCode::INTERNAL_SERVER_ERROR),
     }
 }
 

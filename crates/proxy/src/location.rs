@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use regex::bytes::Regex;
+use vigil_core::config::pattern::Regex;
 use vigil_core::config::{Location, LocationMatch};
 
 /// One server block's locations, ready to match.
@@ -60,6 +60,9 @@ pub(crate) enum Found {
     Redirect(usize),
     /// No location matches.
     Nothing,
+    /// A regex could not finish its match (PCRE's match limit): nginx's
+    /// find-config phase fails with 500.
+    Failed,
 }
 
 /// nginx's return codes of the search.
@@ -73,10 +76,12 @@ enum Rc {
     Again,
     /// Nothing at this level.
     Declined,
+    /// A regex failed (`NGX_ERROR`): final.
+    Error,
 }
 
 /// The groups of the regex that matched: group 0 first.
-pub(crate) type Captures = Vec<Option<String>>;
+pub(crate) type Captures = vigil_core::config::pattern::Groups;
 
 // === impl Locations ===
 
@@ -170,6 +175,7 @@ impl Locations {
         let mut caps = None;
         let (rc, at) = self.find_in(&self.top, uri, &mut caps, 0);
         let found = match (rc, at) {
+            (Rc::Error, _) => Found::Failed,
             (Rc::Done, Some(i)) => Found::Redirect(i),
             (_, Some(i)) => Found::Location(i),
             (_, None) => Found::Nothing,
@@ -207,7 +213,7 @@ impl Locations {
                 rc
             }
         };
-        if rc == Rc::Ok || rc == Rc::Done {
+        if matches!(rc, Rc::Ok | Rc::Done | Rc::Error) {
             return (rc, at);
         }
         if !noregex {
@@ -215,14 +221,21 @@ impl Locations {
                 let Some(Some(re)) = self.regexes.get(i) else {
                     continue;
                 };
-                if let Some(c) = re.captures(uri) {
-                    *caps = Some(
-                        c.iter()
-                            .map(|m| m.map(|m| String::from_utf8_lossy(m.as_bytes()).into_owned()))
-                            .collect(),
-                    );
-                    let (_, nat) = self.find_in(&self.nested[i], uri, caps, depth + 1);
-                    return (Rc::Ok, nat.or(Some(i)));
+                match re.captures(uri) {
+                    Ok(Some(groups)) => {
+                        *caps = Some(groups);
+                        let (nrc, nat) = self.find_in(&self.nested[i], uri, caps, depth + 1);
+                        if nrc == Rc::Error {
+                            return (Rc::Error, None);
+                        }
+                        return (Rc::Ok, nat.or(Some(i)));
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        // nginx logs it at "alert" and answers 500.
+                        tracing::error!(uri = %String::from_utf8_lossy(uri), "{e}");
+                        return (Rc::Error, None);
+                    }
                 }
             }
         }
@@ -369,6 +382,7 @@ mod tests {
             Found::Location(i) => ls[i].path.clone(),
             Found::Redirect(i) => format!("301 {}", ls[i].path),
             Found::Nothing => "none".into(),
+            Found::Failed => "500".into(),
         };
         assert_eq!(f("/"), "/");
         assert_eq!(f("/api/y"), "/api/");
@@ -399,5 +413,35 @@ mod tests {
         let t = Locations::build(&[loc("/", false), named]).expect("build");
         assert_eq!(t.named("@x"), Some(1));
         assert_eq!(t.find(b"/@x"), Found::Location(0), "found by name only");
+    }
+
+    #[test]
+    fn regexes_read_as_pcre_and_a_failed_one_is_final() {
+        let re = |path: &str| {
+            let mut l = loc(path, false);
+            l.matcher = LocationMatch::Regex;
+            l
+        };
+        let ls = [
+            loc("/", true),
+            re("^/adm2$"),
+            re("^/(a|aa)+$"),
+            re("^/api/(?<v>v\\d+)/"),
+        ];
+        let t = Locations::build(&ls).expect("build");
+        assert_eq!(t.find(b"/adm2"), Found::Location(1));
+        assert_eq!(
+            t.find(b"/adm2\n"),
+            Found::Location(1),
+            "`$` matches before a final newline (/adm2%0a)"
+        );
+        assert_eq!(t.find(b"/adm2\n\n"), Found::Location(0));
+        assert_eq!(t.find(b"/aaa"), Found::Location(2));
+        // PCRE's match limit: 500, never the prefix location.
+        let runaway = format!("/{}b", "a".repeat(40));
+        assert_eq!(t.find(runaway.as_bytes()), Found::Failed);
+        let (found, caps) = t.search(b"/api/v2/x");
+        assert_eq!(found, Found::Location(3));
+        assert_eq!(caps, Some(vec![Some("/api/v2/".into()), Some("v2".into())]));
     }
 }

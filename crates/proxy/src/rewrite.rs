@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
 use http::request::Parts;
-use regex::bytes::Regex;
+use vigil_core::config::pattern::Regex;
 use vigil_core::config::{Location, MapBlock, MapKey, RewriteFlag, RewriteStep};
 
 use crate::reply::Reply;
@@ -79,7 +79,7 @@ pub(crate) const MAX_URI_CHANGES: usize = 10;
 // === impl Scope building ===
 
 /// The configuration's own variables: every `set` name, the named groups
-/// of every regex (locations, `rewrite`s, map keys), every map.
+/// of every regex (`server_name`s, locations, `rewrite`s, map keys), every map.
 pub(crate) fn scope(config: &vigil_core::config::Config) -> Result<Scope, RouteError> {
     let mut scope = Scope::default();
     let mut cells: HashMap<String, Arc<MapCell>> = HashMap::new();
@@ -101,6 +101,15 @@ pub(crate) fn scope(config: &vigil_core::config::Config) -> Result<Scope, RouteE
         }
     };
     for s in &config.servers {
+        // ngx_http_core_server_name: caseless with an upper-case letter.
+        for p in s.server_names.iter().filter_map(|n| n.strip_prefix('~')) {
+            let caseless = p.bytes().any(|b| b.is_ascii_uppercase());
+            if let Ok(re) = vigil_core::config::pattern::compile(p, caseless) {
+                for n in vigil_core::config::pattern::group_names(&re) {
+                    scope.declare(n);
+                }
+            }
+        }
         names(&s.rewrite, &mut scope);
         for l in &s.locations {
             names(&l.routing.script, &mut scope);
@@ -204,32 +213,31 @@ impl Script {
                     drop_args,
                     flag,
                 } => {
-                    let caps = re.captures(t.uri.path()).map(|c| {
-                        let names: Vec<(Arc<str>, String)> = re
-                            .capture_names()
-                            .enumerate()
-                            .filter_map(|(i, n)| {
-                                let m = c.get(i)?;
-                                Some((
-                                    Arc::from(n?),
-                                    String::from_utf8_lossy(m.as_bytes()).into_owned(),
-                                ))
-                            })
-                            .collect();
-                        let groups: Vec<Option<String>> = c
-                            .iter()
-                            .map(|m| m.map(|m| String::from_utf8_lossy(m.as_bytes()).into_owned()))
-                            .collect();
-                        (groups, names)
-                    });
-                    let Some((groups, names)) = caps else {
-                        // nginx: a regex that does not match clears the captures.
-                        vars(parts).captures.clear();
-                        continue;
+                    let groups = match re.captures(t.uri.path()) {
+                        Ok(Some(groups)) => groups,
+                        Ok(None) => {
+                            // nginx: a regex that does not match clears the captures.
+                            vars(parts).captures.clear();
+                            continue;
+                        }
+                        Err(e) => {
+                            // ngx_http_script_regex_start_code: 500.
+                            tracing::error!(uri = %String::from_utf8_lossy(t.uri.path()), "{e}");
+                            return Ran::Return(Arc::new(
+                                base.map_or_else(Reply::internal_error, |b| b.status(500)),
+                            ));
+                        }
                     };
                     let v = vars(parts);
+                    // ngx_http_regex_exec sets every named group, "" for
+                    // one that took no part.
+                    for (i, name) in re.capture_names().enumerate() {
+                        if let Some(name) = name {
+                            let value = groups.get(i).cloned().flatten().unwrap_or_default();
+                            v.named.insert(Arc::from(name), value);
+                        }
+                    }
                     v.captures = groups;
-                    v.named.extend(names);
                     let text = replacement.expand(&net.cx(parts, t));
                     let args = t.uri.args().to_string();
                     match flag {
@@ -399,12 +407,14 @@ impl MapTable {
             }
         }
         for (re, v) in &self.regexes {
-            if let Some(c) = re.captures(src.as_bytes()) {
-                let groups: Vec<Option<String>> = c
-                    .iter()
-                    .map(|m| m.map(|m| String::from_utf8_lossy(m.as_bytes()).into_owned()))
-                    .collect();
-                return v.write(cx, Some(&groups), out);
+            match re.captures(src.as_bytes()) {
+                Ok(Some(groups)) => return v.write(cx, Some(&groups), out),
+                Ok(None) => {}
+                Err(e) => {
+                    // ngx_http_map_find gives up: the default value.
+                    tracing::error!(value = %src, "{e}");
+                    break;
+                }
             }
         }
         if let Some(d) = &self.default {

@@ -720,9 +720,19 @@ impl Routes {
         parts: &mut Parts,
         target: &mut Option<Target>,
     ) -> Result<Answer, Refusal> {
-        let (server, mut routed) =
+        let (server, mut routed, captured) =
             self.router
                 .select(local, parts.version, &parts.uri, &parts.headers)?;
+        if let Some(c) = captured {
+            // ngx_http_regex_exec on the host: `$1`.. and every named
+            // group ("" for one that took no part).
+            let v = rewrite::vars(parts);
+            for (name, i) in c.names {
+                let g = c.groups.get(*i).cloned().flatten().unwrap_or_default();
+                v.named.insert(name.clone(), g);
+            }
+            v.captures = c.groups;
+        }
         routed.secure = parts.extensions.get::<crate::marks::Secure>().is_some();
         let target = target.insert(routed);
         self.phases(server, Net { local, client }, parts, target)
@@ -778,10 +788,11 @@ impl Routes {
                         let names = self.capture_names.get(server).and_then(|n| n.get(li));
                         let v = rewrite::vars(parts);
                         if let Some(names) = names {
+                            // ngx_http_regex_exec sets every named group,
+                            // "" for one that took no part.
                             for (name, i) in names {
-                                if let Some(Some(g)) = c.get(*i) {
-                                    v.named.insert(name.clone(), g.clone());
-                                }
+                                let g = c.get(*i).cloned().flatten().unwrap_or_default();
+                                v.named.insert(name.clone(), g);
                             }
                         }
                         v.captures = c;

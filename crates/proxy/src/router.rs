@@ -16,7 +16,7 @@ use vigil_core::config::Config;
 
 use crate::location::{Found, Locations};
 use crate::uri::{escape_uri, RequestUri, UriError};
-use crate::vhost::{request_line_host, validate_host, Host, ServerNames};
+use crate::vhost::{request_line_host, validate_host, Host, NameCaptures, ServerNames};
 
 /// Which block and location a request gets, from the configuration alone.
 #[derive(Debug)]
@@ -104,6 +104,12 @@ pub enum Refusal {
     /// The request came in on an address this generation does not listen
     /// on (a reload dropped it): no block may answer for another's address.
     UnknownListener,
+    /// 500: a location's regex could not finish its match (PCRE's match
+    /// limit), nginx's find-config phase failing.
+    RegexFailed,
+    /// A `server_name` regex could not finish its match: nginx closes the
+    /// request without an answer (logged as 500).
+    ServerNameFailed,
 }
 
 // === impl Refusal ===
@@ -218,7 +224,7 @@ impl Router {
         uri: &Uri,
         headers: &HeaderMap,
     ) -> Result<Routed, Refusal> {
-        let (server, target) = self.select(listener, version, uri, headers)?;
+        let (server, target, _) = self.select(listener, version, uri, headers)?;
         if self.servers.get(server).is_some_and(|s| s.returns) {
             return Ok(Routed {
                 server,
@@ -235,14 +241,15 @@ impl Router {
     }
 
     /// The server block for a request and the request as nginx holds it
-    /// (normalised URI, validated host), or what nginx answers itself.
+    /// (normalised URI, validated host), with what the `server_name` regex
+    /// that picked the block captured; or what nginx answers itself.
     pub(crate) fn select(
         &self,
         listener: SocketAddr,
         version: Version,
         uri: &Uri,
         headers: &HeaderMap,
-    ) -> Result<(usize, Target), Refusal> {
+    ) -> Result<(usize, Target, Option<NameCaptures<'_>>), Refusal> {
         let address = self.address(listener).ok_or(Refusal::UnknownListener)?;
         let host = request_host(version, uri, headers)?;
         let target = uri.path_and_query();
@@ -261,19 +268,30 @@ impl Router {
                 })
             })
         };
+        // ngx_http_optimize_servers: one block's names are looked up only
+        // when a regex of them has groups to set.
         let pick = |host: &str| match address.blocks {
-            1 => address.default,
-            _ => address.names.find(host).unwrap_or(address.default),
+            1 if !address.names.captures() => Ok((address.default, None)),
+            _ => match address.names.lookup(host) {
+                Ok(Some(found)) => Ok(found),
+                Ok(None) => Ok((address.default, None)),
+                Err(e) => {
+                    // nginx logs it at "alert" and closes the request.
+                    tracing::error!(host, "{e}");
+                    Err(Refusal::ServerNameFailed)
+                }
+            },
         };
         // HTTP/1.x reads the request line, with the address's default
         // block's settings, before any header; HTTP/2 clients send
         // :authority before :path, so nginx has picked the block by then.
-        let (server, uri) = if h2 {
-            let server = pick(&host);
-            (server, normalise(server)?)
+        let ((server, captured), uri) = if h2 {
+            let picked = pick(&host)?;
+            let uri = normalise(picked.0)?;
+            (picked, uri)
         } else {
             let uri = normalise(address.default)?;
-            (pick(&host), uri)
+            (pick(&host)?, uri)
         };
         let s = self.servers.get(server).ok_or(Refusal::NotFound)?;
         let target = Target {
@@ -285,7 +303,7 @@ impl Router {
             server,
             secure: false,
         };
-        Ok((server, target))
+        Ok((server, target, captured))
     }
 
     /// The location of `server` for `target`'s URI (nginx's find-config
@@ -304,6 +322,7 @@ impl Router {
                 max_body: s.max_body.get(i).copied().unwrap_or(0),
             }),
             (Found::Nothing, _) => Err(Refusal::NotFound),
+            (Found::Failed, _) => Err(Refusal::RegexFailed),
         }
     }
 

@@ -138,8 +138,11 @@ impl TlsSites {
 impl TlsSite {
     /// The configuration for a client hello naming `sni`.
     pub(crate) fn choose(&self, sni: Option<&str>) -> Arc<ServerConfig> {
+        // A server_name regex that cannot finish its match: nginx fails
+        // the handshake; here the default certificate, and the request's
+        // Host meets the same regex again (and is closed).
         sni.and_then(|n| validate_host(n.as_bytes()))
-            .and_then(|host| self.names.find(&host))
+            .and_then(|host| self.names.find(&host).ok().flatten())
             .and_then(|i| self.configs.get(&i))
             .unwrap_or(&self.default)
             .clone()

@@ -7,6 +7,9 @@
 //! `~regex` names in config order, else the address's default server.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+
+use vigil_core::config::pattern::{self, Groups, MatchError, Regex};
 
 /// The `server_name`s of the blocks on one address.
 #[derive(Debug, Default)]
@@ -22,7 +25,28 @@ pub(crate) struct ServerNames {
     /// `www.example.*` by `www.example`.
     tail: HashMap<String, usize>,
     /// `~regex` names, in config order.
-    regex: Vec<(regex::bytes::Regex, usize)>,
+    regex: Vec<NameRegex>,
+}
+
+/// A `~regex` server name.
+#[derive(Debug)]
+struct NameRegex {
+    re: Regex,
+    server: usize,
+    /// Its named groups and their numbers; `groups`: whether it has any
+    /// group (nginx then sets `$1`.. and the named ones from the host).
+    names: Vec<(Arc<str>, usize)>,
+    groups: bool,
+}
+
+/// What the `server_name` regex that picked a block captured of the host:
+/// nginx sets `$1`.. and the regex's named groups from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NameCaptures<'a> {
+    /// The groups, the whole host first.
+    pub(crate) groups: Groups,
+    /// The named groups and their numbers.
+    pub(crate) names: &'a [(Arc<str>, usize)],
 }
 
 /// A `server_name` nginx refuses to start with.
@@ -42,23 +66,22 @@ impl ServerNames {
             if pattern.is_empty() {
                 return Err(NameError(format!("empty regex in server name \"{name}\"")));
             }
-            // nginx compiles the pattern caseless when it has an upper-case letter.
+            // ngx_http_core_server_name: caseless when the pattern has
+            // an upper-case ASCII letter.
             let caseless = pattern.bytes().any(|b| b.is_ascii_uppercase());
-            let re = regex::bytes::RegexBuilder::new(pattern)
-                .case_insensitive(caseless)
-                .unicode(false)
-                .build()
-                .or_else(|_| {
-                    regex::bytes::RegexBuilder::new(pattern)
-                        .case_insensitive(caseless)
-                        .build()
-                })
-                .map_err(|e| {
-                    NameError(format!(
-                        "server name \"{name}\": invalid regular expression: {e}"
-                    ))
-                })?;
-            self.regex.push((re, server));
+            let re = pattern::compile(pattern, caseless).map_err(NameError)?;
+            let names = re
+                .capture_names()
+                .enumerate()
+                .filter_map(|(i, n)| n.map(|n| (Arc::from(n), i)))
+                .collect();
+            let groups = re.capture_names().count() > 1;
+            self.regex.push(NameRegex {
+                re,
+                server,
+                names,
+                groups,
+            });
             return Ok(());
         }
         if name.eq_ignore_ascii_case("$hostname") {
@@ -101,27 +124,53 @@ impl ServerNames {
         Ok(())
     }
 
-    /// The block whose names `host` (validated, lower-case) matches, if any.
-    pub(crate) fn find(&self, host: &str) -> Option<usize> {
+    /// The block whose names `host` (validated, lower-case) matches, if
+    /// any; an error when a regex could not finish its match (PCRE's match
+    /// limit: nginx gives up on the request).
+    pub(crate) fn find(&self, host: &str) -> Result<Option<usize>, MatchError> {
+        Ok(self.lookup(host)?.map(|(s, _)| s))
+    }
+
+    /// [`ServerNames::find`], with what the regex that picked the block
+    /// captured (when it has groups).
+    pub(crate) fn lookup(
+        &self,
+        host: &str,
+    ) -> Result<Option<(usize, Option<NameCaptures<'_>>)>, MatchError> {
         if let Some(&s) = self.exact.get(host) {
-            return Some(s);
+            return Ok(Some((s, None)));
         }
         if host.is_empty() {
-            return None;
+            return Ok(None);
         }
         if let Some(s) = self.find_head(host) {
-            return Some(s);
+            return Ok(Some((s, None)));
         }
         // Longest "prefix.*" first: cut at each dot from the right.
         for (i, _) in host.rmatch_indices('.') {
             if let Some(&s) = self.tail.get(&host[..i]) {
-                return Some(s);
+                return Ok(Some((s, None)));
             }
         }
-        self.regex
-            .iter()
-            .find(|(re, _)| re.is_match(host.as_bytes()))
-            .map(|&(_, s)| s)
+        for n in &self.regex {
+            if !n.groups {
+                if n.re.is_match(host.as_bytes())? {
+                    return Ok(Some((n.server, None)));
+                }
+                continue;
+            }
+            if let Some(groups) = n.re.captures(host.as_bytes())? {
+                let names = &n.names[..];
+                return Ok(Some((n.server, Some(NameCaptures { groups, names }))));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Whether a regex name has groups: nginx then looks the host up even
+    /// for the only block of an address, to set them.
+    pub(crate) fn captures(&self) -> bool {
+        self.regex.iter().any(|n| n.groups)
     }
 
     /// The longest leading wildcard: the whole host (`.example.com` form
@@ -415,7 +464,7 @@ mod tests {
             ("~Upper", 8),
             ("", 9),
         ]);
-        let f = |h: &str| n.find(h);
+        let f = |h: &str| n.find(h).expect("no regex fails");
         assert_eq!(f("a.test"), Some(1));
         assert_eq!(f("x.wild.test"), Some(2));
         assert_eq!(f("y.x.wild.test"), Some(2));
@@ -442,16 +491,16 @@ mod tests {
             ("example.com", 1),
             (".example.com", 2),
         ]);
-        assert_eq!(n.find("a.test"), Some(1));
+        assert_eq!(n.find("a.test").expect("no regex fails"), Some(1));
         // nginx ignores ".example.com" whole when "example.com" came first.
-        assert_eq!(n.find("www.example.com"), None);
+        assert_eq!(n.find("www.example.com").expect("no regex fails"), None);
         let n = names(&[
             (".example.com", 1),
             ("example.com", 2),
             ("*.example.com", 2),
         ]);
-        assert_eq!(n.find("example.com"), Some(1));
-        assert_eq!(n.find("www.example.com"), Some(1));
+        assert_eq!(n.find("example.com").expect("no regex fails"), Some(1));
+        assert_eq!(n.find("www.example.com").expect("no regex fails"), Some(1));
     }
 
     #[test]
@@ -469,6 +518,54 @@ mod tests {
         ] {
             assert!(ServerNames::default().add(bad, 0).is_err(), "{bad}");
         }
-        assert!(ServerNames::default().add("~(unclosed", 0).is_err());
+        assert_eq!(
+            ServerNames::default().add("~(unclosed", 0),
+            Err(NameError(
+                "pcre2_compile() failed: missing closing parenthesis in \"(unclosed\"".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn server_name_regexes_mean_what_pcre_means() {
+        let n = names(&[
+            ("~^re\\.test$", 1),
+            ("~^(?!www\\.)[a-z]+\\.look\\.test$", 2),
+            ("~^CI\\.test$", 3),
+        ]);
+        let f = |h: &str| n.find(h).expect("no regex fails");
+        // A Host cannot carry a newline (validate_host refuses it); the
+        // lookup itself reads `$` as nginx's PCRE does.
+        assert_eq!(f("re.test\n"), Some(1), "`$` before a final newline");
+        assert_eq!(f("re.test\n\n"), None);
+        assert_eq!(f("api.look.test"), Some(2));
+        assert_eq!(f("www.look.test"), None, "look-ahead");
+        assert_eq!(
+            f("ci.test"),
+            Some(3),
+            "an upper-case letter makes it caseless"
+        );
+        assert!(!n.captures(), "no regex here has a group");
+        // A regex with groups hands them over with its names' numbers.
+        let n = names(&[("x.test", 0), ("~^(www\\.)?(?<site>[a-z]+)\\.test$", 1)]);
+        assert!(n.captures());
+        let found = n.lookup("www.a.test").expect("no regex fails");
+        let (server, caps) = found.expect("a block");
+        let caps = caps.expect("groups");
+        assert_eq!(server, 1);
+        assert_eq!(
+            caps.groups,
+            [
+                Some("www.a.test".into()),
+                Some("www.".into()),
+                Some("a".into())
+            ]
+        );
+        assert_eq!(caps.names, [(Arc::from("site"), 2)]);
+        assert_eq!(n.lookup("x.test").expect("no regex fails"), Some((0, None)));
+        // A runaway match (PCRE's match limit): nginx gives up on the request.
+        let n = names(&[("~^(a|aa)+$", 1)]);
+        let host = format!("{}b", "a".repeat(40));
+        assert_eq!(n.find(&host).map_err(|e| e.code()), Err(-47));
     }
 }

@@ -1,166 +1,231 @@
-//! nginx's PCRE regular expressions (locations, `rewrite`, `map`) on the
-//! `regex` crate: the same expressions compile to the same matches, and
-//! what the crate cannot do is refused with a clear message.
+//! nginx's regular expressions (`location ~` / `~*`, `rewrite`, `map`
+//! keys, `server_name ~`) on PCRE2 itself, compiled as nginx 1.22's
+//! `ngx_regex_compile` compiles them: no UTF mode (byte-wise matching,
+//! ASCII `\d` `\w` `\s` and POSIX classes, ASCII-only case folding),
+//! `PCRE2_CASELESS` for `~*`, no other option. So every construct means
+//! what it means to nginx: `$` also matches before a final `\n` (so
+//! `location ~ ^/adm2$` takes `/adm2%0a`, as nginx does), `.` is any
+//! byte but `\n`, groups are numbered by their `(` whatever their name
+//! syntax, and look-around, backreferences, atomic groups, possessive
+//! quantifiers, `\K`, `\Q..\E`, conditionals and recursion all work.
 //!
-//! Differences from PCRE (nginx 1.22 built with PCRE2, no UTF mode):
-//! look-ahead / look-behind (`(?=` `(?!` `(?<=` `(?<!`), backreferences
-//! (`\1`, `\k<name>`, `\g1`), atomic groups `(?>` and possessive
-//! quantifiers (`a++`), recursion and conditionals are refused. Matching is
-//! byte-wise with ASCII classes (`\w`, `\d`, `\s`, `[[:alpha:]]` and case
-//! folding cover ASCII only), as nginx's PCRE without UTF. `(?'name'...)`
-//! is accepted as `(?<name>...)`. The crate guarantees linear-time
-//! matching: no expression can backtrack catastrophically.
+//! Why PCRE2 and not the `regex` crate with the differing constructs
+//! translated: the crate has no look-around, so `$` (end, or before a
+//! final newline) can only be written `\n?\z`, which puts the newline into
+//! the match and moves where a group may end; and real confs use `(?!..)`
+//! and backreferences, which no translation gives. PCRE2 is what nginx
+//! runs. The cost is a C dependency (pcre2-sys builds the bundled PCRE2
+//! 10.46 with cc unless pkg-config finds the system's; Debian bookworm's
+//! nginx links 10.42, whose only differences met in a conf are newer
+//! syntax: 10.42 reads `x{,3}` and `x{ 2 }` as literal text and refuses
+//! `(?<=a{1,3})`) and PCRE's backtracking, which nginx has
+//! too: a match stops at PCRE2's default match limit (10,000,000 steps),
+//! as nginx's does, and then fails; callers answer as nginx does (500 for
+//! a location, a closed request for a `server_name`).
+//!
+//! Matching runs PCRE2's JIT code where the platform allows it (nginx's
+//! `pcre_jit on`), at or below the `regex` crate's cost per location
+//! (docs/performance.md, "Regular expressions"). PCRE2 guarantees the JIT
+//! and the interpreter find the same matches; where the JIT gives up on a
+//! subject (its 32 KiB stack or its own match limit), the interpreter —
+//! nginx's default engine — decides. The match data (the group offsets)
+//! comes from a pool per expression, one per thread, so matching from
+//! many threads neither allocates nor contends.
 
-use regex::bytes::{Regex, RegexBuilder};
+use std::fmt;
+use std::sync::{Arc, OnceLock};
 
-/// Compile `pattern` as nginx would (`caseless`: `~*`). The error is one
-/// line, naming what is not supported.
-pub fn compile(pattern: &str, caseless: bool) -> Result<Regex, String> {
-    let translated = translate(pattern)?;
-    RegexBuilder::new(&translated)
-        .case_insensitive(caseless)
-        .unicode(false)
-        .size_limit(1 << 20)
-        .build()
-        .map_err(|e| {
-            let text = e.to_string();
-            let why = text
-                .lines()
-                .rev()
-                .find_map(|l| l.trim().strip_prefix("error: "))
-                .unwrap_or(text.lines().next().unwrap_or("invalid"))
-                .to_string();
-            format!("pcre_compile() failed: {why} in \"{pattern}\"")
-        })
+use pcre2::bytes::{CaptureLocations, Regex as Pcre, RegexBuilder};
+use regex_automata::util::pool::Pool;
+
+/// A compiled expression: cheap to clone, matched from any thread.
+#[derive(Clone)]
+pub struct Regex(Arc<Compiled>);
+
+/// The groups of a match as nginx numbers them: the whole match first,
+/// then one per `(` of a capturing group in pattern order (named or not);
+/// None for a group that took no part in the match.
+pub type Groups = Vec<Option<String>>;
+
+/// A match PCRE2 could not finish (its match limit): nginx logs
+/// `pcre2_match() failed` and answers with an error.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("pcre2_match() failed: {code} ({reason}) using \"{pattern}\"")]
+pub struct MatchError {
+    code: i32,
+    reason: String,
+    pattern: String,
 }
 
-/// The names of the named groups of a compiled expression.
+struct Compiled {
+    source: String,
+    caseless: bool,
+    /// The JIT's code, or the interpreter where the JIT is not available.
+    first: Pcre,
+    /// Whether `first` runs the JIT's code.
+    jit: bool,
+    /// The interpreter, compiled the first time the JIT gives up.
+    interpreter: OnceLock<Pcre>,
+    /// Match data for `first`, one per thread.
+    spare: Pool<CaptureLocations, NewLocations>,
+}
+
+type NewLocations = Box<dyn Fn() -> CaptureLocations + Send + Sync>;
+
+/// Compile `pattern` as nginx would (`caseless`: `~*`, or a `server_name`
+/// with an upper-case letter). The error is nginx's one line:
+/// `pcre2_compile() failed: missing closing parenthesis in "a("`.
+pub fn compile(pattern: &str, caseless: bool) -> Result<Regex, String> {
+    let (first, jit) = match build(pattern, caseless, true) {
+        Ok(re) => (re, true),
+        Err(e) if matches!(e.kind(), pcre2::ErrorKind::Compile) => {
+            return Err(compile_error(&e, pattern))
+        }
+        // No JIT here (no executable memory, an unsupported CPU).
+        Err(_) => (
+            build(pattern, caseless, false).map_err(|e| compile_error(&e, pattern))?,
+            false,
+        ),
+    };
+    let spare = {
+        let re = first.clone();
+        Pool::new(Box::new(move || re.capture_locations()) as NewLocations)
+    };
+    Ok(Regex(Arc::new(Compiled {
+        source: pattern.to_string(),
+        caseless,
+        first,
+        jit,
+        interpreter: OnceLock::new(),
+        spare,
+    })))
+}
+
+/// The names of the named groups of a compiled expression, in group order.
 pub fn group_names(re: &Regex) -> impl Iterator<Item = &str> {
     re.capture_names().flatten()
 }
 
-/// PCRE syntax the crate lacks, refused by name; `(?'n'` rewritten.
-fn translate(pattern: &str) -> Result<String, String> {
-    let unsupported = |what: &str| {
-        Err(format!(
-            "{what} in \"{pattern}\" is PCRE syntax vigil's regex engine (the `regex` crate) does not support"
-        ))
-    };
-    let b = pattern.as_bytes();
-    let mut out = String::with_capacity(pattern.len());
-    let mut i = 0;
-    let mut in_class = false;
-    while i < b.len() {
-        let c = b[i];
-        if c == b'\\' {
-            let next = b.get(i + 1).copied();
-            match next {
-                Some(b'1'..=b'9') if !in_class => return unsupported("a backreference"),
-                Some(b'k' | b'g') if !in_class => return unsupported("a backreference"),
-                _ => {}
-            }
-            i += 1;
-            match pattern.get(i..).and_then(|r| r.chars().next()) {
-                // PCRE takes `\é` as `é`; the crate refuses the escape.
-                Some(c) if !c.is_ascii() => out.push(c),
-                Some(c) => {
-                    out.push('\\');
-                    out.push(c);
-                }
-                None => out.push('\\'),
-            }
-            i += pattern
-                .get(i..)
-                .and_then(|r| r.chars().next())
-                .map_or(0, char::len_utf8);
-            continue;
+// === impl Regex ===
+
+impl Regex {
+    /// Whether the expression matches anywhere in `subject`.
+    pub fn is_match(&self, subject: &[u8]) -> Result<bool, MatchError> {
+        match self.0.first.is_match(subject) {
+            Ok(found) => Ok(found),
+            Err(e) => self.interpreted(e, |re| re.is_match(subject)),
         }
-        if in_class {
-            if c == b']' {
-                in_class = false;
-            }
-        } else if c == b'[' {
-            in_class = true;
-            // `[]...]` and `[^]...]`: a leading `]` is a literal.
-            let mut j = i + 1;
-            if b.get(j) == Some(&b'^') {
-                j += 1;
-            }
-            if b.get(j) == Some(&b']') {
-                out.push_str(&pattern[i..=j]);
-                i = j + 1;
-                continue;
-            }
-        } else if c == b'(' && b.get(i + 1) == Some(&b'?') {
-            let rest = &pattern[i + 2..];
-            if rest.starts_with('=') || rest.starts_with('!') {
-                return unsupported("look-ahead");
-            }
-            if rest.starts_with("<=") || rest.starts_with("<!") {
-                return unsupported("look-behind");
-            }
-            if rest.starts_with('>') {
-                return unsupported("an atomic group");
-            }
-            if rest.starts_with('(') || rest.starts_with('R') || rest.starts_with('&') {
-                return unsupported("a conditional or recursion");
-            }
-            if let Some(name) = rest.strip_prefix('\'') {
-                if let Some(end) = name.find('\'') {
-                    out.push_str("(?<");
-                    out.push_str(&name[..end]);
-                    out.push('>');
-                    i += 2 + 1 + end + 1;
-                    continue;
-                }
-            }
-        } else if matches!(c, b'*' | b'+' | b'?' | b'}') && b.get(i + 1) == Some(&b'+') {
-            return unsupported("a possessive quantifier");
-        }
-        let len = pattern[i..].chars().next().map_or(1, char::len_utf8);
-        out.push_str(&pattern[i..i + len]);
-        i += len;
     }
-    Ok(out)
+
+    /// The groups of the first match in `subject`, None when it does not
+    /// match.
+    pub fn captures(&self, subject: &[u8]) -> Result<Option<Groups>, MatchError> {
+        let mut locs = self.0.spare.get();
+        match self.0.first.captures_read(&mut locs, subject) {
+            Ok(found) => Ok(found.map(|_| groups(&locs, subject))),
+            Err(e) => self.interpreted(e, |re| {
+                let mut locs = re.capture_locations();
+                Ok(re
+                    .captures_read(&mut locs, subject)?
+                    .map(|_| groups(&locs, subject)))
+            }),
+        }
+    }
+
+    /// Each group's name by its number (group 0 and unnamed ones: None).
+    pub fn capture_names(&self) -> impl Iterator<Item = Option<&str>> {
+        self.0.first.capture_names().iter().map(Option::as_deref)
+    }
+
+    /// The expression as written.
+    pub fn as_str(&self) -> &str {
+        &self.0.source
+    }
+
+    /// `run` on the interpreter when the JIT gave up with `e`; `e` itself
+    /// when it was already the interpreter.
+    fn interpreted<T>(
+        &self,
+        e: pcre2::Error,
+        run: impl FnOnce(&Pcre) -> Result<T, pcre2::Error>,
+    ) -> Result<T, MatchError> {
+        if !self.0.jit {
+            return Err(self.match_error(&e));
+        }
+        let re = match self.0.interpreter.get() {
+            Some(re) => re,
+            None => {
+                let re = build(&self.0.source, self.0.caseless, false)
+                    .map_err(|_| self.match_error(&e))?;
+                self.0.interpreter.get_or_init(|| re)
+            }
+        };
+        run(re).map_err(|e| self.match_error(&e))
+    }
+
+    fn match_error(&self, e: &pcre2::Error) -> MatchError {
+        let text = e.to_string();
+        MatchError {
+            code: e.code(),
+            reason: text
+                .strip_prefix("PCRE2: error matching: ")
+                .unwrap_or(&text)
+                .to_string(),
+            pattern: self.0.source.clone(),
+        }
+    }
+}
+
+impl fmt::Debug for Regex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Regex").field(&self.0.source).finish()
+    }
+}
+
+// === impl MatchError ===
+
+impl MatchError {
+    /// PCRE2's error code (`PCRE2_ERROR_MATCHLIMIT` is -47).
+    pub fn code(&self) -> i32 {
+        self.code
+    }
+}
+
+/// nginx's options: `PCRE2_CASELESS` or none (no UTF, no multiline).
+fn build(pattern: &str, caseless: bool, jit: bool) -> Result<Pcre, pcre2::Error> {
+    RegexBuilder::new()
+        .caseless(caseless)
+        .jit(jit)
+        .build(pattern)
+}
+
+/// The groups of the match in `locs`, as text (invalid UTF-8 replaced).
+fn groups(locs: &CaptureLocations, subject: &[u8]) -> Groups {
+    (0..locs.len())
+        .map(|i| {
+            let (start, end) = locs.get(i)?;
+            let text = subject.get(start..end)?;
+            Some(String::from_utf8_lossy(text).into_owned())
+        })
+        .collect()
+}
+
+/// `ngx_regex_compile`'s message: PCRE2's reason, the expression, and
+/// where in it PCRE2 stopped unless that is its end.
+fn compile_error(e: &pcre2::Error, pattern: &str) -> String {
+    let text = e.to_string();
+    let at = e.offset().unwrap_or(pattern.len());
+    let reason = text
+        .strip_prefix(&format!("PCRE2: error compiling pattern at offset {at}: "))
+        .unwrap_or(&text);
+    match pattern.as_bytes().get(at..).filter(|rest| !rest.is_empty()) {
+        None => format!("pcre2_compile() failed: {reason} in \"{pattern}\""),
+        Some(rest) => format!(
+            "pcre2_compile() failed: {reason} in \"{pattern}\" at \"{}\"",
+            String::from_utf8_lossy(rest)
+        ),
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pcre_forms_compile_or_are_refused_by_name() {
-        let m = |p: &str, ci: bool, s: &str| compile(p, ci).expect(p).is_match(s.as_bytes());
-        assert!(m(r"\.php$", false, "/a.php"));
-        assert!(!m(r"\.php$", false, "/a.PHP"));
-        assert!(m(r"\.php$", true, "/a.PHP"));
-        assert!(m(r"^/(?<id>\d+)/x", false, "/12/x"));
-        assert!(m(r"^/(?P<id>\d+)/x", false, "/12/x"));
-        assert!(m(r"^/(?'id'\d+)/x", false, "/12/x"));
-        assert!(m(r"[]a]", false, "]"));
-        assert!(m(r"^/a{1,3}$", false, "/aa"));
-        assert!(
-            m(r"^/\é$", false, "/é"),
-            "an escaped multi-byte character is kept"
-        );
-        assert!(m(r"x\\", false, "x\\"));
-        let names: Vec<_> = group_names(&compile(r"(?'id'\d+)", false).expect("re"))
-            .map(str::to_string)
-            .collect();
-        assert_eq!(names, ["id"]);
-        for (p, what) in [
-            (r"^/(?!admin)", "look-ahead"),
-            (r"(?<=x)y", "look-behind"),
-            (r"(a)\1", "backreference"),
-            (r"(?<n>a)\k<n>", "backreference"),
-            (r"(?>a+)", "atomic group"),
-            (r"a++", "possessive"),
-        ] {
-            let e = compile(p, false).expect_err(p);
-            assert!(e.contains(what), "{p}: {e}");
-        }
-        let e = compile("a(", false).expect_err("unclosed");
-        assert!(e.starts_with("pcre_compile() failed: "), "{e}");
-        assert!(!e.contains('\n'), "{e}");
-    }
-}
+mod tests;

@@ -5,13 +5,13 @@
 
 use crate::twin::{Raw, Twin};
 
-fn get(target: &str, host: &str) -> Vec<u8> {
+pub(crate) fn get(target: &str, host: &str) -> Vec<u8> {
     format!("GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").into_bytes()
 }
 
 /// Send each target to both; assert the same status, body and
 /// `Location` (each side's own port as PORT); the answers.
-async fn same(t: &Twin, targets: &[&str]) -> Vec<(Raw, Raw)> {
+pub(crate) async fn same(t: &Twin, targets: &[&str]) -> Vec<(Raw, Raw)> {
     let mut out = Vec::new();
     for target in targets {
         let (v, n) = t.send(&get(target, "h.test")).await;
@@ -34,7 +34,7 @@ async fn same(t: &Twin, targets: &[&str]) -> Vec<(Raw, Raw)> {
     out
 }
 
-fn same_uris(t: &Twin) {
+pub(crate) fn same_uris(t: &Twin) {
     // Another test's active check may reach a port a backend here reuses.
     let ours = |sides: Vec<Vec<String>>| -> Vec<Vec<String>> {
         sides

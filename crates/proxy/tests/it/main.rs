@@ -15,6 +15,7 @@ mod hedge;
 mod local_time;
 mod locations;
 mod redirects;
+mod regex;
 mod reload;
 mod returns;
 mod routing;

@@ -297,7 +297,7 @@ fn an_unknown_variable_is_reported_at_its_argument_once() {
 
 #[test]
 fn map_set_and_capture_variables_are_known_and_return_texts_are_checked() {
-    let known = "http {\n    map $http_upgrade $conn { default upgrade; \"\" close; }\n    server {\n        listen 127.0.0.1:8080;\n        set $who w;\n        location ~ ^/(?<name>\\w+) { return 200 \"$conn $who $name $1\"; }\n        location / { proxy_set_header Connection $conn; proxy_pass http://127.0.0.1:9; }\n    }\n}\n";
+    let known = "http {\n    map $http_upgrade $conn { default upgrade; \"\" close; }\n    server {\n        listen 127.0.0.1:8080;\n        server_name \"~^(?!www)(?<sub>[a-z]+)\\.t$\";\n        set $who w;\n        location ~ ^/(?<name>\\w+) { return 200 \"$conn $who $name $1 $sub\"; }\n        location / { proxy_set_header Connection $conn; proxy_pass http://127.0.0.1:9; }\n    }\n}\n";
     let found = lint_for_serve(&parse(known, &BTreeMap::new()));
     assert!(
         found.iter().all(|f| f.code != "unsupported-variable"),
