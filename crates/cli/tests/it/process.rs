@@ -230,12 +230,17 @@ impl Proc {
     }
 
     fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
+        assert!(self.send(sig), "kill -{sig}");
+    }
+
+    /// Send `sig`; whether it was delivered.
+    fn send(&self, sig: &str) -> bool {
+        Command::new("kill")
             .arg(format!("-{sig}"))
             .arg(self.child.id().to_string())
+            .stderr(Stdio::null())
             .status()
-            .expect("kill");
-        assert!(ok.success(), "kill -{sig}");
+            .is_ok_and(|s| s.success())
     }
 
     /// Wait (bounded) for the process to exit.
@@ -262,6 +267,15 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        if self.running() {
+            // nginx's workers outlive a killed master: a fast stop first,
+            // as `nginx -s stop` (vigil stops at once on it too).
+            self.send("TERM");
+            let until = Instant::now() + Duration::from_secs(5);
+            while self.running() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
