@@ -5,7 +5,7 @@
 //! which releases the peer and returns the connection to the pool at the end.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
@@ -57,11 +57,35 @@ pub(crate) enum BodyError {
 }
 
 /// A streamed request body (`proxy_request_buffering off`) with
-/// `client_body_timeout` between two reads; see [`ClientBody::timed_out`].
+/// `client_body_timeout` between two reads; how it failed, if it did, is
+/// kept for the handler ([`ClientBody::fault`]): the attempt that was
+/// sending it fails, but by the client's doing.
 pub(crate) struct ClientBody {
     inner: RequestBody,
     idle: Idle,
-    timed_out: Arc<AtomicBool>,
+    fault: Arc<ClientFault>,
+}
+
+/// How a streamed request body failed on the client's side: none yet, or
+/// one of [`Fault`]. Set once by the body, read by the handler.
+#[derive(Debug, Default)]
+pub(crate) struct ClientFault(AtomicU8);
+
+/// The client's failure while its body was streamed, and how nginx ends
+/// such a request (`ngx_http_read_unbuffered_request_body`'s status; the
+/// peer is freed with state 0: nothing charged, nothing retried).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// Nothing came for `client_body_timeout`: 408, the connection closed
+    /// without an answer.
+    Timeout,
+    /// A malformed body (a bad chunk): 400, answered.
+    Bad,
+    /// The client closed or reset the connection (HTTP/2: reset the
+    /// stream) before the body's end: 400 in the log ("client prematurely
+    /// closed connection"; nginx logs 400 for an HTTP/2 reset too),
+    /// nothing sent.
+    Closed,
 }
 
 /// `client_body_timeout`: one sleep, re-armed only when it fires while
@@ -185,14 +209,54 @@ impl ClientBody {
         Self {
             inner,
             idle: Idle::new(timeout),
-            timed_out: Arc::new(AtomicBool::new(false)),
+            fault: Arc::default(),
         }
     }
 
-    /// Set once the body failed for `client_body_timeout` (the attempt's
+    /// Set once the body failed on the client's side (the attempt's
     /// failure is then the client's, not the peer's).
-    pub(crate) fn timed_out(&self) -> Arc<AtomicBool> {
-        self.timed_out.clone()
+    pub(crate) fn fault(&self) -> Arc<ClientFault> {
+        self.fault.clone()
+    }
+}
+
+// === impl ClientFault ===
+
+impl ClientFault {
+    const TIMEOUT: u8 = 1;
+    const BAD: u8 = 2;
+    const CLOSED: u8 = 3;
+
+    fn set(&self, fault: Fault) {
+        let v = match fault {
+            Fault::Timeout => Self::TIMEOUT,
+            Fault::Bad => Self::BAD,
+            Fault::Closed => Self::CLOSED,
+        };
+        let _ = self
+            .0
+            .compare_exchange(0, v, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// The failure, if the body failed on the client's side.
+    pub(crate) fn get(&self) -> Option<Fault> {
+        match self.0.load(Ordering::Acquire) {
+            Self::TIMEOUT => Some(Fault::Timeout),
+            Self::BAD => Some(Fault::Bad),
+            Self::CLOSED => Some(Fault::Closed),
+            _ => None,
+        }
+    }
+}
+
+/// What a failed frame of the client's body says of the client.
+fn fault_of(inner: &RequestBody, e: &BoxError) -> Fault {
+    match inner {
+        RequestBody::H1(_) => match e.downcast_ref::<crate::h1::read::BodyError>() {
+            Some(crate::h1::read::BodyError::Chunked(_)) => Fault::Bad,
+            _ => Fault::Closed,
+        },
+        RequestBody::Hyper(_) => Fault::Closed,
     }
 }
 
@@ -208,11 +272,14 @@ impl Body for ClientBody {
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(f) => {
                 this.idle.progress();
+                if let Some(Err(e)) = &f {
+                    this.fault.set(fault_of(&this.inner, e));
+                }
                 Poll::Ready(f)
             }
             Poll::Pending => {
                 ready!(this.idle.poll_expired(cx));
-                this.timed_out.store(true, Ordering::Release);
+                this.fault.set(Fault::Timeout);
                 Poll::Ready(Some(Err(Box::new(BodyError::Timeout(this.idle.timeout)))))
             }
         }

@@ -470,7 +470,8 @@ fn proxy_request<'a, 'o>(
                 crate::conn::close_silently(StatusCode::REQUEST_TIMEOUT),
             )
         };
-        let mut client_timed_out = None;
+        // How a streamed body failed on the client's side, if it did.
+        let mut client_fault = None;
         let incoming = match client_body {
             ClientRequestBody::Unread(_) => {
                 let empty = ClientRequestBody::Read(ReqBody::Buffered(Buffered::Empty));
@@ -506,7 +507,7 @@ fn proxy_request<'a, 'o>(
             },
             Some(incoming) => {
                 let streamed = ClientBody::new(incoming, settings.client_body_timeout);
-                client_timed_out = Some(streamed.timed_out());
+                client_fault = Some(streamed.fault());
                 Some(ReqBody::Stream(std::sync::Mutex::new(Some(streamed))))
             }
         };
@@ -541,6 +542,12 @@ fn proxy_request<'a, 'o>(
             .unwrap_or_default();
         let group = attempts.len();
         let upstream_uri = route.upstream_uri(parts, target);
+        // A URI no request line can carry is vigil's to refuse, before any
+        // peer is picked: it is no evidence against one.
+        if let Err(why) = sendable(&upstream_uri, route.tls.is_some()) {
+            tracing::error!(upstream = %upstream.name(), uri = ?upstream_uri, "cannot send the request upstream: {why}");
+            return answer(parts, &[], error_page(StatusCode::INTERNAL_SERVER_ERROR));
+        }
         let job = Job {
             route,
             parts,
@@ -808,12 +815,31 @@ fn proxy_request<'a, 'o>(
                     }
                 }
                 Err(failed) => {
-                    if client_timed_out
-                        .as_ref()
-                        .is_some_and(|t| t.load(std::sync::atomic::Ordering::Acquire))
-                    {
-                        // The client's fault: the peer is freed uncharged (drop).
-                        return body_timed_out(parts);
+                    if let Some(fault) = client_fault.as_ref().and_then(|f| f.get()) {
+                        // The client's doing, while its body was streamed: no
+                        // evidence against the peer, which is freed as nginx
+                        // frees it (state 0: the guard dropped), and nothing
+                        // is retried.
+                        tracing::info!(%client, upstream = %upstream.name(), peer = %peer.name(), ?fault, "{}", failed.detail);
+                        if let Some(r) = attempts.get_mut(record) {
+                            r.response_time = attempt::secs(coarse_tick().since(t0));
+                            r.connect_time = failed.connect_time;
+                        }
+                        drop(guard);
+                        cancel(&mut flights, &mut attempts);
+                        let resp = match fault {
+                            body::Fault::Timeout => return body_timed_out(parts),
+                            body::Fault::Bad => {
+                                let mut r = error_page(StatusCode::BAD_REQUEST);
+                                r.headers_mut()
+                                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                                r
+                            }
+                            body::Fault::Closed => {
+                                crate::conn::close_silently(StatusCode::BAD_REQUEST)
+                            }
+                        };
+                        return answer(parts, &attempts, resp);
                     }
                     tracing::warn!(upstream = %upstream.name(), peer = %peer.name(), class = %failed.failure.class, "{}", failed.detail);
                     let took = coarse_tick().since(t0);
@@ -1042,6 +1068,28 @@ fn cancel(flights: &mut Flights<'_>, attempts: &mut [AttemptRecord]) {
     }
 }
 
+/// Whether `uri` can be the target of the upstream request line. nginx
+/// sends the URI it made as it is (a `$1` or `$uri` of `proxy_pass` may
+/// hold a space, `<`, a control byte...), and so does vigil's own client;
+/// but a CR, LF or NUL would end or split the request line (a second
+/// request the client wrote), so vigil refuses those (nginx sends them).
+/// hyper's client (TLS upstreams) takes only what `http::Uri` parses.
+fn sendable(uri: &str, hyper: bool) -> Result<(), String> {
+    if let Some(b) = uri.bytes().find(|b| matches!(b, b'\r' | b'\n' | 0)) {
+        return Err(format!(
+            "its URI holds the byte 0x{b:02x}, which would end its request line"
+        ));
+    }
+    if hyper {
+        if let Err(e) = http::Uri::try_from(uri) {
+            return Err(format!(
+                "its URI is not one the TLS client can send ({e}); vigil's plain HTTP client would send it as nginx does"
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn body_len(body: &ReqBody) -> Option<u64> {
     match body {
         ReqBody::Buffered(b) => Some(b.len()),
@@ -1062,31 +1110,30 @@ fn build_request(
     upgrade: bool,
     room: Room<'_>,
 ) -> Result<Outgoing, String> {
-    // The client's own target goes as it came (no parse, no copy; not
-    // even a clone for vigil's own client, which writes it from here).
-    let built = match parts.uri.path_and_query() {
-        Some(pq)
-            if pq.as_str() == uri
-                && parts.uri.scheme().is_none()
-                && parts.uri.authority().is_none() =>
-        {
-            None
-        }
-        _ => Some(
-            http::Uri::try_from(uri).map_err(|e| format!("cannot build upstream request: {e}"))?,
-        ),
-    };
     let mut fields = request_fields(route, parts, target, client, local, len, upgrade);
     Ok(match room {
+        // vigil's own client writes the target as it is (checked by
+        // `sendable` before any attempt).
         Room::Head(head) => {
-            let uri = built.as_ref().unwrap_or(&parts.uri);
             let written = head.write(&parts.method, uri, &mut fields, &body);
             Outgoing::H1(written, body)
         }
         Room::Map(room) => {
+            // The client's own target goes as it came (no parse).
+            let built = match parts.uri.path_and_query() {
+                Some(pq)
+                    if pq.as_str() == uri
+                        && parts.uri.scheme().is_none()
+                        && parts.uri.authority().is_none() =>
+                {
+                    parts.uri.clone()
+                }
+                _ => http::Uri::try_from(uri)
+                    .map_err(|e| format!("cannot build upstream request: {e}"))?,
+            };
             let mut req = Request::new(body);
             *req.method_mut() = parts.method.clone();
-            *req.uri_mut() = built.unwrap_or_else(|| parts.uri.clone());
+            *req.uri_mut() = built;
             *req.version_mut() = http::Version::HTTP_11;
             *req.headers_mut() = fields.into_map(room);
             Outgoing::Hyper(req)

@@ -242,21 +242,14 @@ pub(crate) mod put {
 /// lowercase names).
 pub(super) fn encode(
     method: &Method,
-    uri: &http::Uri,
+    target: &str,
     fields: &impl RequestFields,
     dst: &mut Vec<u8>,
 ) {
     dst.reserve(256);
     dst.extend_from_slice(method.as_str().as_bytes());
     dst.push(b' ');
-    match uri.path_and_query() {
-        Some(pq) if uri.scheme().is_none() && uri.authority().is_none() => {
-            dst.extend_from_slice(pq.as_str().as_bytes())
-        }
-        _ => {
-            let _ = std::io::Write::write_fmt(dst, format_args!("{uri}"));
-        }
-    }
+    dst.extend_from_slice(target.as_bytes());
     dst.extend_from_slice(b" HTTP/1.1\r\n");
     fields.each(|name, value| {
         dst.extend_from_slice(name.as_str().as_bytes());

@@ -129,18 +129,20 @@ impl<'o> HeadOut<'o> {
         Self { out }
     }
 
-    /// Write the request line and `fields`, framed for `body` as hyper's
-    /// client frames it (`set_length`).
+    /// Write the request line (`target` as it is: nginx sends the URI it
+    /// made, bytes a `Uri` refuses included; see [`crate::handler`]'s
+    /// check for the bytes that cannot go on a request line) and `fields`,
+    /// framed for `body` as hyper's client frames it (`set_length`).
     pub(crate) fn write(
         self,
         method: &Method,
-        uri: &http::Uri,
+        target: &str,
         fields: &mut impl RequestFields,
         body: &UpBody,
     ) -> Written {
         let (te, close, upgrade) = head::request_facts(fields);
         let framing = set_length(fields, method, body, te);
-        head::encode(method, uri, fields, self.out);
+        head::encode(method, target, fields, self.out);
         Written {
             method: method.clone(),
             framing,

@@ -8,6 +8,7 @@ mod behaviour;
 mod bodies;
 mod client_abort;
 mod error_pages;
+mod evidence;
 mod gzip;
 mod h1;
 mod hardening;
