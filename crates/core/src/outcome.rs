@@ -73,6 +73,11 @@ pub struct RequestFacts {
     /// The body can be sent again (it was buffered, or there is none).
     /// With `proxy_request_buffering off` a started body cannot be replayed.
     pub body_replayable: bool,
+    /// The request may be sent to two peers at once (a hedge): a safe
+    /// method (GET, HEAD, OPTIONS, TRACE; RFC 9110 §9.2.1) and no body.
+    /// Retries after a failure follow nginx's rule instead
+    /// ([`RequestFacts::non_idempotent`]).
+    pub hedgeable: bool,
 }
 
 /// Error for a `proxy_next_upstream` word that does not exist.
@@ -89,8 +94,33 @@ impl RequestFacts {
         Self {
             non_idempotent: is_non_idempotent(method),
             body_replayable,
+            hedgeable: is_safe(method),
         }
     }
+
+    /// The request carries a body (`has_body`): it is not hedged, even
+    /// with a safe method (a GET with a body has no defined meaning, and
+    /// some APIs give it effects).
+    pub fn with_body(mut self, has_body: bool) -> Self {
+        self.hedgeable &= !has_body;
+        self
+    }
+
+    /// Whether a hedge may send the request while an earlier attempt of it
+    /// may still be running: only a safe method without a body. Anything
+    /// else (PUT and DELETE too: run twice at once, a PUT can undo another
+    /// client's write between them, and a DELETE's second run answers 404)
+    /// is only raced while connecting and sent once, on the first
+    /// connection ready.
+    pub fn sends_twice(&self) -> bool {
+        self.hedgeable && self.body_replayable && !self.non_idempotent
+    }
+}
+
+/// RFC 9110's safe methods (§9.2.1), which nginx's `proxy_next_upstream`
+/// does not know: vigil's rule for hedges.
+pub fn is_safe(method: &str) -> bool {
+    matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE")
 }
 
 /// nginx's non-idempotent methods (`ngx_http_upstream_next`: POST, LOCK,
@@ -319,10 +349,29 @@ mod tests {
     }
 
     #[test]
+    fn only_safe_methods_without_a_body_are_sent_twice_at_once() {
+        for m in ["GET", "HEAD", "OPTIONS", "TRACE"] {
+            assert!(RequestFacts::new(m, true).sends_twice(), "{m}");
+            assert!(
+                !RequestFacts::new(m, true).with_body(true).sends_twice(),
+                "{m} with a body"
+            );
+            assert!(!RequestFacts::new(m, false).sends_twice(), "{m} streamed");
+        }
+        for m in ["PUT", "DELETE", "POST", "PATCH", "LOCK", "PURGE", "get"] {
+            assert!(!RequestFacts::new(m, true).sends_twice(), "{m}");
+        }
+        // Retries after a failure keep nginx's rule: only POST, LOCK, PATCH
+        // need `non_idempotent`.
+        assert!(!RequestFacts::new("DELETE", true).non_idempotent);
+    }
+
+    #[test]
     fn non_idempotent_needs_the_flag_only_after_sending() {
         let post = RequestFacts {
             non_idempotent: true,
             body_replayable: true,
+            hedgeable: false,
         };
         let set = NextUpstream::nginx_default();
         assert!(set.allows(FailureClass::Error, post, false));

@@ -521,7 +521,12 @@ fn proxy_request<'a, 'o>(
                 return Handled::from(error_page(StatusCode::INTERNAL_SERVER_ERROR))
             }
         };
-        let facts = RequestFacts::new(parts.method.as_str(), matches!(body, ReqBody::Buffered(_)));
+        let with_body = match body {
+            ReqBody::Buffered(b) => b.len() > 0,
+            ReqBody::Stream(_) => true,
+        };
+        let facts = RequestFacts::new(parts.method.as_str(), matches!(body, ReqBody::Buffered(_)))
+            .with_body(with_body);
         let upstream = &route.upstream;
         let hash_key = route
             .hash_key
@@ -560,8 +565,7 @@ fn proxy_request<'a, 'o>(
             upgrade,
             replayable: facts.body_replayable,
             hedged: upstream.config().rules.hedge.is_some(),
-            once: (upstream.config().rules.hedge.is_some()
-                && (facts.non_idempotent || !facts.body_replayable))
+            once: (upstream.config().rules.hedge.is_some() && !facts.sends_twice())
                 .then(|| Arc::new(std::sync::atomic::AtomicBool::new(false))),
             group,
         };
@@ -900,9 +904,9 @@ struct Job<'a> {
     replayable: bool,
     /// The upstream has `hedge`: attempts may race.
     hedged: bool,
-    /// For a request that cannot be sent twice (POST, LOCK, PATCH, or a
-    /// streamed body) that may be hedged: taken by the first of its
-    /// attempts to connect.
+    /// For a request that cannot be sent twice at once (any method but GET,
+    /// HEAD, OPTIONS and TRACE, or a body: core's `RequestFacts::sends_twice`)
+    /// that may be hedged: taken by the first of its attempts to connect.
     once: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// How many attempts an earlier pass made (see [`EarlierAttempts`]).
     group: usize,

@@ -13,7 +13,7 @@
 //! | `vigil_retries_total` | counter | `upstream` | attempts that moved the request to the next peer |
 //! | `vigil_failures_counted_total` | counter | `upstream`, `peer`, `class` | failures charged toward `max_fails`: every transport failure, and a listed status that was retried (never `http_403`/`http_404`) |
 //! | `vigil_hedges_total` | counter | `upstream` | hedges sent (`hedge`): the request went to a second peer while the first had not answered |
-//! | `vigil_retries_denied_total` | counter | `upstream`, `reason` | retries and hedges core did not allow, by reason: `tries`, `single_server`, `not_listed`, `non_idempotent`, `body_not_replayable`, `timeout`, `budget` (`retry_budget` empty), `no_peer` (a hedge found no other eligible peer) |
+//! | `vigil_retries_denied_total` | counter | `upstream`, `reason` | retries and hedges core did not allow, by reason: `tries`, `single_server`, `not_listed`, `non_idempotent`, `body_not_replayable`, `timeout`, `budget` (`retry_budget` empty), `no_peer` (a hedge found no other eligible peer), `not_safe` (a hedge of a request that may run only once at a time: a method other than GET, HEAD, OPTIONS, TRACE, or a body) |
 //! | `vigil_no_live_upstreams_total` | counter | `upstream` | requests answered 502 because no peer was eligible ("no live upstreams") |
 //! | `vigil_exclusions_total` | counter | `upstream`, `peer` | times the peer reached `max_fails` and was excluded for `fail_timeout` |
 //! | `vigil_ejections_total` | counter | `upstream`, `peer`, `rule` | times a health rule took the peer out: `passive` (max_fails, as `vigil_exclusions_total`), `probe_down`, `slow` (`eject_slow`), `stuck` (`eject_stuck`) |

@@ -1,5 +1,7 @@
-//! `hedge after=T|pNN [max=M]`: when an idempotent request has no response
-//! header after T, the same request goes to another eligible peer too; the
+//! `hedge after=T|pNN [max=M]`: when a safe request without a body (GET,
+//! HEAD, OPTIONS, TRACE: [`crate::RequestFacts::sends_twice`]) has no
+//! response header after T, the same request goes to another eligible
+//! peer too; the
 //! first header core lets through wins and the other attempt is cancelled
 //! ([`PeerGuard::cancel`]: released, nothing charged). A hedge is a retry
 //! for every limit: it takes a try of `proxy_next_upstream_tries`, a token
@@ -8,8 +10,8 @@
 //! POST, LOCK or PATCH — even with `non_idempotent` —, the body can be sent
 //! again, `proxy_next_upstream_timeout` has not passed).
 //!
-//! A request that cannot be sent twice (POST, LOCK, PATCH, or a streamed
-//! body) is still hedged while every attempt of it is connecting: a
+//! A request that cannot be sent twice (any other method, or a body) is
+//! still hedged while every attempt of it is connecting: a
 //! connect race. The request then goes out once, on the first connection
 //! that is ready; the proxy cancels the others before they send anything.
 //!
@@ -152,6 +154,9 @@ impl Selection {
         }
         if !connecting && !self.facts.body_replayable {
             return Some(RetryDenied::BodyNotReplayable);
+        }
+        if !connecting && !self.facts.hedgeable {
+            return Some(RetryDenied::NotSafe);
         }
         if !self.policy.next_upstream.contains(FailureClass::Timeout) {
             return Some(RetryDenied::NotListed);

@@ -549,6 +549,7 @@ impl Default for RequestFacts {
         Self {
             non_idempotent: false,
             body_replayable: true,
+            hedgeable: true,
         }
     }
 }

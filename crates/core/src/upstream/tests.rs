@@ -395,6 +395,7 @@ fn post_is_retried_only_if_it_was_never_sent() {
     let post = RequestFacts {
         non_idempotent: true,
         body_replayable: true,
+        hedgeable: false,
     };
     assert_eq!(
         f.request(RetryPolicy::default(), post, |_| Be::Fail(error())),
@@ -417,6 +418,7 @@ fn an_unreplayable_body_stops_retries_once_sent() {
     let streamed = RequestFacts {
         non_idempotent: false,
         body_replayable: false,
+        hedgeable: false,
     };
     assert_eq!(
         f.request(RetryPolicy::default(), streamed, |_| Be::Fail(error())),
@@ -1101,6 +1103,7 @@ fn every_verdict_says_what_core_charged_and_why_it_did_not_retry() {
     let post = RequestFacts {
         non_idempotent: true,
         body_replayable: true,
+        hedgeable: false,
     };
     let mut sel =
         f.up.begin(SelectKey::None, RetryPolicy::default(), post, f.now());
@@ -1124,6 +1127,7 @@ fn every_verdict_says_what_core_charged_and_why_it_did_not_retry() {
     let streamed = RequestFacts {
         non_idempotent: false,
         body_replayable: false,
+        hedgeable: false,
     };
     let mut sel =
         f.up.begin(SelectKey::None, RetryPolicy::default(), streamed, f.now());

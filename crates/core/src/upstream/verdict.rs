@@ -52,6 +52,10 @@ pub enum RetryDenied {
     /// A hedge found no other eligible peer (hedges only: a retry that
     /// finds none is nginx's "no live upstreams").
     NoPeer,
+    /// A hedge of a request that may be sent only once at a time: a method
+    /// other than GET, HEAD, OPTIONS and TRACE, or a body (hedges only;
+    /// see [`crate::RequestFacts::sends_twice`]).
+    NotSafe,
 }
 
 /// What to do with a response header.
@@ -114,7 +118,7 @@ impl CountRule {
 
 impl RetryDenied {
     /// Every reason, in declaration order (the metrics' label values).
-    pub const ALL: [RetryDenied; 8] = [
+    pub const ALL: [RetryDenied; 9] = [
         RetryDenied::Tries,
         RetryDenied::SingleServer,
         RetryDenied::NotListed,
@@ -123,6 +127,7 @@ impl RetryDenied {
         RetryDenied::Timeout,
         RetryDenied::Budget,
         RetryDenied::NoPeer,
+        RetryDenied::NotSafe,
     ];
 
     /// Position in [`RetryDenied::ALL`].
@@ -141,6 +146,7 @@ impl RetryDenied {
             RetryDenied::Timeout => "timeout",
             RetryDenied::Budget => "budget",
             RetryDenied::NoPeer => "no_peer",
+            RetryDenied::NotSafe => "not_safe",
         }
     }
 }

@@ -138,6 +138,7 @@ impl Sim {
         let facts = RequestFacts {
             non_idempotent: matches!(method, "POST" | "LOCK" | "PATCH"),
             body_replayable: true,
+            hedgeable: matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE"),
         };
         let mut sel = up.begin(
             SelectKey::None,

@@ -431,3 +431,70 @@ async fn a_post_still_connecting_races_a_connect_and_is_sent_once() {
     let got = bounded(p.addr, "GET").await;
     assert_eq!(got.text(), "fast");
 }
+
+/// A request with `method` and `body` answered within 10 s.
+async fn bounded_with(addr: SocketAddr, method: &str, body: &'static str) -> Got {
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        send(addr, request(method, "/h", body)),
+    )
+    .await
+    .expect("answered within 10 s")
+}
+
+#[tokio::test]
+async fn only_safe_requests_without_a_body_are_hedged() {
+    // DELETE and PUT are idempotent, but run twice at once a PUT can undo
+    // another client's write between them and a DELETE's second run
+    // answers 404; an unknown method's effects are unknown, and a GET with
+    // a body has no defined meaning. Each waits for the read timeout on
+    // the hanging peer and is then retried as nginx retries it (these are
+    // not POST, LOCK or PATCH), never sent to two peers at once.
+    for (method, body) in [
+        ("DELETE", ""),
+        ("PUT", "payload"),
+        ("PURGE", ""),
+        ("GET", "a body"),
+    ] {
+        let hang = Hang::start().await;
+        let fast = Backend::named("fast").await;
+        let p = serve(&format!(
+            "http {{ upstream u {{ server {}; server {}; hedge after=50ms; }}
+               server {{ listen {{LISTEN}};
+                 location / {{ proxy_pass http://u; proxy_read_timeout 300ms; }} }} }}",
+            hang.addr, fast.addr
+        ))
+        .await;
+        let got = bounded_with(p.addr, method, body).await;
+        assert_eq!(
+            p.metric("vigil_hedges_total{upstream=\"u\"}"),
+            0,
+            "{method} with {body:?}: not hedged"
+        );
+        assert_eq!(hang.lines().len(), 1, "{method}");
+        assert_eq!(
+            (got.status, fast.requests().len()),
+            (200, 1),
+            "{method}: retried after the timeout, as nginx does"
+        );
+    }
+    // The safe methods without a body are.
+    for method in ["HEAD", "OPTIONS"] {
+        let hang = Hang::start().await;
+        let fast = Backend::named("fast").await;
+        let p = serve(&format!(
+            "http {{ upstream u {{ server {}; server {}; hedge after=50ms; }}
+               server {{ listen {{LISTEN}};
+                 location / {{ proxy_pass http://u; }} }} }}",
+            hang.addr, fast.addr
+        ))
+        .await;
+        let got = bounded_with(p.addr, method, "").await;
+        assert_eq!(got.status, 200, "{method}");
+        assert_eq!(
+            p.metric("vigil_hedges_total{upstream=\"u\"}"),
+            1,
+            "{method}: hedged"
+        );
+    }
+}

@@ -210,6 +210,7 @@ fn last_try_charges_a_listed_status_that_cannot_be_retried() {
     let post = RequestFacts {
         non_idempotent: true,
         body_replayable: true,
+        hedgeable: false,
     };
     assert_eq!(
         f.request(http503(), post, |_| Be::Status(503)),
