@@ -228,6 +228,7 @@ async fn signals(running: &CheckOnly, admin: Option<&crate::admin::Admin>) -> an
             crate::cmd::SignalAction::Reopen => {
                 tracing::info!("SIGUSR1: vigil check writes no log file (its log is standard error); nothing to reopen")
             }
+            crate::cmd::SignalAction::Unsupported(name) => crate::cmd::refuse_upgrade(name),
             crate::cmd::SignalAction::Quit
             | crate::cmd::SignalAction::Terminate
             | crate::cmd::SignalAction::Interrupt => break,

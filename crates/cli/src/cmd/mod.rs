@@ -41,10 +41,13 @@ pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
 }
 
 /// nginx's signals, as one stream: HUP reload, USR1 reopen the logs, QUIT
-/// graceful stop, TERM and INT fast stop.
+/// graceful stop, TERM and INT fast stop; USR2 and WINCH (nginx's binary
+/// upgrade) are caught so that they do not end the process, and refused.
 pub(crate) struct Signals {
     hup: tokio::signal::unix::Signal,
     usr1: tokio::signal::unix::Signal,
+    usr2: tokio::signal::unix::Signal,
+    winch: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
     quit: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
@@ -63,6 +66,9 @@ pub(crate) enum SignalAction {
     Terminate,
     /// SIGINT (Ctrl-C): fast stop.
     Interrupt,
+    /// SIGUSR2 or SIGWINCH: nginx's binary upgrade, which vigil does not
+    /// do (docs/operations.md says how to upgrade); logged, nothing else.
+    Unsupported(&'static str),
 }
 
 impl Signals {
@@ -73,6 +79,8 @@ impl Signals {
         Ok(Self {
             hup: signal(SignalKind::hangup()).context("installing SIGHUP handler")?,
             usr1: signal(SignalKind::user_defined1()).context("installing SIGUSR1 handler")?,
+            usr2: signal(SignalKind::user_defined2()).context("installing SIGUSR2 handler")?,
+            winch: signal(SignalKind::window_change()).context("installing SIGWINCH handler")?,
             term: signal(SignalKind::terminate()).context("installing SIGTERM handler")?,
             quit: signal(SignalKind::quit()).context("installing SIGQUIT handler")?,
             int: signal(SignalKind::interrupt()).context("installing SIGINT handler")?,
@@ -87,6 +95,19 @@ impl Signals {
             _ = self.term.recv() => SignalAction::Terminate,
             _ = self.quit.recv() => SignalAction::Quit,
             _ = self.int.recv() => SignalAction::Interrupt,
+            _ = self.usr2.recv() => SignalAction::Unsupported("SIGUSR2"),
+            _ = self.winch.recv() => SignalAction::Unsupported("SIGWINCH"),
         }
     }
+}
+
+/// SIGUSR2 / SIGWINCH: nginx's binary upgrade (a new master beside the
+/// old, then the old one's workers stopped) is not vigil's; say what to do.
+pub(crate) fn refuse_upgrade(signal: &str) {
+    tracing::warn!(
+        signal,
+        "nginx's binary upgrade (SIGUSR2, SIGWINCH) is not supported: vigil keeps running unchanged. \
+         To upgrade without a gap, start the new binary beside this one on listen lines with `reuseport`, \
+         then send this one SIGQUIT (docs/operations.md, \"Binary upgrade\")"
+    );
 }

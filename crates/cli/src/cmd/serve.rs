@@ -172,7 +172,7 @@ impl Grace {
                 None => stack::Stop::Fast,
             }),
             S::Interrupt => Some(stack::Stop::Fast),
-            S::Reload | S::Reopen => None,
+            S::Reload | S::Reopen | S::Unsupported(_) => None,
         }
     }
 }
@@ -214,6 +214,7 @@ async fn signals(
                 }
             }
             S::Reopen => reopen_logs(),
+            S::Unsupported(name) => crate::cmd::refuse_upgrade(name),
             stop => {
                 if let Some(how) = grace.stop_for(stop) {
                     stack.begin_stop(how);

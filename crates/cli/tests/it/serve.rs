@@ -563,3 +563,51 @@ fn a_closed_log_pipe_does_not_stop_vigil() {
     };
     assert!(status.success(), "exit {status} (101 is a panic)");
 }
+
+#[test]
+fn usr2_and_winch_are_refused_and_a_full_disk_does_not_stop_serving() {
+    // nginx's binary-upgrade signals would end a process that does not
+    // catch them; an access log on a full disk (/dev/full: ENOSPC on
+    // every write) must cost no request.
+    let b = backend("B");
+    let listen = free_port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("nginx.conf");
+    std::fs::write(
+        &path,
+        format!("events {{}} http {{ upstream u {{ server {b}; }} server {{ listen {listen}; access_log /dev/full; location / {{ proxy_pass http://u; }} }} }}\n"),
+    )
+    .expect("write");
+    let log = dir.path().join("stderr");
+    let mut running = Child(
+        Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .args(["serve", "--no-admin", "--threads", "1", "--nginx-conf"])
+            .arg(&path)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("start"),
+    );
+    wait_for("vigil to answer", || {
+        get(listen).is_some_and(|r| r.ends_with("\r\n\r\nB"))
+    });
+    for sig in ["-USR2", "-WINCH"] {
+        assert!(Command::new("kill")
+            .args([sig, &running.0.id().to_string()])
+            .status()
+            .expect("kill")
+            .success());
+    }
+    wait_for("both refusals logged", || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.contains("\"SIGUSR2\"") && text.contains("\"SIGWINCH\"")
+    });
+    for _ in 0..20 {
+        let r = get(listen).unwrap_or_default();
+        assert!(r.ends_with("\r\n\r\nB"), "{r:?}");
+    }
+    assert!(
+        running.0.try_wait().expect("wait").is_none(),
+        "still running"
+    );
+}
