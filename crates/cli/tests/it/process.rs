@@ -397,6 +397,7 @@ fn gated_conf(gated: SocketAddr, quick: SocketAddr) -> String {
          server {{ listen {{LISTEN}}; keepalive_timeout 60s;\n\
            location / {{ proxy_pass http://gated; proxy_read_timeout 30s; }}\n\
            location /idle {{ proxy_pass http://quick; proxy_http_version 1.1; proxy_set_header Connection \"\"; }}\n\
+           location /n/ {{ proxy_pass http://quick; }}\n\
          }}"
     )
 }
@@ -409,6 +410,8 @@ struct GracefulSeen {
     running_while_draining: bool,
     responses: Vec<Response>,
     exit_ok: bool,
+    /// Under a load of new connections through the stop: responses cut.
+    load_cut: usize,
 }
 
 fn graceful_stop(which: Which) -> GracefulSeen {
@@ -416,6 +419,8 @@ fn graceful_stop(which: Which) -> GracefulSeen {
     let quick = quick_backend();
     let mut p = Proc::start(which, "", &gated_conf(gated.addr, quick));
     let mut idle = idle_connection(p.addr);
+    let load = Load::start(p.addr);
+    wait_for("load before the stop", || load.done() >= 20);
     let flights: Vec<InFlight> = (0..4)
         .map(|i| InFlight::send(p.addr, &format!("/{i}")))
         .collect();
@@ -438,12 +443,15 @@ fn graceful_stop(which: Which) -> GracefulSeen {
     gated.open();
     let responses = flights.into_iter().map(InFlight::seen).collect();
     let exit_ok = p.exited(Duration::from_secs(15)).success();
+    let load_cut = load.cut();
+    load.finish();
     GracefulSeen {
         idle_closed,
         refused_while_draining,
         running_while_draining,
         responses,
         exit_ok,
+        load_cut,
     }
 }
 
@@ -459,6 +467,7 @@ fn sigquit_closes_idle_connections_and_lets_requests_in_flight_finish_as_nginx()
             running_while_draining: true,
             responses: vec![Response::Whole; 4],
             exit_ok: true,
+            load_cut: 0,
         },
         "nginx"
     );
@@ -506,6 +515,8 @@ fn worker_shutdown_timeout_bounds_a_graceful_stop_as_nginx() {
 struct Load {
     stop: Arc<AtomicBool>,
     done: Arc<AtomicUsize>,
+    /// Responses that began and did not end whole.
+    cut: Arc<AtomicUsize>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -513,11 +524,14 @@ impl Load {
     fn start(addr: SocketAddr) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let done = Arc::new(AtomicUsize::new(0));
-        let (st, d) = (stop.clone(), done.clone());
+        let cut = Arc::new(AtomicUsize::new(0));
+        let (st, d, c) = (stop.clone(), done.clone(), cut.clone());
         let thread = std::thread::spawn(move || {
             let mut seq = 0usize;
             while !st.load(Ordering::SeqCst) {
                 let Ok(mut s) = TcpStream::connect(addr) else {
+                    // Refused (stopped): not a cut response; try again soon.
+                    std::thread::sleep(Duration::from_millis(2));
                     continue;
                 };
                 let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
@@ -534,12 +548,15 @@ impl Load {
                 if got.starts_with(b"HTTP/1.1 200") && got.ends_with(b"ok") {
                     seq += 1;
                     d.fetch_add(1, Ordering::SeqCst);
+                } else if !got.is_empty() {
+                    c.fetch_add(1, Ordering::SeqCst);
                 }
             }
         });
         Self {
             stop,
             done,
+            cut,
             thread: Some(thread),
         }
     }
@@ -554,6 +571,11 @@ impl Load {
             t.join().expect("load");
         }
         self.done()
+    }
+
+    /// Responses that were cut.
+    fn cut(&self) -> usize {
+        self.cut.load(Ordering::SeqCst)
     }
 }
 
