@@ -50,7 +50,8 @@ pub(crate) fn header(p: &Parts, name: &str, out: &mut Vec<u8>) -> bool {
 /// host that is not UTF-8 with U+FFFD in place of its bytes; then the
 /// bytes are taken again from the field routing read, as nginx keeps them.
 pub(crate) fn host(p: &Parts, validated: &Host, out: &mut Vec<u8>) {
-    if !validated.contains('\u{FFFD}') {
+    // An ASCII host (nearly every one) is looked at once, a word at a time.
+    if validated.is_ascii() || !validated.contains('\u{FFFD}') {
         out.extend_from_slice(validated.as_bytes());
         return;
     }
