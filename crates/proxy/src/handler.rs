@@ -356,12 +356,14 @@ fn returned(
     } else if vigil_core::config::Return::redirects(reply.code) {
         let mut r = error_page(code);
         let mut url = text.unwrap_or_default();
-        if url.starts_with('/') {
+        if url.starts_with(b"/") {
             if let Some(t) = target {
-                url.insert_str(0, &crate::router::absolute_prefix(t, local));
+                let mut abs = crate::router::absolute_prefix(t, local).into_bytes();
+                abs.extend_from_slice(&url);
+                url = abs;
             }
         }
-        if let Ok(v) = HeaderValue::from_str(&url) {
+        if let Some(v) = crate::vars::field_value(url) {
             r.headers_mut().insert(header::LOCATION, v);
         }
         r
@@ -533,7 +535,7 @@ fn proxy_request<'a, 'o>(
             .as_ref()
             .map(|t| t.expand(&route.vars(parts, target, client, local, 0)));
         let key = match (&hash_key, &upstream.config().balancer) {
-            (Some(k), _) => SelectKey::Hash(k.as_bytes()),
+            (Some(k), _) => SelectKey::Hash(k),
             (None, vigil_core::config::Balancer::IpHash) => SelectKey::Client(client.ip()),
             _ => SelectKey::None,
         };
@@ -1175,9 +1177,11 @@ fn request_fields<'p>(
         for (name, tpl) in &route.set_headers {
             fields.remove(name);
             if let Some(t) = tpl {
+                // The value's bytes as they came (a client's obs-text too);
+                // an empty one sends no field, as nginx.
                 let v = t.expand(&cx);
                 if !v.is_empty() {
-                    if let Ok(v) = HeaderValue::from_str(&v) {
+                    if let Some(v) = crate::vars::field_value(v) {
                         fields.insert(name, v);
                     }
                 }
@@ -1300,7 +1304,7 @@ fn decorate(
         if v.is_empty() {
             continue;
         }
-        if let Ok(v) = HeaderValue::from_str(&v) {
+        if let Some(v) = crate::vars::field_value(v) {
             resp.headers_mut().append(name.clone(), v);
         }
     }

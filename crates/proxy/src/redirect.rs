@@ -6,9 +6,10 @@
 //! that prefix; a rewritten `Location` that starts with `/` is made
 //! absolute, as nginx's header filter does (`absolute_redirect on`).
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderName};
 use vigil_core::config::{Location, RedirectRule};
 
 use crate::vars::{Template, UnknownVariable, VarContext};
@@ -41,10 +42,11 @@ enum Text {
 }
 
 impl Text {
-    fn expand(&self, cx: &VarContext<'_>) -> String {
+    /// The side's bytes for this request (a variable's as they came).
+    fn expand(&self, cx: &VarContext<'_>) -> Cow<'_, [u8]> {
         match self {
-            Text::Lit(s) => s.clone(),
-            Text::Tpl(t) => t.expand(cx),
+            Text::Lit(s) => Cow::Borrowed(s.as_bytes()),
+            Text::Tpl(t) => Cow::Owned(t.expand(cx)),
         }
     }
 }
@@ -143,7 +145,7 @@ impl Rules {
                         new = abs;
                     }
                 }
-                set(h, header::LOCATION, &new);
+                set(h, header::LOCATION, new);
             }
         }
         if !kept.refresh {
@@ -156,7 +158,7 @@ impl Rules {
                 .position(|w| w.eq_ignore_ascii_case(b"url="))
                 .map(|i| i + 4);
             if let Some(new) = at.and_then(|at| self.rewrite(&v, at, cx)) {
-                set(h, refresh, &new);
+                set(h, refresh, new);
             }
         }
     }
@@ -166,9 +168,9 @@ impl Rules {
         let rest = &v[prefix..];
         self.redirects.iter().find_map(|(from, to)| {
             let from = from.expand(cx);
-            rest.starts_with(from.as_bytes()).then(|| {
+            rest.starts_with(&from).then(|| {
                 let mut out = v[..prefix].to_vec();
-                out.extend_from_slice(to.expand(cx).as_bytes());
+                out.extend_from_slice(&to.expand(cx));
                 out.extend_from_slice(&rest[from.len()..]);
                 out
             })
@@ -176,12 +178,14 @@ impl Rules {
     }
 }
 
-fn set(h: &mut HeaderMap, name: HeaderName, v: &[u8]) {
-    match HeaderValue::from_bytes(v) {
-        Ok(v) => {
+/// `name` set to `v`, or removed when `v` holds a byte no field can
+/// carry (`vars::field_value`).
+fn set(h: &mut HeaderMap, name: HeaderName, v: Vec<u8>) {
+    match crate::vars::field_value(v) {
+        Some(v) => {
             h.insert(name, v);
         }
-        Err(_) => {
+        None => {
             h.remove(name);
         }
     }

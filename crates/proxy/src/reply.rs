@@ -38,8 +38,9 @@ impl Reply {
         }
     }
 
-    /// A redirect to `url` (made absolute as a `return`'s is).
-    pub(crate) fn redirect(&self, code: u16, url: &str) -> Self {
+    /// A redirect to `url` (made absolute as a `return`'s is): bytes, as
+    /// a rewrite's or an error page's expansion made them.
+    pub(crate) fn redirect(&self, code: u16, url: &[u8]) -> Self {
         self.with(code, Some(Template::literal(url)))
     }
 

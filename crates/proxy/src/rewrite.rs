@@ -202,7 +202,9 @@ impl Script {
                     let v = value.expand(&net.cx(parts, t));
                     if &**name == "args" {
                         let path = t.uri.path().to_vec();
-                        t.uri.rewrite(path, v);
+                        // The routed arguments are text (uri.rs).
+                        t.uri
+                            .rewrite(path, String::from_utf8_lossy(&v).into_owned());
                     } else {
                         vars(parts).named.insert(name.clone(), v);
                     }
@@ -244,8 +246,8 @@ impl Script {
                         RewriteFlag::Redirect | RewriteFlag::Permanent => {
                             let mut url = text;
                             if !drop_args && !args.is_empty() {
-                                url.push(if url.contains('?') { '&' } else { '?' });
-                                url.push_str(&args);
+                                url.push(if url.contains(&b'?') { b'&' } else { b'?' });
+                                url.extend_from_slice(args.as_bytes());
                             }
                             let code = if *flag == RewriteFlag::Permanent {
                                 301
@@ -259,14 +261,15 @@ impl Script {
                         }
                         _ => {}
                     }
-                    let (path, new_args) = match text.split_once('?') {
-                        Some((p, a)) => {
-                            let mut a = a.to_string();
+                    // The path keeps its bytes; the routed arguments are text (uri.rs).
+                    let (path, new_args) = match text.iter().position(|&b| b == b'?') {
+                        Some(q) => {
+                            let mut a = String::from_utf8_lossy(&text[q + 1..]).into_owned();
                             if !drop_args && !args.is_empty() {
                                 a.push('&');
                                 a.push_str(&args);
                             }
-                            (p.to_string(), a)
+                            (text[..q].to_vec(), a)
                         }
                         None if *drop_args => (text, String::new()),
                         None => (text, args),
@@ -276,7 +279,7 @@ impl Script {
                         let page = base.map_or_else(Reply::internal_error, |b| b.status(500));
                         return Ran::Return(Arc::new(page));
                     }
-                    t.uri.rewrite(path.into_bytes(), new_args);
+                    t.uri.rewrite(path, new_args);
                     t.internal = true;
                     match flag {
                         RewriteFlag::Break => {
@@ -322,7 +325,7 @@ pub(crate) fn vars(parts: &mut Parts) -> &mut RequestVars {
 // === impl MapCell ===
 
 impl MapVar for MapCell {
-    fn write(&self, cx: &VarContext<'_>, out: &mut String) {
+    fn write(&self, cx: &VarContext<'_>, out: &mut Vec<u8>) {
         let Some(t) = self.0.get() else {
             return;
         };
@@ -384,35 +387,39 @@ impl MapTable {
     }
 
     /// `ngx_http_map_find`: exact (case-insensitive), wildcards, regexes
-    /// in order, else the default.
-    fn write(&self, cx: &VarContext<'_>, out: &mut String) {
+    /// in order, else the default. The source is bytes; a key of the conf is text, which a source
+    /// that is not UTF-8 never equals.
+    fn write(&self, cx: &VarContext<'_>, out: &mut Vec<u8>) {
         let mut src = self.source.expand(cx);
-        if self.hostnames && src.ends_with('.') {
+        if self.hostnames && src.ends_with(b".") {
             src.pop();
         }
         let low = src.to_ascii_lowercase();
-        if let Some(v) = self.exact.get(&low) {
+        if let Some(v) = std::str::from_utf8(&low)
+            .ok()
+            .and_then(|k| self.exact.get(k))
+        {
             return v.write(cx, None, out);
         }
         if self.hostnames {
             for (suffix, bare, v) in &self.heads {
-                if low.ends_with(suffix.as_str()) || (*bare && low == suffix[1..]) {
+                if low.ends_with(suffix.as_bytes()) || (*bare && low == suffix.as_bytes()[1..]) {
                     return v.write(cx, None, out);
                 }
             }
             for (prefix, v) in &self.tails {
-                if low.starts_with(prefix.as_str()) {
+                if low.starts_with(prefix.as_bytes()) {
                     return v.write(cx, None, out);
                 }
             }
         }
         for (re, v) in &self.regexes {
-            match re.captures(src.as_bytes()) {
+            match re.captures(&src) {
                 Ok(Some(groups)) => return v.write(cx, Some(&groups), out),
                 Ok(None) => {}
                 Err(e) => {
                     // ngx_http_map_find gives up: the default value.
-                    tracing::error!(value = %src, "{e}");
+                    tracing::error!(value = %String::from_utf8_lossy(&src), "{e}");
                     break;
                 }
             }

@@ -667,7 +667,13 @@ impl Route {
         let Some(t) = &self.pass_template else {
             return;
         };
-        let mut uri = t.expand(&self.vars(parts, target, net.client, net.local, 0));
+        // The URI sent upstream is text (`Route::upstream_uri`): bytes that
+        // are not UTF-8 are replaced.
+        let uri = t.expand(&self.vars(parts, target, net.client, net.local, 0));
+        let mut uri = match String::from_utf8(uri) {
+            Ok(uri) => uri,
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        };
         // nginx: an evaluated URI starting with `?` gets its `/`.
         if uri.starts_with('?') {
             uri.insert(0, '/');

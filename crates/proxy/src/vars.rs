@@ -2,13 +2,23 @@
 //! parsed once when the configuration loads and expanded per request
 //! without re-parsing. Besides the built-ins: regex captures (`$1`..`$9`,
 //! named groups), `set` variables and `map`s ([`Scope`], rewrite.rs).
+//!
+//! A value is bytes, as nginx's are: what came from the request (a
+//! header's obs-text, a decoded `%FF` of `$uri`, a capture of it) goes on
+//! as it came, never replaced by U+FFFD nor dropped for not being UTF-8.
+//! Where an expansion becomes a header field, [`field_value`] says which
+//! bytes a field can carry.
+
+pub(crate) mod fields;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use http::request::Parts;
+use http::HeaderValue;
 
 use crate::wallclock::{self, Wall};
 
@@ -20,7 +30,7 @@ pub struct Template {
 
 #[derive(Clone, Debug)]
 enum Part {
-    Lit(String),
+    Lit(Box<[u8]>),
     Var(Var),
 }
 
@@ -92,7 +102,7 @@ pub(crate) struct VarContext<'a> {
 /// the rewrite phase's builder).
 pub(crate) trait MapVar: std::fmt::Debug + Send + Sync {
     /// Append the value for the request of `cx` to `out`.
-    fn write(&self, cx: &VarContext<'_>, out: &mut String);
+    fn write(&self, cx: &VarContext<'_>, out: &mut Vec<u8>);
 }
 
 /// The variables a configuration defines beyond the built-ins: `set`
@@ -104,13 +114,19 @@ pub struct Scope {
 }
 
 /// What the rewrite phase left for a request's variables: the captures of
-/// the last regex that matched and the `set` / named-capture values.
+/// the last regex that matched and the `set` / named-capture values (bytes).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct RequestVars {
     /// Group 0 (the whole match) first; None for a group that took no part.
-    pub(crate) captures: Vec<Option<String>>,
-    pub(crate) named: HashMap<Arc<str>, String>,
+    pub(crate) captures: Captures,
+    pub(crate) named: HashMap<Arc<str>, Vec<u8>>,
 }
+
+/// A regex's groups (vigil_core's, bytes).
+pub(crate) type Captures = vigil_core::config::pattern::Groups;
+
+/// `fmt::Write` into bytes, for the variables written as numbers, addresses and times.
+pub(crate) struct Text<'a>(pub(crate) &'a mut Vec<u8>);
 
 /// Bytes of the response body sent so far (for `$body_bytes_sent` in a
 /// log line written at the end), when the writer knows them.
@@ -136,10 +152,11 @@ impl Template {
         Self::parse_with(value, &Scope::default())
     }
 
-    /// A literal value (no variables).
-    pub(crate) fn literal(value: &str) -> Self {
+    /// A literal value (no variables): a redirect's URL, which may hold
+    /// any byte of the request's.
+    pub(crate) fn literal(value: &[u8]) -> Self {
         Self {
-            parts: vec![Part::Lit(value.to_string())],
+            parts: vec![Part::Lit(value.into())],
         }
     }
 
@@ -149,6 +166,11 @@ impl Template {
         let mut lit = String::new();
         let b = value.as_bytes();
         let mut i = 0;
+        let flush = |lit: &mut String, parts: &mut Vec<Part>| {
+            if !lit.is_empty() {
+                parts.push(Part::Lit(std::mem::take(lit).into_bytes().into()));
+            }
+        };
         while i < b.len() {
             if b[i] != b'$' {
                 let start = i;
@@ -161,9 +183,7 @@ impl Template {
             i += 1;
             // nginx: `$1`..`$9` is one digit, a capture.
             if let Some(d @ b'1'..=b'9') = b.get(i).copied() {
-                if !lit.is_empty() {
-                    parts.push(Part::Lit(std::mem::take(&mut lit)));
-                }
+                flush(&mut lit, &mut parts);
                 parts.push(Part::Var(Var::Capture(usize::from(d - b'0'))));
                 i += 1;
                 continue;
@@ -184,9 +204,7 @@ impl Template {
                 lit.push('$');
                 continue;
             }
-            if !lit.is_empty() {
-                parts.push(Part::Lit(std::mem::take(&mut lit)));
-            }
+            flush(&mut lit, &mut parts);
             let var = match (scope.named.get(name), scope.maps.get(name)) {
                 (_, Some(m)) => Var::Map(m.clone()),
                 (Some(n), None) => Var::Named(n.clone()),
@@ -195,9 +213,7 @@ impl Template {
             parts.push(Part::Var(var));
             i = next;
         }
-        if !lit.is_empty() {
-            parts.push(Part::Lit(lit));
-        }
+        flush(&mut lit, &mut parts);
         Ok(Self { parts })
     }
 
@@ -206,44 +222,65 @@ impl Template {
         self.parts.iter().all(|p| matches!(p, Part::Lit(_)))
     }
 
-    pub(crate) fn expand(&self, cx: &VarContext<'_>) -> String {
-        self.expand_with(cx, None)
-    }
-
-    /// Expand with `captures` standing for the request's (a map's regex).
-    pub(crate) fn expand_with(
-        &self,
-        cx: &VarContext<'_>,
-        captures: Option<&[Option<String>]>,
-    ) -> String {
-        let mut out = String::new();
-        self.write(cx, captures, &mut out);
+    /// The value for the request of `cx`: bytes, as nginx's.
+    pub(crate) fn expand(&self, cx: &VarContext<'_>) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.write(cx, None, &mut out);
         out
     }
 
+    /// Append the value to `out`, with `captures` standing for the
+    /// request's (a map's regex).
     pub(crate) fn write(
         &self,
         cx: &VarContext<'_>,
-        captures: Option<&[Option<String>]>,
-        out: &mut String,
+        captures: Option<&Captures>,
+        out: &mut Vec<u8>,
     ) {
         for p in &self.parts {
             match p {
-                Part::Lit(s) => out.push_str(s),
+                Part::Lit(s) => out.extend_from_slice(s),
                 Part::Var(Var::Capture(n)) => {
                     let caps = captures.or_else(|| {
                         cx.parts
                             .extensions
                             .get::<RequestVars>()
-                            .map(|v| v.captures.as_slice())
+                            .map(|v| &v.captures)
                     });
                     if let Some(Some(c)) = caps.and_then(|c| c.get(*n)) {
-                        out.push_str(c);
+                        out.extend_from_slice(c);
                     }
                 }
                 Part::Var(v) => v.write(cx, out),
             }
         }
+    }
+}
+
+/// A header field of an expanded value, its bytes as they are: obs-text
+/// (0x80-0xFF) included, as nginx sends it. None when a byte is one no
+/// field can carry: a control byte other than HTAB, which only a decoded
+/// `$uri` (`%0D%0A`, `%01`) or a capture of it can hold. nginx writes
+/// those too, so `add_header X $uri` with `/%0D%0ASet-Cookie:...` splits
+/// its response head; vigil sends no such field.
+///
+/// The bytes become the field's without a copy.
+pub(crate) fn field_value(v: Vec<u8>) -> Option<HeaderValue> {
+    match HeaderValue::from_maybe_shared(Bytes::from(v)) {
+        Ok(v) => Some(v),
+        Err(_) => {
+            tracing::debug!("a value with a control byte is not sent as a header field");
+            None
+        }
+    }
+}
+
+// === impl Text ===
+
+impl std::fmt::Write for Text<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
     }
 }
 
@@ -292,7 +329,7 @@ impl Var {
         })
     }
 
-    fn write(&self, cx: &VarContext<'_>, out: &mut String) {
+    fn write(&self, cx: &VarContext<'_>, out: &mut Vec<u8>) {
         let p = cx.parts;
         match self {
             Var::Capture(_) => {}
@@ -302,112 +339,97 @@ impl Var {
                     .get::<RequestVars>()
                     .and_then(|v| v.named.get(name))
                 {
-                    out.push_str(v);
+                    out.extend_from_slice(v);
                 }
             }
             Var::Map(m) => m.write(cx, out),
             Var::IsArgs => {
                 if !args_of(cx).is_empty() {
-                    out.push('?');
+                    out.push(b'?');
                 }
             }
             Var::ServerAddr => {
-                let _ = write!(out, "{}", cx.local.ip());
+                let _ = write!(Text(out), "{}", cx.local.ip());
             }
-            Var::Hostname => out.push_str(hostname()),
+            Var::Hostname => out.extend_from_slice(hostname().as_bytes()),
             Var::Msec => {
-                let _ = wallclock::write(out, Wall::Msec, std::time::SystemTime::now());
+                let _ = wallclock::write(&mut Text(out), Wall::Msec, std::time::SystemTime::now());
             }
             Var::TimeIso8601 => {
-                let _ = wallclock::write(out, Wall::Iso8601, std::time::SystemTime::now());
+                let _ =
+                    wallclock::write(&mut Text(out), Wall::Iso8601, std::time::SystemTime::now());
             }
             Var::TimeLocal => {
-                let _ = wallclock::write(out, Wall::Local, std::time::SystemTime::now());
+                let _ = wallclock::write(&mut Text(out), Wall::Local, std::time::SystemTime::now());
             }
             Var::BodyBytesSent => {
                 let n = p.extensions.get::<BodyBytes>().map_or(0, |b| b.0);
-                let _ = write!(out, "{n}");
+                let _ = write!(Text(out), "{n}");
             }
             Var::UpstreamHeaderTime => join(out, cx.attempts, |a, o| match a.status {
                 Some(_) => {
-                    let _ = write!(o, "{:.3}", a.response_time);
+                    let _ = write!(Text(o), "{:.3}", a.response_time);
                 }
-                None => o.push('-'),
+                None => o.push(b'-'),
             }),
             // nginx: the validated host, else the block's server_name.
             Var::Host => match cx.target {
-                Some(t) if !t.host.is_empty() => out.push_str(&t.host),
-                Some(t) => out.push_str(&t.server_name),
-                None => out.push_str(&crate::router::host_of(p)),
+                Some(t) if !t.host.is_empty() => fields::host(p, &t.host, out),
+                Some(t) => out.extend_from_slice(t.server_name.as_bytes()),
+                None => out.extend_from_slice(crate::router::host_of(p).as_bytes()),
             },
             Var::ServerName => {
                 if let Some(t) = cx.target {
-                    out.push_str(&t.server_name);
+                    out.extend_from_slice(t.server_name.as_bytes());
                 }
             }
             Var::RemoteAddr => {
-                let _ = write!(out, "{}", cx.client.ip());
+                let _ = write!(Text(out), "{}", cx.client.ip());
             }
             Var::RemotePort => {
-                let _ = write!(out, "{}", cx.client.port());
+                let _ = write!(Text(out), "{}", cx.client.port());
             }
             Var::ProxyAddXForwardedFor => {
                 // nginx 1.22: every X-Forwarded-For line, each followed by
                 // ", " (an empty one too), then the client's address.
                 for v in p.headers.get_all("x-forwarded-for") {
-                    out.push_str(&String::from_utf8_lossy(v.as_bytes()));
-                    out.push_str(", ");
+                    out.extend_from_slice(v.as_bytes());
+                    out.extend_from_slice(b", ");
                 }
-                let _ = write!(out, "{}", cx.client.ip());
+                let _ = write!(Text(out), "{}", cx.client.ip());
             }
-            Var::Scheme => out.push_str(if secure(p) { "https" } else { "http" }),
-            Var::Https => out.push_str(if secure(p) { "on" } else { "" }),
-            Var::RequestUri => out.push_str(p.uri.path_and_query().map_or("/", |pq| pq.as_str())),
-            // The normalised URI (decoded bytes; shown lossily if not UTF-8).
+            Var::Scheme => out.extend_from_slice(if secure(p) { b"https" } else { b"http" }),
+            Var::Https => out.extend_from_slice(if secure(p) { b"on" } else { b"" }),
+            Var::RequestUri => out.extend_from_slice(
+                p.uri
+                    .path_and_query()
+                    .map_or("/", |pq| pq.as_str())
+                    .as_bytes(),
+            ),
+            // The normalised URI: decoded bytes, UTF-8 or not (`%FF` is 0xFF).
             Var::Uri => match cx.target {
-                Some(t) => out.push_str(&String::from_utf8_lossy(t.uri.path())),
-                None => out.push_str(p.uri.path()),
+                Some(t) => out.extend_from_slice(t.uri.path()),
+                None => out.extend_from_slice(p.uri.path().as_bytes()),
             },
-            Var::Args => out.push_str(args_of(cx)),
-            Var::RequestMethod => out.push_str(p.method.as_str()),
+            Var::Args => out.extend_from_slice(args_of(cx).as_bytes()),
+            Var::RequestMethod => out.extend_from_slice(p.method.as_str().as_bytes()),
             Var::ServerPort => {
-                let _ = write!(out, "{}", cx.local.port());
+                let _ = write!(Text(out), "{}", cx.local.port());
             }
             Var::RealIpRemoteAddr => {
                 let peer = p
                     .extensions
                     .get::<crate::realip::Original>()
                     .map_or(cx.client, |o| o.0);
-                let _ = write!(out, "{}", peer.ip());
+                let _ = write!(Text(out), "{}", peer.ip());
             }
-            Var::ProxyHost => out.push_str(cx.proxy_host),
-            // nginx 1.22 takes HTTP/2's :authority as the Host header.
-            Var::Http(name) if name == "host" && p.version == http::Version::HTTP_2 => {
-                match p.uri.authority() {
-                    Some(a) => out.push_str(a.as_str()),
-                    None => {
-                        if let Some(v) = p.headers.get(http::header::HOST) {
-                            out.push_str(v.to_str().unwrap_or(""));
-                        }
-                    }
-                }
-            }
+            Var::ProxyHost => out.extend_from_slice(cx.proxy_host.as_bytes()),
             Var::Http(name) => {
-                let v = p
-                    .headers
-                    .get_all(name.as_str())
-                    .iter()
-                    .filter_map(|v| v.to_str().ok());
-                for (i, v) in v.enumerate() {
-                    if i > 0 {
-                        out.push_str(", ");
-                    }
-                    out.push_str(v);
-                }
+                fields::header(p, name, out);
             }
             Var::Arg(name) => {
-                if let Some(v) = p.uri.query().and_then(|q| arg(q, name)) {
-                    out.push_str(v);
+                if let Some(v) = p.uri.query().and_then(|q| fields::arg(q, name)) {
+                    out.extend_from_slice(v.as_bytes());
                 }
             }
             Var::Cookie(name) => {
@@ -416,24 +438,16 @@ impl Var {
                     .get_all(http::header::COOKIE)
                     .iter()
                     .map(|v| v.as_bytes());
-                if let Some(v) = cookie(lines, name.as_bytes()) {
-                    out.push_str(&String::from_utf8_lossy(v));
+                if let Some(v) = fields::cookie(lines, name.as_bytes()) {
+                    out.extend_from_slice(v);
                 }
             }
             Var::RequestId => {
                 let id = p.extensions.get::<RequestId>().copied();
-                let _ = write!(out, "{}", id.unwrap_or_else(RequestId::new));
+                let _ = write!(Text(out), "{}", id.unwrap_or_else(RequestId::new));
             }
             Var::Request => {
                 // nginx's request line; hyper keeps its parts, not its bytes.
-                let target = if p.uri.scheme().is_some() {
-                    p.uri.to_string()
-                } else {
-                    p.uri
-                        .path_and_query()
-                        .map_or("/", |pq| pq.as_str())
-                        .to_string()
-                };
                 let version = match p.version {
                     http::Version::HTTP_09 => "HTTP/0.9",
                     http::Version::HTTP_10 => "HTTP/1.0",
@@ -445,29 +459,37 @@ impl Var {
                     .extensions
                     .get::<crate::marks::Paged>()
                     .map_or(&p.method, |paged| &paged.method);
-                let _ = write!(out, "{method} {target} {version}");
+                let mut line = Text(out);
+                let _ = if p.uri.scheme().is_some() {
+                    write!(line, "{method} {} {version}", p.uri)
+                } else {
+                    let target = p.uri.path_and_query().map_or("/", |pq| pq.as_str());
+                    write!(line, "{method} {target} {version}")
+                };
             }
-            Var::UpstreamAddr => join(out, cx.attempts, |a, o| o.push_str(&a.addr)),
+            Var::UpstreamAddr => join(out, cx.attempts, |a, o| {
+                o.extend_from_slice(a.addr.as_bytes())
+            }),
             Var::UpstreamStatus => join(out, cx.attempts, |a, o| match a.status {
                 Some(s) => {
-                    let _ = write!(o, "{s}");
+                    let _ = write!(Text(o), "{s}");
                 }
-                None => o.push('-'),
+                None => o.push(b'-'),
             }),
             Var::UpstreamResponseTime => join(out, cx.attempts, |a, o| {
-                let _ = write!(o, "{:.3}", a.response_time);
+                let _ = write!(Text(o), "{:.3}", a.response_time);
             }),
             Var::UpstreamConnectTime => join(out, cx.attempts, |a, o| match a.connect_time {
                 Some(t) => {
-                    let _ = write!(o, "{t:.3}");
+                    let _ = write!(Text(o), "{t:.3}");
                 }
-                None => o.push('-'),
+                None => o.push(b'-'),
             }),
             Var::RequestTime => {
-                let _ = write!(out, "{:.3}", cx.request_time);
+                let _ = write!(Text(out), "{:.3}", cx.request_time);
             }
             Var::Status => {
-                let _ = write!(out, "{}", cx.status);
+                let _ = write!(Text(out), "{}", cx.status);
             }
         }
     }
@@ -510,58 +532,6 @@ impl std::fmt::Display for RequestId {
     }
 }
 
-/// `$arg_NAME` as `ngx_http_arg` finds it: the first `NAME=` (name
-/// case-insensitive) at the start of the query or after `&`; a bare `NAME`
-/// without `=` does not count.
-fn arg<'q>(query: &'q str, name: &str) -> Option<&'q str> {
-    query.split('&').find_map(|kv| {
-        let (k, v) = kv.split_once('=')?;
-        k.eq_ignore_ascii_case(name).then_some(v)
-    })
-}
-
-/// `$cookie_NAME` as nginx 1.22's `ngx_http_parse_multi_header_lines`
-/// finds it in the Cookie lines: pairs split at `;` or `,`, the name
-/// matched case-insensitively, spaces allowed around `=`, the value up to
-/// the next `;`.
-fn cookie<'c>(lines: impl Iterator<Item = &'c [u8]>, name: &[u8]) -> Option<&'c [u8]> {
-    for line in lines {
-        let mut i = 0;
-        while i < line.len() {
-            let rest = &line[i..];
-            if rest.len() >= name.len() && rest[..name.len()].eq_ignore_ascii_case(name) {
-                let mut j = i + name.len();
-                while line.get(j) == Some(&b' ') {
-                    j += 1;
-                }
-                if line.get(j) == Some(&b'=') {
-                    j += 1;
-                    while line.get(j) == Some(&b' ') {
-                        j += 1;
-                    }
-                    let end = line[j..]
-                        .iter()
-                        .position(|&b| b == b';')
-                        .map_or(line.len(), |e| j + e);
-                    return Some(&line[j..end]);
-                }
-            }
-            // Skip to the next pair.
-            while i < line.len() {
-                let b = line[i];
-                i += 1;
-                if b == b';' || b == b',' {
-                    break;
-                }
-            }
-            while line.get(i) == Some(&b' ') {
-                i += 1;
-            }
-        }
-    }
-    None
-}
-
 /// Whether the request came over TLS (`$scheme`, `$https`).
 fn secure(p: &Parts) -> bool {
     p.extensions.get::<crate::marks::Secure>().is_some()
@@ -588,115 +558,18 @@ fn hostname() -> &'static str {
 }
 
 fn join(
-    out: &mut String,
+    out: &mut Vec<u8>,
     attempts: &[crate::record::AttemptRecord],
-    f: impl Fn(&crate::record::AttemptRecord, &mut String),
+    f: impl Fn(&crate::record::AttemptRecord, &mut Vec<u8>),
 ) {
     for (i, a) in attempts.iter().enumerate() {
         if i > 0 {
             // nginx: ` : ` between the groups of an internal redirect.
-            out.push_str(if a.redirected { " : " } else { ", " });
+            out.extend_from_slice(if a.redirected { b" : " } else { b", " });
         }
         f(a, out);
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn cx_parts(uri: &str) -> Parts {
-        let (p, _) = http::Request::builder()
-            .uri(uri)
-            .header("host", "Example.com:8080")
-            .header("x-forwarded-for", "1.2.3.4")
-            .header("x-req-id", "r1")
-            .body(())
-            .expect("request")
-            .into_parts();
-        p
-    }
-
-    #[test]
-    fn expands_the_common_variables() {
-        let parts = cx_parts("/a/b?x=1&k=v");
-        let cx = VarContext {
-            parts: &parts,
-            target: None,
-            client: "10.0.0.9:5555".parse().expect("addr"),
-            local: "127.0.0.1:8080".parse().expect("addr"),
-            proxy_host: "api",
-            attempts: &[],
-            status: 200,
-            request_time: 0.0,
-        };
-        let t = |s: &str| Template::parse(s).expect("parse").expand(&cx);
-        assert_eq!(t("$host"), "example.com");
-        assert_eq!(t("$remote_addr:$remote_port"), "10.0.0.9:5555");
-        assert_eq!(t("$proxy_add_x_forwarded_for"), "1.2.3.4, 10.0.0.9");
-        assert_eq!(t("$request_uri|$uri|$args"), "/a/b?x=1&k=v|/a/b|x=1&k=v");
-        assert_eq!(t("${arg_k}-$http_x_req_id"), "v-r1");
-        assert_eq!(t("$proxy_host"), "api");
-        assert_eq!(t("cost: 5$"), "cost: 5$");
-        assert!(Template::parse("$nope").is_err());
-        assert!(Template::parse("plain").expect("parse").is_literal());
-    }
-
-    #[test]
-    fn captures_set_variables_and_clock_variables_expand() {
-        let mut parts = cx_parts("/a?x=1");
-        parts.extensions.insert(RequestVars {
-            captures: vec![Some("/a".into()), Some("a".into()), None],
-            named: [(Arc::from("v"), "set".to_string())].into_iter().collect(),
-        });
-        let cx = VarContext {
-            parts: &parts,
-            target: None,
-            client: "10.0.0.9:5555".parse().expect("addr"),
-            local: "127.0.0.1:8080".parse().expect("addr"),
-            proxy_host: "api",
-            attempts: &[],
-            status: 200,
-            request_time: 0.0,
-        };
-        let mut scope = Scope::default();
-        scope.declare("v");
-        let t = |s: &str| Template::parse_with(s, &scope).expect("parse").expand(&cx);
-        assert_eq!(t("$1|$2|$3|$12"), "a|||a2");
-        assert_eq!(t("[$v]$is_args$args"), "[set]?x=1");
-        assert_eq!(t("$server_addr"), "127.0.0.1");
-        assert!(Template::parse("$v").is_err(), "unknown without the scope");
-    }
-
-    #[test]
-    fn args_and_cookies_are_found_as_nginx_finds_them() {
-        assert_eq!(arg("a&a=2", "a"), Some("2"));
-        assert_eq!(arg("xa=1&A=5", "a"), Some("5"));
-        assert_eq!(arg("b=1", "a"), None);
-        let c = |lines: &[&str], n: &str| {
-            cookie(lines.iter().map(|l| l.as_bytes()), n.as_bytes())
-                .map(|v| String::from_utf8_lossy(v).into_owned())
-        };
-        assert_eq!(c(&["a=1; b=2"], "b").as_deref(), Some("2"));
-        assert_eq!(c(&["xb=1; b = 4 ; c=5"], "b").as_deref(), Some("4 "));
-        assert_eq!(c(&["a=1, b=7"], "b").as_deref(), Some("7"));
-        assert_eq!(c(&["c=1", "B=9;d"], "b").as_deref(), Some("9"));
-        assert_eq!(c(&["bb=1;b"], "b"), None);
-        let id = RequestId::new().to_string();
-        assert_eq!(id.len(), 32);
-        assert!(id.bytes().all(|b| b.is_ascii_hexdigit()));
-        assert_eq!(RequestId(0xab).to_string(), format!("{:0>32}", "ab"));
-        assert_ne!(id, RequestId::new().to_string());
-    }
-
-    #[test]
-    fn a_template_reading_request_id_makes_requests_draw_one() {
-        // The flag is the process's (other tests may have set it first);
-        // what must hold is that after a template reads the id, every
-        // request draws a fresh one.
-        Template::parse("id=$request_id").unwrap();
-        let (a, b) = (RequestId::draw(), RequestId::draw());
-        assert!(a.is_some() && b.is_some());
-        assert_ne!(a, b);
-    }
-}
+mod tests;

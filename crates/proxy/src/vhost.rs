@@ -197,6 +197,19 @@ impl ServerNames {
 /// and finds (the first `:` or `]`, the last dot, an upper-case letter);
 /// then the host is copied once, and lower-cased only if it has to be.
 pub(crate) fn validate_host(raw: &[u8]) -> Option<Host> {
+    let (host, upper) = host_part(raw)?;
+    Some(lowercase(host, upper))
+}
+
+/// [`validate_host`]'s host as bytes, for `$host` when the host is not
+/// UTF-8 (which [`Host`] holds with U+FFFD): nginx keeps its bytes.
+pub(crate) fn validate_host_bytes(raw: &[u8]) -> Option<Vec<u8>> {
+    host_part(raw).map(|(host, _)| host.to_ascii_lowercase())
+}
+
+/// The host part of a valid `raw`, and whether it has an upper-case letter.
+#[inline]
+fn host_part(raw: &[u8]) -> Option<(&[u8], bool)> {
     const NONE: usize = usize::MAX;
     // The index just after the last dot (nginx's `dot_pos + 1`).
     let mut after_dot = NONE;
@@ -228,7 +241,7 @@ pub(crate) fn validate_host(raw: &[u8]) -> Option<Host> {
         host_len -= 1;
     }
     let host = raw.get(..host_len).filter(|h| !h.is_empty())?;
-    Some(lowercase(host, upper))
+    Some((host, upper))
 }
 
 /// What [`validate_host`] does with a byte.

@@ -44,8 +44,9 @@ pub struct Regex(Arc<Compiled>);
 
 /// The groups of a match as nginx numbers them: the whole match first,
 /// then one per `(` of a capturing group in pattern order (named or not);
-/// None for a group that took no part in the match.
-pub type Groups = Vec<Option<String>>;
+/// None for a group that took no part in the match. The subject's bytes,
+/// as nginx's captures are: a decoded URI need not be UTF-8.
+pub type Groups = Vec<Option<Vec<u8>>>;
 
 /// A match PCRE2 could not finish (its match limit): nginx logs
 /// `pcre2_match() failed` and answers with an error.
@@ -199,13 +200,12 @@ fn build(pattern: &str, caseless: bool, jit: bool) -> Result<Pcre, pcre2::Error>
         .build(pattern)
 }
 
-/// The groups of the match in `locs`, as text (invalid UTF-8 replaced).
+/// The groups of the match in `locs`, as bytes.
 fn groups(locs: &CaptureLocations, subject: &[u8]) -> Groups {
     (0..locs.len())
         .map(|i| {
             let (start, end) = locs.get(i)?;
-            let text = subject.get(start..end)?;
-            Some(String::from_utf8_lossy(text).into_owned())
+            subject.get(start..end).map(<[u8]>::to_vec)
         })
         .collect()
 }

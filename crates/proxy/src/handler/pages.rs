@@ -320,13 +320,18 @@ fn apply(
         }
         To::Uri(t) => {
             let uri = cx(&parts, &target, t);
-            let (path, args) = uri.split_once('?').unwrap_or((&uri, ""));
+            // The path keeps its bytes; the routed arguments are text (uri.rs).
+            let (path, args) = match uri.iter().position(|&b| b == b'?') {
+                Some(q) => (
+                    &uri[..q],
+                    String::from_utf8_lossy(&uri[q + 1..]).into_owned(),
+                ),
+                None => (&uri[..], String::new()),
+            };
             if parts.method != http::Method::HEAD {
                 parts.method = http::Method::GET;
             }
-            target
-                .uri
-                .rewrite(path.as_bytes().to_vec(), args.to_string());
+            target.uri.rewrite(path.to_vec(), args);
             target.internal = true;
             // The earlier pass's proxy_pass URI is not this location's.
             parts.extensions.remove::<crate::route::PassUri>();

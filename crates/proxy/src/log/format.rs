@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use http::request::Parts;
 use vigil_core::config::LogEscape;
 
-use crate::vars::{Scope, Template, UnknownVariable, VarContext};
+use crate::vars::{fields, Scope, Template, Text, UnknownVariable, VarContext};
 use crate::wallclock::{self, Wall};
 
 /// nginx's `combined`.
@@ -25,8 +25,9 @@ pub(crate) struct Format {
 #[derive(Debug, Clone)]
 enum Op {
     Lit(String),
-    /// A request header (`$http_NAME`), raw bytes: nginx 1.22 takes the
-    /// first line, except Cookie and X-Forwarded-For, which it joins.
+    /// A request header (`$http_NAME`, the field's name: `-` for `_`),
+    /// raw bytes: nginx 1.22 takes the first line, except Cookie and
+    /// X-Forwarded-For, which it joins (`fields::header`).
     Header(String),
     RemoteUser,
     /// `$realip_remote_addr` / `$realip_remote_port`: the peer before realip.
@@ -114,17 +115,23 @@ impl Format {
     pub(crate) fn render(&self, cx: &VarContext<'_>) -> Rendered {
         let mut chunks = Vec::new();
         let mut cur = Vec::new();
+        // A variable's bytes before they are escaped into the line.
+        let mut value = Vec::new();
         for op in &self.ops {
+            value.clear();
             match op {
                 Op::Lit(s) => cur.extend_from_slice(s.as_bytes()),
                 Op::Status => {
-                    let _ = write!(Bytes(&mut cur), "{:03}", cx.status);
+                    let _ = write!(Text(&mut cur), "{:03}", cx.status);
                 }
                 Op::Late(l) => {
                     chunks.push(Chunk::Bytes(std::mem::take(&mut cur)));
                     chunks.push(Chunk::Late(*l));
                 }
-                Op::Header(name) => self.value(&mut cur, header(cx.parts, name).as_deref()),
+                Op::Header(name) => {
+                    let found = fields::header(cx.parts, name, &mut value);
+                    self.value(&mut cur, found.then_some(&value[..]));
+                }
                 Op::RemoteUser => self.value(&mut cur, remote_user(cx.parts).as_deref()),
                 Op::RealIpAddr | Op::RealIpPort => {
                     let peer = cx
@@ -132,16 +139,16 @@ impl Format {
                         .extensions
                         .get::<crate::realip::Original>()
                         .map_or(cx.client, |o| o.0);
-                    let v = match op {
-                        Op::RealIpAddr => peer.ip().to_string(),
-                        _ => peer.port().to_string(),
+                    let _ = match op {
+                        Op::RealIpAddr => write!(Text(&mut value), "{}", peer.ip()),
+                        _ => write!(Text(&mut value), "{}", peer.port()),
                     };
-                    self.value(&mut cur, Some(v.as_bytes()));
+                    self.value(&mut cur, Some(&value));
                 }
                 Op::Var(t) => {
-                    let v = t.expand(cx);
+                    t.write(cx, None, &mut value);
                     // vigil's variables do not say "not found": empty is taken for it.
-                    self.value(&mut cur, (!v.is_empty()).then_some(v.as_bytes()));
+                    self.value(&mut cur, (!value.is_empty()).then_some(&value[..]));
                 }
             }
         }
@@ -174,7 +181,9 @@ impl Op {
             "remote_user" => Op::RemoteUser,
             "realip_remote_addr" => Op::RealIpAddr,
             "realip_remote_port" => Op::RealIpPort,
-            n if n.starts_with("http_") => Op::Header(n[5..].to_ascii_lowercase()),
+            n if n.starts_with("http_") => {
+                Op::Header(n[5..].to_ascii_lowercase().replace('_', "-"))
+            }
             "bytes_sent" | "request_length" | "pipe" => {
                 return Err(UnknownVariable(name.to_string()))
             }
@@ -219,17 +228,8 @@ impl Rendered {
     }
 }
 
-struct Bytes<'a>(&'a mut Vec<u8>);
-
-impl std::fmt::Write for Bytes<'_> {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0.extend_from_slice(s.as_bytes());
-        Ok(())
-    }
-}
-
 fn late(out: &mut Vec<u8>, l: Late, end: &End) {
-    let mut w = Bytes(out);
+    let mut w = Text(out);
     let _ = match l {
         Late::TimeLocal => wallclock::write(&mut w, Wall::Local, end.now),
         Late::TimeIso8601 => wallclock::write(&mut w, Wall::Iso8601, end.now),
@@ -240,32 +240,6 @@ fn late(out: &mut Vec<u8>, l: Late, end: &End) {
         }
         Late::BodyBytesSent => write!(w, "{}", end.body_bytes_sent),
     };
-}
-
-/// `$http_NAME` (NAME with `_` for `-`) as nginx 1.22 finds it.
-fn header(p: &Parts, name: &str) -> Option<Vec<u8>> {
-    let wanted = name.replace('_', "-");
-    let sep: &[u8] = match name {
-        "cookie" => b"; ",
-        "x_forwarded_for" => b", ",
-        _ => {
-            return p
-                .headers
-                .get(wanted.as_str())
-                .map(|v| v.as_bytes().to_vec())
-        }
-    };
-    let mut out: Option<Vec<u8>> = None;
-    for v in p.headers.get_all(wanted.as_str()) {
-        match &mut out {
-            Some(o) => {
-                o.extend_from_slice(sep);
-                o.extend_from_slice(v.as_bytes());
-            }
-            None => out = Some(v.as_bytes().to_vec()),
-        }
-    }
-    out
 }
 
 /// `$remote_user`: the user of `Authorization: Basic`, as

@@ -6,6 +6,7 @@ mod access_log;
 mod addresses;
 mod behaviour;
 mod bodies;
+mod bytes;
 mod client_abort;
 mod error_pages;
 mod evidence;

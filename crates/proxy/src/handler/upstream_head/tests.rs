@@ -75,7 +75,7 @@ fn edited(
             if let Some(t) = tpl {
                 let v = t.expand(&cx);
                 if !v.is_empty() {
-                    if let Ok(v) = HeaderValue::from_str(&v) {
+                    if let Some(v) = crate::vars::field_value(v) {
                         headers.insert(name.clone(), v);
                     }
                 }
