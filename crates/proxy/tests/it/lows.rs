@@ -1,0 +1,88 @@
+//! Low-severity differences from nginx 1.22 found by sending the same bytes
+//! to both, each beside a stock nginx serving the same conf: `Expect` is
+//! answered here and not sent upstream, a request pipelined after a
+//! chunked body is answered, `allow`/`deny` run before a location with no
+//! handler answers 404, a bare CR and a request line without a version
+//! are answered at once, and an upstream's early answer to a streamed body
+//! reaches the client while the body is still coming.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::twin::Twin;
+
+const CONF: &str = "upstream u { server {B0}; }
+    server { listen {LISTEN}; client_header_timeout 30s;
+      location / { proxy_pass http://u; }
+      location /nobuf/ { proxy_pass http://u; proxy_request_buffering off; }
+      location ~ ^/adm$ { deny all; }
+      location /lan { allow 10.0.0.0/8; deny all; }
+      location /here { allow 127.0.0.1; deny all; }
+      location /open { } }";
+
+/// Write `bytes` on a new connection (left open) and read until the
+/// server closes it or 5 s pass: what came, and whether the server closed.
+async fn exchange(addr: std::net::SocketAddr, bytes: &[u8]) -> (Vec<u8>, bool) {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    s.write_all(bytes).await.expect("write");
+    let mut got = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut got))
+        .await
+        .is_ok();
+    (got, closed)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[tokio::test]
+async fn a_bare_cr_is_answered_400_at_once() {
+    let t = Twin::start(CONF, 1).await;
+    for bytes in [
+        &b"GET / HTTP/1.1\rHost: x\r\r\n"[..],
+        b"GET / HTTP/1.1\rX",
+        b"GET / HTTP/1.1\r\nHost: x\rX: y",
+        b"GET / HTTP/1.1\r\nHost: x\r\nX-A: 1\r2",
+    ] {
+        for (side, addr) in [("vigil", t.vigil.addr), ("nginx", t.nginx.addr)] {
+            // client_header_timeout is 30 s: the answer is the CR's.
+            let (got, closed) = exchange(addr, bytes).await;
+            let raw = crate::twin::parse(&got);
+            assert_eq!(raw.status, 400, "{side} {:?}: {}", text(bytes), text(&got));
+            assert!(closed, "{side} {:?}: left open", text(bytes));
+        }
+    }
+    assert_eq!(t.uris(), (vec![vec![]], vec![vec![]]), "nothing proxied");
+}
+
+#[tokio::test]
+async fn a_request_line_without_a_version_is_answered_at_once() {
+    let t = Twin::start(CONF, 1).await;
+    // nginx serves an HTTP/0.9 GET: the body alone, no status line; vigil
+    // refuses it with a 400 (docs/security.md). Both answer at once and close.
+    let (v, vclosed) = exchange(t.vigil.addr, b"GET /\r\n").await;
+    let (n, nclosed) = exchange(t.nginx.addr, b"GET /\r\n").await;
+    assert!(
+        vclosed && nclosed,
+        "left open: vigil {vclosed}, nginx {nclosed}"
+    );
+    assert_eq!(text(&n), "b0", "nginx's HTTP/0.9 answer");
+    assert_eq!(crate::twin::parse(&v).status, 400, "{}", text(&v));
+    assert_eq!(t.uris(), (vec![vec![]], vec![vec!["/".to_string()]]));
+    // Another method: nginx's 400 page without a head, vigil's with one.
+    let (v, vclosed) = exchange(t.vigil.addr, b"POST /\r\n").await;
+    let (n, nclosed) = exchange(t.nginx.addr, b"POST /\r\n").await;
+    assert!(
+        vclosed && nclosed,
+        "left open: vigil {vclosed}, nginx {nclosed}"
+    );
+    assert!(
+        text(&n).starts_with("<html>\r\n<head><title>400 Bad Request"),
+        "{}",
+        text(&n)
+    );
+    assert_eq!(crate::twin::parse(&v).status, 400, "{}", text(&v));
+}
