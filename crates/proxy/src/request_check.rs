@@ -71,8 +71,11 @@ pub(crate) enum Framing {
     None,
     /// `Content-Length: N`.
     Length(u64),
-    /// `Transfer-Encoding: chunked`, or an upgrade request: the gate stops
-    /// reading heads on this connection and the response closes it.
+    /// `Transfer-Encoding: chunked`: the loop's decoder finds the body's
+    /// end, and the next head follows (as in nginx).
+    Chunked,
+    /// An upgrade request: the response closes the connection unless it
+    /// is a tunnel.
     Opaque,
 }
 
@@ -547,7 +550,7 @@ impl Seen {
             if length.is_some() {
                 return Err(StatusCode::BAD_REQUEST);
             }
-            framing = Framing::Opaque;
+            framing = Framing::Chunked;
         }
         if self.refused_method {
             return Err(StatusCode::METHOD_NOT_ALLOWED);

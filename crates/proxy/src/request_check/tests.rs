@@ -264,7 +264,7 @@ fn plain_heads_are_judged_at_once_and_unusual_ones_line_by_line() {
         ),
         (
             b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: Chunked\r\n\r\n",
-            Framing::Opaque,
+            Framing::Chunked,
         ),
         (
             b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",

@@ -38,6 +38,46 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+fn count(hay: &[u8], needle: &[u8]) -> usize {
+    hay.windows(needle.len()).filter(|w| *w == needle).count()
+}
+
+#[tokio::test]
+async fn a_request_pipelined_after_a_chunked_body_is_answered() {
+    let t = Twin::start(CONF, 1).await;
+    for path in ["/p", "/nobuf/p"] {
+        let bytes = format!(
+            "POST {path} HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n\
+             5\r\nhello\r\n0\r\nX-Sum: 1\r\n\r\n\
+             GET /two HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+        );
+        for (side, addr) in [("vigil", t.vigil.addr), ("nginx", t.nginx.addr)] {
+            let (got, closed) = exchange(addr, bytes.as_bytes()).await;
+            assert!(closed, "{side} {path}: not closed after the second answer");
+            assert_eq!(
+                count(&got, b"HTTP/1.1 200 OK\r\n"),
+                2,
+                "{side} {path}: {}",
+                text(&got)
+            );
+        }
+    }
+    let (vs, ns) = t.seen(0);
+    for (side, seen) in [("vigil", &vs), ("nginx", &ns)] {
+        let got: Vec<(&str, &[u8])> = seen.iter().map(|s| (s.uri.as_str(), &s.body[..])).collect();
+        assert_eq!(
+            got,
+            [
+                ("/p", &b"hello"[..]),
+                ("/two", b""),
+                ("/nobuf/p", b"hello"),
+                ("/two", b"")
+            ],
+            "{side}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_bare_cr_is_answered_400_at_once() {
     let t = Twin::start(CONF, 1).await;
