@@ -34,12 +34,68 @@ async fn exchange(addr: std::net::SocketAddr, bytes: &[u8]) -> (Vec<u8>, bool) {
     (got, closed)
 }
 
+/// Read until `want` has come (true), or the peer closes or 5 s pass.
+async fn read_until(s: &mut TcpStream, got: &mut Vec<u8>, want: &[u8]) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let mut chunk = [0u8; 4096];
+    while !got.windows(want.len()).any(|w| w == want) {
+        match tokio::time::timeout_at(deadline, s.read(&mut chunk)).await {
+            Ok(Ok(n)) if n > 0 => got.extend_from_slice(&chunk[..n]),
+            _ => return false,
+        }
+    }
+    true
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
 fn count(hay: &[u8], needle: &[u8]) -> usize {
     hay.windows(needle.len()).filter(|w| *w == needle).count()
+}
+
+#[tokio::test]
+async fn expect_100_continue_is_answered_here_and_not_sent_upstream() {
+    let t = Twin::start(CONF, 1).await;
+    for path in ["/e", "/nobuf/e"] {
+        for (side, addr) in [("vigil", t.vigil.addr), ("nginx", t.nginx.addr)] {
+            let mut s = TcpStream::connect(addr).await.expect("connect");
+            let head = format!(
+                "POST {path} HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\
+                 Expect: 100-continue\r\nConnection: close\r\n\r\n"
+            );
+            s.write_all(head.as_bytes()).await.expect("write");
+            let mut got = Vec::new();
+            read_until(&mut s, &mut got, b"\r\n\r\n").await;
+            assert_eq!(
+                text(&got),
+                "HTTP/1.1 100 Continue\r\n\r\n",
+                "{side} {path}: the body is asked for before it is sent"
+            );
+            s.write_all(b"hello").await.expect("body");
+            let mut rest = Vec::new();
+            let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest)).await;
+            assert!(
+                rest.starts_with(b"HTTP/1.1 200 "),
+                "{side} {path}: {}",
+                text(&rest)
+            );
+        }
+    }
+    let (vs, ns) = t.seen(0);
+    assert_eq!((vs.len(), ns.len()), (2, 2));
+    for (side, seen) in [("vigil", &vs), ("nginx", &ns)] {
+        for s in seen {
+            assert_eq!(&s.body[..], b"hello", "{side} {}", s.uri);
+            assert!(
+                s.headers.get("expect").is_none(),
+                "{side} {}: Expect went upstream: {:?}",
+                s.uri,
+                s.headers
+            );
+        }
+    }
 }
 
 #[tokio::test]
