@@ -135,6 +135,23 @@ async fn a_request_pipelined_after_a_chunked_body_is_answered() {
 }
 
 #[tokio::test]
+async fn allow_and_deny_run_before_a_location_with_no_handler_answers() {
+    let t = Twin::start(CONF, 1).await;
+    for (path, want) in [("/adm", 403), ("/lan", 403), ("/here", 404), ("/open", 404)] {
+        let req = format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+        let (v, n) = t.send(req.as_bytes()).await;
+        assert_eq!((v.status, n.status), (want, want), "{path}");
+        // POST: the static handler's 405 comes after the access phase too.
+        let req = format!(
+            "PUT {path} HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+        let (v, n) = t.send(req.as_bytes()).await;
+        assert_eq!(v.status, n.status, "PUT {path}");
+    }
+    assert_eq!(t.uris(), (vec![vec![]], vec![vec![]]), "nothing proxied");
+}
+
+#[tokio::test]
 async fn a_bare_cr_is_answered_400_at_once() {
     let t = Twin::start(CONF, 1).await;
     for bytes in [
