@@ -13,7 +13,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use hyper::body::{Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::H1;
+use super::{Rest, H1};
 
 /// The longest chunk-size line or trailer line.
 const MAX_LINE: usize = 16 * 1024;
@@ -62,27 +62,100 @@ pub(crate) struct H1Body {
     upgrade: bool,
     /// A failure was seen and held back one turn (see `poll_frame`).
     held: bool,
+    /// What is left to send of a request body the peer answered before it
+    /// all went (see [`H1Body::pump`]).
+    rest: Option<Box<Rest>>,
+}
+
+/// How far [`H1Body::pump`] got.
+enum Pumped {
+    /// It waits for the socket or the client.
+    Waiting,
+    /// All of the body went.
+    Sent,
+    /// The body or the write failed: no more of it goes.
+    Failed,
 }
 
 impl H1Body {
-    pub(super) fn new(conn: H1, kind: Kind, keep: bool, upgrade: bool) -> Self {
+    pub(super) fn new(
+        conn: H1,
+        kind: Kind,
+        keep: bool,
+        upgrade: bool,
+        rest: Option<Box<Rest>>,
+    ) -> Self {
         Self {
             conn: Some(conn),
             kind,
             keep,
             upgrade,
             held: false,
+            rest,
         }
     }
 
     /// The connection, when the body ended cleanly, nothing came past its
-    /// end and it may be kept.
+    /// end, the whole request went and it may be kept.
     pub(crate) fn reclaim(&mut self) -> Option<H1> {
-        if !self.keep || !matches!(self.kind, Kind::Done) {
+        if !self.keep || !matches!(self.kind, Kind::Done) || self.rest.is_some() {
             return None;
         }
         let conn = self.conn.take()?;
         conn.buf.is_empty().then_some(conn)
+    }
+
+    /// Send what the client gives of a request body the peer answered
+    /// before it all went, while the response is read: nginx goes on
+    /// sending it until it finalizes the request (and a peer that answers
+    /// as it reads needs it). No timer of its own: a peer that stops
+    /// reading is held to `proxy_read_timeout` by its response; what is
+    /// not sent when the response ends is dropped with it.
+    fn pump(&mut self, cx: &mut Context<'_>) {
+        let (Some(rest), Some(conn)) = (self.rest.as_deref_mut(), self.conn.as_mut()) else {
+            return;
+        };
+        let pumped = loop {
+            if !conn.out.is_empty() {
+                match Pin::new(&mut conn.io).poll_write(cx, &conn.out) {
+                    Poll::Ready(Ok(n)) if n > 0 => {
+                        conn.out.drain(..n);
+                        continue;
+                    }
+                    Poll::Pending => break Pumped::Waiting,
+                    Poll::Ready(_) => break Pumped::Failed,
+                }
+            }
+            let Some(body) = rest.body.as_mut() else {
+                break Pumped::Sent;
+            };
+            match hyper::body::Body::poll_frame(Pin::new(body), cx) {
+                Poll::Pending => break Pumped::Waiting,
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Ok(data) = frame.into_data() {
+                        super::put_piece(&mut conn.out, rest.framing, &mut rest.left, data);
+                    }
+                    if rest.left == Some(0) {
+                        rest.body = None;
+                    }
+                }
+                Poll::Ready(None) => {
+                    if super::put_end(&mut conn.out, rest.framing, rest.left).is_err() {
+                        break Pumped::Failed;
+                    }
+                    rest.body = None;
+                }
+                Poll::Ready(Some(Err(_))) => break Pumped::Failed,
+            }
+        };
+        match pumped {
+            Pumped::Waiting => {}
+            Pumped::Sent => self.rest = None,
+            Pumped::Failed => {
+                self.rest = None;
+                self.keep = false;
+            }
+        }
     }
 
     /// The connection of a 101, with what was read past the head.
@@ -98,6 +171,9 @@ impl H1Body {
     }
 
     fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Frame<Bytes>>>> {
+        if self.rest.is_some() {
+            self.pump(cx);
+        }
         loop {
             let Some(conn) = self.conn.as_mut() else {
                 return Poll::Ready(None);

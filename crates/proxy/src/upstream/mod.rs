@@ -9,6 +9,13 @@
 //! body framed by Content-Length or chunked by hyper's rules; the response
 //! head parsed with `httparse` with hyper's limits and framed as hyper's
 //! client frames it. TLS upstreams keep hyper's client.
+//!
+//! A peer may answer before it has read the whole request body (a 413, a
+//! 401, a stream that answers as it reads): while the body goes, the
+//! response head is watched for, as nginx reads the upstream whenever it
+//! is readable. An early head is the response; what is left of the body
+//! ([`Rest`]) is sent while the response is read, and dropped when the
+//! response ends (nginx sends the body until it finalizes the request).
 
 mod body;
 mod head;
@@ -17,6 +24,7 @@ mod stream;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{BufMut, BytesMut};
@@ -117,6 +125,25 @@ enum Framing {
     Chunked,
 }
 
+/// What is left to send of a request body the peer answered before it
+/// all went; the bytes framed and not yet written wait in [`H1::out`].
+pub(crate) struct Rest {
+    /// The body, None once it ended (or its Content-Length went).
+    body: Option<UpBody>,
+    framing: Framing,
+    /// Content-Length bytes still to frame.
+    left: Option<u64>,
+}
+
+/// How sending a request body ended.
+enum Sent {
+    /// All of it went.
+    All,
+    /// The peer answered first: its head, and what is left to send (None:
+    /// nothing more can go, the connection failed).
+    Answered(head::Head, Option<Box<Rest>>),
+}
+
 /// A request head written where its connection sends it from, straight
 /// from the request's fields (no header map), by hyper's client rules.
 pub(crate) struct HeadOut<'o> {
@@ -175,7 +202,7 @@ impl hyper::body::Body for RespBody {
 
     fn poll_frame(
         self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
+        cx: &mut Context<'_>,
     ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, BoxError>>> {
         match self.get_mut() {
             RespBody::Hyper(b) => Pin::new(b).poll_frame(cx).map_err(BoxError::from),
@@ -301,34 +328,28 @@ impl H1 {
                 close,
                 ..
             } = written;
-            let keep = !close;
+            let mut keep = !close;
             let mut sent = false;
-            if matches!(framing, Framing::None | Framing::Length(0)) {
+            let sending = if matches!(framing, Framing::None | Framing::Length(0)) {
                 self.write_out(&mut sent, None, t.send).await?;
+                Sent::All
             } else {
-                Box::pin(self.send_body(&mut body, framing, &mut sent, t.send)).await?;
-            }
+                let b = (&mut body, framing);
+                Box::pin(self.send_body(b, &mut sent, t.send, hidden, raw)).await?
+            };
             drop(body);
-            let deadline = vigil_core::clock::coarse_now() + t.read;
-            let head = loop {
-                if !self.buf.is_empty() {
-                    match head::parse_with(&mut self.buf, hidden, raw)? {
-                        Some(h) if h.status.is_informational() && h.status.as_u16() != 101 => {
-                            continue
-                        }
-                        Some(h) => break h,
-                        None if self.buf.len() >= MAX_HEAD => {
-                            return Err(Error::Parse("response header too large".to_owned()))
-                        }
-                        None => {}
-                    }
+            let (head, rest) = match sending {
+                Sent::Answered(head, rest) => {
+                    keep &= rest.is_some();
+                    (head, rest)
                 }
-                let n = match crate::timer::timeout_at(deadline, self.read_more()).await {
-                    Ok(r) => r.map_err(Error::Read)?,
-                    Err(_) => return Err(Error::Timeout(Phase::Waiting)),
-                };
-                if n == 0 {
-                    return Err(Error::Closed);
+                Sent::All => {
+                    let deadline = vigil_core::clock::coarse_now() + t.read;
+                    let answer = std::future::poll_fn(|cx| self.poll_answer(cx, hidden, raw));
+                    match crate::timer::timeout_at(deadline, answer).await {
+                        Ok(head) => (head?, None),
+                        Err(_) => return Err(Error::Timeout(Phase::Waiting)),
+                    }
                 }
             };
             let head::Head {
@@ -350,7 +371,7 @@ impl H1 {
             *resp.headers_mut() = headers;
             let keep = keep && keep_alive && !upgrade && !matches!(kind, body::Kind::Close);
             Ok(Received {
-                response: resp.map(|()| H1Body::new(self, kind, keep, upgrade)),
+                response: resp.map(|()| H1Body::new(self, kind, keep, upgrade, rest)),
                 raw: fields,
             })
         }
@@ -359,17 +380,21 @@ impl H1 {
     /// Write the request body after the head: each write (and each wait
     /// for the client's next piece) within `proxy_send_timeout`. hyper's
     /// rules: Content-Length bytes and no more; chunked ends with `0`.
+    /// While it waits (for the socket, or for the client), a response
+    /// head that comes ends the sending: [`Sent::Answered`].
     async fn send_body(
         &mut self,
-        body: &mut UpBody,
-        framing: Framing,
+        (body, framing): (&mut UpBody, Framing),
         written: &mut bool,
         send: Duration,
-    ) -> Result<(), Error> {
+        hidden: &Names,
+        raw: bool,
+    ) -> Result<Sent, Error> {
         let mut left = match framing {
             Framing::Length(n) => Some(n),
             _ => None,
         };
+        let mut ended = false;
         let mut last = Instant::now();
         // The first piece goes out with the head when it is there at once.
         let mut first = futures_util::FutureExt::now_or_never(body.frame());
@@ -378,60 +403,122 @@ impl H1 {
                 Some(f) => f,
                 None => {
                     if !self.out.is_empty() {
-                        self.write_out(written, Some(last + send), send).await?;
+                        match self
+                            .write_or_answer(written, last + send, hidden, raw)
+                            .await
+                        {
+                            Wrote::All => {}
+                            Wrote::Answered(head) => {
+                                let rest = Rest::of(body, framing, left, ended);
+                                return Ok(Sent::Answered(head, Some(rest)));
+                            }
+                            Wrote::Broken(head) => return Ok(Sent::Answered(head, None)),
+                            Wrote::Failed(e) => return Err(e),
+                        }
                         last = Instant::now();
                     }
-                    if left == Some(0) {
-                        return Ok(());
+                    if ended || left == Some(0) {
+                        return Ok(Sent::All);
                     }
-                    match crate::timer::timeout_at(last + send, body.frame()).await {
-                        Ok(f) => f,
+                    // The client's next piece, unless the answer comes first.
+                    let next = std::future::poll_fn(|cx| {
+                        if let Poll::Ready(head) = self.poll_answer(cx, hidden, raw) {
+                            return Poll::Ready(Err(head));
+                        }
+                        Pin::new(&mut *body).poll_frame(cx).map(Ok)
+                    });
+                    match crate::timer::timeout_at(last + send, next).await {
+                        Ok(Ok(f)) => f,
+                        Ok(Err(head)) => {
+                            let rest = Rest::of(body, framing, left, ended);
+                            return Ok(Sent::Answered(head?, Some(rest)));
+                        }
                         Err(_) => return Err(Error::Timeout(Phase::Sending)),
                     }
                 }
             };
             match frame {
                 Some(Ok(frame)) => {
-                    let Ok(mut data) = frame.into_data() else {
-                        continue;
-                    };
-                    if let Some(l) = left.as_mut() {
-                        let take = usize::try_from(*l).unwrap_or(usize::MAX).min(data.len());
-                        data.truncate(take);
-                        *l -= take as u64;
-                    }
-                    if data.is_empty() {
-                        continue;
-                    }
-                    if framing == Framing::Chunked {
-                        let _ = std::io::Write::write_fmt(
-                            &mut self.out,
-                            format_args!("{:X}\r\n", data.len()),
-                        );
-                        self.out.put_slice(&data);
-                        self.out.put_slice(b"\r\n");
-                    } else {
-                        self.out.put_slice(&data);
+                    if let Ok(data) = frame.into_data() {
+                        put_piece(&mut self.out, framing, &mut left, data);
                     }
                 }
                 Some(Err(e)) => return Err(Error::Body(e)),
                 None => {
-                    match (framing, left) {
-                        (Framing::Chunked, _) => self.out.put_slice(b"0\r\n\r\n"),
-                        (_, Some(l)) if l > 0 => {
-                            return Err(Error::Body(
-                                "request body ended before its Content-Length".into(),
-                            ))
-                        }
-                        _ => {}
-                    }
-                    if !self.out.is_empty() {
-                        self.write_out(written, Some(last + send), send).await?;
-                    }
-                    return Ok(());
+                    put_end(&mut self.out, framing, left)?;
+                    ended = true;
                 }
             }
         }
+    }
+
+    /// [`H1::write_out`] within `deadline`, watching for the answer while
+    /// the socket is full ([`Wrote::Answered`]: what was not written stays
+    /// in `out`). A write that fails after the peer answered gives that
+    /// answer ([`Wrote::Broken`]), as hyper's client does.
+    async fn write_or_answer(
+        &mut self,
+        written: &mut bool,
+        deadline: Instant,
+        hidden: &Names,
+        raw: bool,
+    ) -> Wrote {
+        let mut at = 0;
+        let mut failed = None;
+        match self.io.try_write(&self.out) {
+            Ok(n) => at = n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(source) => failed = Some(source),
+        }
+        if at > 0 {
+            *written = true;
+        }
+        if failed.is_none() && at < self.out.len() {
+            let writing = std::future::poll_fn(|cx| loop {
+                if at == self.out.len() {
+                    return Poll::Ready(Ok(Wrote::All));
+                }
+                match Pin::new(&mut self.io).poll_write(cx, &self.out[at..]) {
+                    Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                    Poll::Ready(Ok(n)) => {
+                        at += n;
+                        *written = true;
+                    }
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => {
+                        return self.poll_answer(cx, hidden, raw).map(|answer| {
+                            Ok(match answer {
+                                Ok(head) => Wrote::Answered(head),
+                                Err(e) => Wrote::Failed(e),
+                            })
+                        });
+                    }
+                }
+            });
+            match crate::timer::timeout_at(deadline, writing).await {
+                Ok(Ok(Wrote::All)) => {}
+                Ok(Ok(Wrote::Answered(head))) => {
+                    self.out.drain(..at);
+                    return Wrote::Answered(head);
+                }
+                Ok(Ok(other)) => return other,
+                Ok(Err(source)) => failed = Some(source),
+                Err(_) => return Wrote::Failed(Error::Timeout(Phase::Sending)),
+            }
+        }
+        if let Some(source) = failed {
+            // The peer may have answered and closed before the rest went.
+            let answer = std::future::poll_fn(|cx| Poll::Ready(self.poll_answer(cx, hidden, raw)));
+            if let Poll::Ready(Ok(head)) = answer.await {
+                return Wrote::Broken(head);
+            }
+            return Wrote::Failed(Error::Write {
+                source,
+                written: *written,
+            });
+        }
+        self.out.clear();
+        Wrote::All
     }
 
     /// Write all of `out`: at once when the socket takes it (the common
@@ -474,15 +561,36 @@ impl H1 {
         Ok(())
     }
 
-    /// Read what is there (waiting for some), growing the buffer.
-    async fn read_more(&mut self) -> io::Result<usize> {
-        std::future::poll_fn(|cx| self.poll_read_more(cx)).await
+    /// The response head, skipping interim (1xx but 101) ones: parsed
+    /// from what came, reading more while it is not whole.
+    fn poll_answer(
+        &mut self,
+        cx: &mut Context<'_>,
+        hidden: &Names,
+        raw: bool,
+    ) -> Poll<Result<head::Head, Error>> {
+        loop {
+            if !self.buf.is_empty() {
+                match head::parse_with(&mut self.buf, hidden, raw)? {
+                    Some(h) if h.status.is_informational() && h.status.as_u16() != 101 => continue,
+                    Some(h) => return Poll::Ready(Ok(h)),
+                    None if self.buf.len() >= MAX_HEAD => {
+                        return Poll::Ready(Err(Error::Parse(
+                            "response header too large".to_owned(),
+                        )))
+                    }
+                    None => {}
+                }
+            }
+            match std::task::ready!(self.poll_read_more(cx)) {
+                Ok(0) => return Poll::Ready(Err(Error::Closed)),
+                Ok(_) => {}
+                Err(e) => return Poll::Ready(Err(Error::Read(e))),
+            }
+        }
     }
 
-    fn poll_read_more(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<io::Result<usize>> {
+    fn poll_read_more(&mut self, cx: &mut Context<'_>) -> std::task::Poll<io::Result<usize>> {
         let want = self.read_size;
         if self.buf.capacity() - self.buf.len() < want / 2 {
             self.buf.reserve(want);
@@ -500,6 +608,69 @@ impl H1 {
         }
         std::task::Poll::Ready(Ok(n))
     }
+}
+
+/// How [`H1::write_or_answer`] ended.
+enum Wrote {
+    /// All of `out` went.
+    All,
+    /// The peer answered while the rest waited: its head.
+    Answered(head::Head),
+    /// A write failed, but the peer had answered: its head (nothing more
+    /// of the body can go).
+    Broken(head::Head),
+    /// The write (or the answer) failed.
+    Failed(Error),
+}
+
+// === impl Rest ===
+
+impl Rest {
+    /// What is left of `body` (taken, an empty body left in its place)
+    /// unless it `ended` or its length went.
+    fn of(body: &mut UpBody, framing: Framing, left: Option<u64>, ended: bool) -> Box<Self> {
+        let more = !ended && left != Some(0);
+        Box::new(Self {
+            body: more.then(|| std::mem::replace(body, crate::payload::empty())),
+            framing,
+            left,
+        })
+    }
+}
+
+/// Frame a piece of the body into `out` (at most the `left` of a
+/// Content-Length body).
+fn put_piece(out: &mut Vec<u8>, framing: Framing, left: &mut Option<u64>, mut data: bytes::Bytes) {
+    if let Some(l) = left.as_mut() {
+        let take = usize::try_from(*l).unwrap_or(usize::MAX).min(data.len());
+        data.truncate(take);
+        *l -= take as u64;
+    }
+    if data.is_empty() {
+        return;
+    }
+    if framing == Framing::Chunked {
+        let _ = std::io::Write::write_fmt(out, format_args!("{:X}\r\n", data.len()));
+        out.put_slice(&data);
+        out.put_slice(b"\r\n");
+    } else {
+        out.put_slice(&data);
+    }
+}
+
+/// The body ended: a chunked one's last chunk into `out`; a
+/// Content-Length one short of its length is an error.
+fn put_end(out: &mut Vec<u8>, framing: Framing, left: Option<u64>) -> Result<(), Error> {
+    match (framing, left) {
+        (Framing::Chunked, _) => out.put_slice(b"0\r\n\r\n"),
+        (_, Some(l)) if l > 0 => {
+            return Err(Error::Body(
+                "request body ended before its Content-Length".into(),
+            ))
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// hyper's `Client::set_length`: how the body goes, and the fields that
@@ -567,3 +738,6 @@ fn set_length(
 pub(crate) fn into_parts(h1: H1) -> (Stream, BytesMut) {
     (h1.io, h1.buf)
 }
+
+#[cfg(test)]
+mod tests;
