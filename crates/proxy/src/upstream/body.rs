@@ -53,18 +53,27 @@ impl Kind {
     }
 }
 
-/// A response body that owns its connection.
+/// A response body that owns its connection. (Its flags are the
+/// connection's, [`Exchange`]: in the room beside `H1::read_size`, where
+/// fields of their own would make the body, moved with every response, a
+/// word larger.)
 pub(crate) struct H1Body {
     conn: Option<H1>,
     kind: Kind,
-    /// The connection may be kept once the body ends cleanly.
-    keep: bool,
-    upgrade: bool,
-    /// A failure was seen and held back one turn (see `poll_frame`).
-    held: bool,
     /// What is left to send of a request body the peer answered before it
     /// all went (see [`H1Body::pump`]).
     rest: Option<Box<Rest>>,
+}
+
+/// Where the exchange on a connection stands, for its response body.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Exchange {
+    /// The connection may be kept once the body ends cleanly.
+    pub(super) keep: bool,
+    /// The response is a 101: the connection goes to a tunnel.
+    pub(super) upgrade: bool,
+    /// A failure was seen and held back one turn (see `poll_frame`).
+    pub(super) held: bool,
 }
 
 /// How far [`H1Body::pump`] got.
@@ -79,18 +88,20 @@ enum Pumped {
 
 impl H1Body {
     pub(super) fn new(
-        conn: H1,
+        mut conn: H1,
         kind: Kind,
         keep: bool,
         upgrade: bool,
         rest: Option<Box<Rest>>,
     ) -> Self {
-        Self {
-            conn: Some(conn),
-            kind,
+        conn.exchange = Exchange {
             keep,
             upgrade,
             held: false,
+        };
+        Self {
+            conn: Some(conn),
+            kind,
             rest,
         }
     }
@@ -98,7 +109,8 @@ impl H1Body {
     /// The connection, when the body ended cleanly, nothing came past its
     /// end, the whole request went and it may be kept.
     pub(crate) fn reclaim(&mut self) -> Option<H1> {
-        if !self.keep || !matches!(self.kind, Kind::Done) || self.rest.is_some() {
+        let keep = self.conn.as_ref().is_some_and(|c| c.exchange.keep);
+        if !keep || !matches!(self.kind, Kind::Done) || self.rest.is_some() {
             return None;
         }
         let conn = self.conn.take()?;
@@ -116,6 +128,9 @@ impl H1Body {
             return;
         };
         let pumped = loop {
+            if rest.failed {
+                break Pumped::Failed;
+            }
             if !conn.out.is_empty() {
                 match Pin::new(&mut conn.io).poll_write(cx, &conn.out) {
                     Poll::Ready(Ok(n)) if n > 0 => {
@@ -153,17 +168,18 @@ impl H1Body {
             Pumped::Sent => self.rest = None,
             Pumped::Failed => {
                 self.rest = None;
-                self.keep = false;
+                conn.exchange.keep = false;
             }
         }
     }
 
     /// The connection of a 101, with what was read past the head.
     pub(super) fn upgraded(mut self) -> Option<Upgraded> {
-        if !self.upgrade {
+        let conn = self.conn.take()?;
+        if !conn.exchange.upgrade {
             return None;
         }
-        let (io, pre) = super::into_parts(self.conn.take()?);
+        let (io, pre) = super::into_parts(conn);
         Some(Upgraded {
             io,
             pre: pre.freeze(),
@@ -291,7 +307,11 @@ impl hyper::body::Body for H1Body {
         let this = self.get_mut();
         let r = this.poll_next(cx);
         if let Poll::Ready(Some(Err(_))) = &r {
-            if !std::mem::replace(&mut this.held, true) {
+            let first = this
+                .conn
+                .as_mut()
+                .is_some_and(|c| !std::mem::replace(&mut c.exchange.held, true));
+            if first {
                 // The bytes before the failure go out first: the server
                 // writes what it took when the body waits, and a failure
                 // at once would abort the response before its head left
@@ -300,7 +320,6 @@ impl hyper::body::Body for H1Body {
                 return Poll::Pending;
             }
             // A broken body leaves the connection unusable.
-            this.keep = false;
             this.kind = Kind::Done;
             this.conn = None;
         }

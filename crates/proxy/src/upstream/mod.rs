@@ -27,7 +27,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{BufMut, BytesMut};
+use bytes::{Buf, BufMut, BytesMut};
 use http::{Method, Response};
 use http_body_util::BodyExt;
 use hyper::body::{Body as _, Incoming};
@@ -45,8 +45,8 @@ pub(crate) use stream::Stream;
 /// The longest response head read (hyper's default read buffer limit).
 const MAX_HEAD: usize = 8192 + 4096 * 100;
 /// Reads start at this size and grow while they fill.
-const READ_MIN: usize = 8 * 1024;
-const READ_MAX: usize = 64 * 1024;
+const READ_MIN: u32 = 8 * 1024;
+const READ_MAX: u32 = 64 * 1024;
 
 /// One plain HTTP/1.1 connection to a peer.
 pub(crate) struct H1 {
@@ -54,7 +54,9 @@ pub(crate) struct H1 {
     /// Bytes read and not yet consumed (empty while idle).
     buf: BytesMut,
     /// The next read's size (grows while reads fill it).
-    read_size: usize,
+    read_size: u32,
+    /// The exchange in progress, for its response body.
+    exchange: body::Exchange,
     /// The request head (and small bodies) on their way out.
     out: Vec<u8>,
 }
@@ -133,15 +135,9 @@ pub(crate) struct Rest {
     framing: Framing,
     /// Content-Length bytes still to frame.
     left: Option<u64>,
-}
-
-/// How sending a request body ended.
-enum Sent {
-    /// All of it went.
-    All,
-    /// The peer answered first: its head, and what is left to send (None:
-    /// nothing more can go, the connection failed).
-    Answered(head::Head, Option<Box<Rest>>),
+    /// A write failed after the peer answered: nothing more goes, and the
+    /// connection is not kept.
+    failed: bool,
 }
 
 /// A request head written where its connection sends it from, straight
@@ -277,6 +273,7 @@ impl H1 {
             io,
             buf: BytesMut::new(),
             read_size: READ_MIN,
+            exchange: body::Exchange::default(),
             out: Vec::new(),
         }
     }
@@ -328,28 +325,36 @@ impl H1 {
                 close,
                 ..
             } = written;
-            let mut keep = !close;
+            let keep = !close;
             let mut sent = false;
-            let sending = if matches!(framing, Framing::None | Framing::Length(0)) {
+            // Some when the peer answered before the whole body went.
+            let mut rest = None;
+            if matches!(framing, Framing::None | Framing::Length(0)) {
                 self.write_out(&mut sent, None, t.send).await?;
-                Sent::All
             } else {
-                let b = (&mut body, framing);
-                Box::pin(self.send_body(b, &mut sent, t.send, hidden, raw)).await?
-            };
+                rest = Box::pin(self.send_body(&mut body, framing, &mut sent, t.send)).await?;
+            }
             drop(body);
-            let (head, rest) = match sending {
-                Sent::Answered(head, rest) => {
-                    keep &= rest.is_some();
-                    (head, rest)
-                }
-                Sent::All => {
-                    let deadline = vigil_core::clock::coarse_now() + t.read;
-                    let answer = std::future::poll_fn(|cx| self.poll_answer(cx, hidden, raw));
-                    match crate::timer::timeout_at(deadline, answer).await {
-                        Ok(head) => (head?, None),
-                        Err(_) => return Err(Error::Timeout(Phase::Waiting)),
+            let deadline = vigil_core::clock::coarse_now() + t.read;
+            let head = loop {
+                if !self.buf.is_empty() {
+                    match head::parse_with(&mut self.buf, hidden, raw)? {
+                        Some(h) if h.status.is_informational() && h.status.as_u16() != 101 => {
+                            continue
+                        }
+                        Some(h) => break h,
+                        None if self.buf.len() >= MAX_HEAD => {
+                            return Err(Error::Parse("response header too large".to_owned()))
+                        }
+                        None => {}
                     }
+                }
+                let n = match crate::timer::timeout_at(deadline, self.read_more()).await {
+                    Ok(r) => r.map_err(Error::Read)?,
+                    Err(_) => return Err(Error::Timeout(Phase::Waiting)),
+                };
+                if n == 0 {
+                    return Err(Error::Closed);
                 }
             };
             let head::Head {
@@ -381,15 +386,15 @@ impl H1 {
     /// for the client's next piece) within `proxy_send_timeout`. hyper's
     /// rules: Content-Length bytes and no more; chunked ends with `0`.
     /// While it waits (for the socket, or for the client), a response
-    /// head that comes ends the sending: [`Sent::Answered`].
+    /// head that comes whole ends the sending: what is left of the body
+    /// is returned, the head left in the buffer for `send` to read.
     async fn send_body(
         &mut self,
-        (body, framing): (&mut UpBody, Framing),
+        body: &mut UpBody,
+        framing: Framing,
         written: &mut bool,
         send: Duration,
-        hidden: &Names,
-        raw: bool,
-    ) -> Result<Sent, Error> {
+    ) -> Result<Option<Box<Rest>>, Error> {
         let mut left = match framing {
             Framing::Length(n) => Some(n),
             _ => None,
@@ -403,35 +408,31 @@ impl H1 {
                 Some(f) => f,
                 None => {
                     if !self.out.is_empty() {
-                        match self
-                            .write_or_answer(written, last + send, hidden, raw)
-                            .await
-                        {
+                        match self.write_or_answer(written, last + send).await {
                             Wrote::All => {}
-                            Wrote::Answered(head) => {
-                                let rest = Rest::of(body, framing, left, ended);
-                                return Ok(Sent::Answered(head, Some(rest)));
+                            Wrote::Answered => {
+                                return Ok(Some(Rest::of(body, framing, left, ended)));
                             }
-                            Wrote::Broken(head) => return Ok(Sent::Answered(head, None)),
+                            Wrote::Broken => return Ok(Some(Rest::failed())),
                             Wrote::Failed(e) => return Err(e),
                         }
                         last = Instant::now();
                     }
                     if ended || left == Some(0) {
-                        return Ok(Sent::All);
+                        return Ok(None);
                     }
                     // The client's next piece, unless the answer comes first.
                     let next = std::future::poll_fn(|cx| {
-                        if let Poll::Ready(head) = self.poll_answer(cx, hidden, raw) {
-                            return Poll::Ready(Err(head));
+                        if let Poll::Ready(answered) = self.poll_answered(cx) {
+                            return Poll::Ready(Err(answered));
                         }
                         Pin::new(&mut *body).poll_frame(cx).map(Ok)
                     });
                     match crate::timer::timeout_at(last + send, next).await {
                         Ok(Ok(f)) => f,
-                        Ok(Err(head)) => {
-                            let rest = Rest::of(body, framing, left, ended);
-                            return Ok(Sent::Answered(head?, Some(rest)));
+                        Ok(Err(answered)) => {
+                            answered?;
+                            return Ok(Some(Rest::of(body, framing, left, ended)));
                         }
                         Err(_) => return Err(Error::Timeout(Phase::Sending)),
                     }
@@ -456,13 +457,7 @@ impl H1 {
     /// the socket is full ([`Wrote::Answered`]: what was not written stays
     /// in `out`). A write that fails after the peer answered gives that
     /// answer ([`Wrote::Broken`]), as hyper's client does.
-    async fn write_or_answer(
-        &mut self,
-        written: &mut bool,
-        deadline: Instant,
-        hidden: &Names,
-        raw: bool,
-    ) -> Wrote {
+    async fn write_or_answer(&mut self, written: &mut bool, deadline: Instant) -> Wrote {
         let mut at = 0;
         let mut failed = None;
         match self.io.try_write(&self.out) {
@@ -486,9 +481,9 @@ impl H1 {
                     }
                     Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                     Poll::Pending => {
-                        return self.poll_answer(cx, hidden, raw).map(|answer| {
-                            Ok(match answer {
-                                Ok(head) => Wrote::Answered(head),
+                        return self.poll_answered(cx).map(|answered| {
+                            Ok(match answered {
+                                Ok(()) => Wrote::Answered,
                                 Err(e) => Wrote::Failed(e),
                             })
                         });
@@ -497,9 +492,9 @@ impl H1 {
             });
             match crate::timer::timeout_at(deadline, writing).await {
                 Ok(Ok(Wrote::All)) => {}
-                Ok(Ok(Wrote::Answered(head))) => {
+                Ok(Ok(Wrote::Answered)) => {
                     self.out.drain(..at);
-                    return Wrote::Answered(head);
+                    return Wrote::Answered;
                 }
                 Ok(Ok(other)) => return other,
                 Ok(Err(source)) => failed = Some(source),
@@ -508,9 +503,9 @@ impl H1 {
         }
         if let Some(source) = failed {
             // The peer may have answered and closed before the rest went.
-            let answer = std::future::poll_fn(|cx| Poll::Ready(self.poll_answer(cx, hidden, raw)));
-            if let Poll::Ready(Ok(head)) = answer.await {
-                return Wrote::Broken(head);
+            let answered = std::future::poll_fn(|cx| Poll::Ready(self.poll_answered(cx)));
+            if let Poll::Ready(Ok(())) = answered.await {
+                return Wrote::Broken;
             }
             return Wrote::Failed(Error::Write {
                 source,
@@ -561,25 +556,32 @@ impl H1 {
         Ok(())
     }
 
-    /// The response head, skipping interim (1xx but 101) ones: parsed
-    /// from what came, reading more while it is not whole.
-    fn poll_answer(
-        &mut self,
-        cx: &mut Context<'_>,
-        hidden: &Names,
-        raw: bool,
-    ) -> Poll<Result<head::Head, Error>> {
+    /// Read what is there (waiting for some), growing the buffer.
+    async fn read_more(&mut self) -> io::Result<usize> {
+        std::future::poll_fn(|cx| self.poll_read_more(cx)).await
+    }
+
+    /// Whether a response head came whole (Ready(Ok)), reading more while
+    /// it has not: the answer watched for while the body goes. Interim
+    /// (1xx but 101) heads are taken out; the final one is left for
+    /// `send` to parse, and so is anything `httparse` refuses (it says
+    /// why). The peer closing first is [`Error::Closed`].
+    fn poll_answered(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         loop {
             if !self.buf.is_empty() {
-                match head::parse_with(&mut self.buf, hidden, raw)? {
-                    Some(h) if h.status.is_informational() && h.status.as_u16() != 101 => continue,
-                    Some(h) => return Poll::Ready(Ok(h)),
-                    None if self.buf.len() >= MAX_HEAD => {
-                        return Poll::Ready(Err(Error::Parse(
-                            "response header too large".to_owned(),
-                        )))
+                let mut fields = [httparse::EMPTY_HEADER; head::MAX_HEADERS];
+                let mut res = httparse::Response::new(&mut fields);
+                match res.parse(&self.buf) {
+                    Ok(httparse::Status::Complete(len)) => {
+                        let code = res.code.unwrap_or(0);
+                        if (100..200).contains(&code) && code != 101 {
+                            self.buf.advance(len);
+                            continue;
+                        }
+                        return Poll::Ready(Ok(()));
                     }
-                    None => {}
+                    Ok(httparse::Status::Partial) if self.buf.len() < MAX_HEAD => {}
+                    _ => return Poll::Ready(Ok(())),
                 }
             }
             match std::task::ready!(self.poll_read_more(cx)) {
@@ -591,7 +593,7 @@ impl H1 {
     }
 
     fn poll_read_more(&mut self, cx: &mut Context<'_>) -> std::task::Poll<io::Result<usize>> {
-        let want = self.read_size;
+        let want = self.read_size as usize;
         if self.buf.capacity() - self.buf.len() < want / 2 {
             self.buf.reserve(want);
         }
@@ -614,11 +616,11 @@ impl H1 {
 enum Wrote {
     /// All of `out` went.
     All,
-    /// The peer answered while the rest waited: its head.
-    Answered(head::Head),
-    /// A write failed, but the peer had answered: its head (nothing more
-    /// of the body can go).
-    Broken(head::Head),
+    /// The peer answered while the rest waited.
+    Answered,
+    /// A write failed, but the peer had answered (nothing more of the
+    /// body can go).
+    Broken,
     /// The write (or the answer) failed.
     Failed(Error),
 }
@@ -634,6 +636,17 @@ impl Rest {
             body: more.then(|| std::mem::replace(body, crate::payload::empty())),
             framing,
             left,
+            failed: false,
+        })
+    }
+
+    /// Nothing more can go: a write failed after the peer answered.
+    fn failed() -> Box<Self> {
+        Box::new(Self {
+            body: None,
+            framing: Framing::None,
+            left: None,
+            failed: true,
         })
     }
 }
