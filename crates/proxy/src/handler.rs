@@ -1167,6 +1167,9 @@ fn request_fields<'p>(
         Some(v) => fields.insert(&HOST, v.clone()),
         None => fields.remove(&header::HOST),
     }
+    // nginx's default proxy_set_header Expect "": the client's Expect was
+    // answered here (100 Continue when its body is read), not upstream.
+    fields.remove(&header::EXPECT);
     match len {
         Some(0) => fields.remove(&header::CONTENT_LENGTH),
         Some(n) => fields.insert(&CONTENT_LENGTH, HeaderValue::from(*n)),

@@ -71,8 +71,11 @@ pub(crate) enum Framing {
     None,
     /// `Content-Length: N`.
     Length(u64),
-    /// `Transfer-Encoding: chunked`, or an upgrade request: the gate stops
-    /// reading heads on this connection and the response closes it.
+    /// `Transfer-Encoding: chunked`: the loop's decoder finds the body's
+    /// end, and the next head follows (as in nginx).
+    Chunked,
+    /// An upgrade request: the response closes the connection unless it
+    /// is a tunnel.
     Opaque,
 }
 
@@ -198,12 +201,23 @@ impl HeadScan {
     pub(crate) fn feed(&mut self, buf: &[u8]) -> Step {
         loop {
             let rest = &buf[self.next..];
-            let Some(lf) = memchr::memchr(b'\n', rest) else {
+            let lf = match line_end(rest, self.start.is_none()) {
+                LineEnd::At(lf) => lf,
                 // The line so far must still fit in nginx's buffers.
-                return match self.fits(rest.len()) {
-                    Ok(()) => Step::More,
-                    Err(status) => Step::Refuse(status),
-                };
+                LineEnd::More => {
+                    return match self.fits(rest.len()) {
+                        Ok(()) => Step::More,
+                        Err(status) => Step::Refuse(status),
+                    }
+                }
+                // nginx's parser stops at the byte after the CR: 400, at
+                // once (unless the line had outgrown its buffer by then).
+                LineEnd::BareCr(at) => {
+                    return Step::Refuse(match self.fits(at + 2) {
+                        Ok(()) => StatusCode::BAD_REQUEST,
+                        Err(status) => status,
+                    })
+                }
             };
             let line = &rest[..=lf];
             let at = self.next;
@@ -334,24 +348,32 @@ impl HeadScan {
     }
 
     /// `ngx_http_parse_request_line`, as far as it decides a status vigil
-    /// would not: the method's letters and the major version. Anything
-    /// else malformed is left to hyper (a 400 either way).
+    /// would not: the method's letters and the major version, and a line
+    /// without a version (nginx's HTTP/0.9 request, or its 400): refused
+    /// at once, where waiting for header lines would wait for ever.
+    /// Anything else malformed is left to hyper (a 400 either way).
     fn request_line(&mut self, line: &[u8]) -> Result<(), StatusCode> {
         let line = line.strip_suffix(b"\n").unwrap_or(line);
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let method_end = line.iter().position(|&b| b == b' ').unwrap_or(line.len());
         self.method(&line[..method_end])?;
-        let version = line.rsplit(|&b| b == b' ').next().unwrap_or_default();
-        if let Some(v) = version.strip_prefix(b"HTTP/") {
-            let major = v.split(|&b| b == b'.').next().unwrap_or_default();
-            let digits = !major.is_empty() && major.iter().all(u8::is_ascii_digit);
-            if digits && major.first() != Some(&b'0') && major != b"1" {
-                return Err(StatusCode::HTTP_VERSION_NOT_SUPPORTED);
-            }
-            self.http10 = v.starts_with(b"1.") && v.get(2) == Some(&b'0') && v.len() == 3;
-            if v == b"0.9" {
-                self.http10 = true;
-            }
+        // (nginx allows spaces after the version.)
+        let end = line.iter().rposition(|&b| b != b' ').map_or(0, |p| p + 1);
+        let version = line[method_end..end]
+            .rsplit(|&b| b == b' ')
+            .next()
+            .unwrap_or_default();
+        let Some(v) = version.strip_prefix(b"HTTP/") else {
+            return Err(StatusCode::BAD_REQUEST);
+        };
+        let major = v.split(|&b| b == b'.').next().unwrap_or_default();
+        let digits = !major.is_empty() && major.iter().all(u8::is_ascii_digit);
+        if digits && major.first() != Some(&b'0') && major != b"1" {
+            return Err(StatusCode::HTTP_VERSION_NOT_SUPPORTED);
+        }
+        self.http10 = v.starts_with(b"1.") && v.get(2) == Some(&b'0') && v.len() == 3;
+        if v == b"0.9" {
+            self.http10 = true;
         }
         Ok(())
     }
@@ -435,6 +457,42 @@ impl HeadScan {
     }
 }
 
+/// Where a line of the head ends, as nginx's parsers find its end.
+#[derive(Debug, PartialEq, Eq)]
+enum LineEnd {
+    /// At this LF.
+    At(usize),
+    /// Not in the bytes so far.
+    More,
+    /// A CR at this offset is followed by a byte nginx refuses there.
+    BareCr(usize),
+}
+
+/// The end of the line at the start of `rest`: its LF, found with the CRs
+/// (one pass, where the line ends are looked for anyway). A CR must be
+/// followed by LF in the request line (`ngx_http_parse_request_line`'s
+/// `sw_almost_done`), by more CRs and then LF in a header line
+/// (`ngx_http_parse_header_line`'s); nginx refuses anything else as soon
+/// as it comes, where waiting for an LF would wait for ever.
+fn line_end(rest: &[u8], request_line: bool) -> LineEnd {
+    let mut from = 0;
+    loop {
+        let Some(i) = memchr::memchr2(b'\r', b'\n', &rest[from..]) else {
+            return LineEnd::More;
+        };
+        let at = from + i;
+        if rest[at] == b'\n' {
+            return LineEnd::At(at);
+        }
+        match rest.get(at + 1) {
+            None => return LineEnd::More,
+            Some(b'\n') => return LineEnd::At(at + 1),
+            Some(b'\r') if !request_line => from = at + 1,
+            Some(_) => return LineEnd::BareCr(at),
+        }
+    }
+}
+
 // === impl Seen ===
 
 impl Seen {
@@ -492,7 +550,7 @@ impl Seen {
             if length.is_some() {
                 return Err(StatusCode::BAD_REQUEST);
             }
-            framing = Framing::Opaque;
+            framing = Framing::Chunked;
         }
         if self.refused_method {
             return Err(StatusCode::METHOD_NOT_ALLOWED);

@@ -44,6 +44,23 @@ pub(crate) struct Routes {
     pub(crate) capture_names: Vec<Vec<GroupNames>>,
     /// By server block: its own level's pages and log.
     levels: Vec<ServerLevel>,
+    /// By server block, then location: the access phase of a location
+    /// that does not proxy and has `allow`/`deny` (boxed: rare).
+    guards: Vec<Vec<Option<Box<Guard>>>>,
+}
+
+/// The access phase of a location with no handler (no `proxy_pass`): nginx
+/// runs it before the content phase finds nothing to answer with, so a
+/// denied client gets the access module's 403, not the static 404.
+struct Guard {
+    /// `allow` / `deny`.
+    access: Vec<vigil_core::config::AccessRule>,
+    /// The realip settings of the server and of the location (the real
+    /// IP is the one checked, as for a location that proxies).
+    server_real_ip: vigil_core::config::RealIp,
+    real_ip: vigil_core::config::RealIp,
+    /// The 403, with the location's headers and log.
+    forbidden: Arc<Reply>,
 }
 
 /// A server block's own level (`error_page`, `access_log` of the server,
@@ -139,6 +156,7 @@ impl Routes {
             bases: Vec::new(),
             capture_names: Vec::new(),
             levels: Vec::new(),
+            guards: Vec::new(),
         };
         for s in &config.servers {
             let err = |message: String| RouteError {
@@ -157,8 +175,8 @@ impl Routes {
                 Ok(reply)
             };
             let mut compiled = Vec::new();
-            let (mut scripts, mut proxies, mut bases, mut names) =
-                (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            let (mut scripts, mut proxies, mut bases, mut names, mut guards) =
+                (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for loc in &s.locations {
                 let proxy =
                     Route::build(loc, &s.client, registry, pools, &mut logs, scope)?.map(Arc::new);
@@ -181,13 +199,16 @@ impl Routes {
                     text: None,
                     content_type: "text/plain".into(),
                 };
-                bases.push(Reply::build(
-                    &base,
-                    Some(loc),
-                    &loc.origin,
-                    &mut logs,
-                    scope,
-                )?);
+                let base = Reply::build(&base, Some(loc), &loc.origin, &mut logs, scope)?;
+                guards.push((proxy.is_none() && !loc.proxy.access.is_empty()).then(|| {
+                    Box::new(Guard {
+                        access: loc.proxy.access.clone(),
+                        server_real_ip: loc.proxy.server_real_ip.clone(),
+                        real_ip: loc.proxy.real_ip.clone(),
+                        forbidden: Arc::new(base.status(403)),
+                    })
+                }));
+                bases.push(base);
                 proxies.push(proxy);
                 names.push(group_indices(loc));
             }
@@ -196,6 +217,7 @@ impl Routes {
             out.proxies.push(proxies);
             out.bases.push(bases);
             out.capture_names.push(names);
+            out.guards.push(guards);
             out.server_scripts
                 .push(Script::build(&s.rewrite, None, scope, |r| {
                     server_reply(r, &mut logs)
@@ -817,22 +839,47 @@ impl Routes {
                 Ran::Return(r) => return Ok(Answer::Return(r)),
                 Ran::Last => continue,
                 Ran::Done => {
-                    let answer = self
+                    let Some(route) = self
                         .proxies
                         .get(server)
                         .and_then(|s| s.get(li))
                         .and_then(Option::clone)
-                        .map(Answer::Proxy)
-                        .ok_or(Refusal::NotFound)?;
-                    if let Answer::Proxy(route) = &answer {
-                        route.pass_uri(parts, Some(target), net);
-                    }
-                    return Ok(answer);
+                    else {
+                        return self.no_handler(server, li, net, parts);
+                    };
+                    route.pass_uri(parts, Some(target), net);
+                    return Ok(Answer::Proxy(route));
                 }
             }
         }
         tracing::error!("rewrite or internal redirection cycle");
         Ok(Answer::Return(Arc::new(Reply::internal_error())))
+    }
+
+    /// A location that neither proxies nor returns: its access phase
+    /// (after the real IP is set), then nginx's static handler (404, or
+    /// 405: see `handler::refused`).
+    fn no_handler(
+        &self,
+        server: usize,
+        location: usize,
+        net: Net,
+        parts: &Parts,
+    ) -> Result<Answer, Refusal> {
+        let guard = self
+            .guards
+            .get(server)
+            .and_then(|s| s.get(location))
+            .and_then(Option::as_deref);
+        if let Some(g) = guard {
+            let client =
+                crate::realip::client(&g.server_real_ip, &g.real_ip, net.client, &parts.headers);
+            if !crate::access::allows(&g.access, client.ip()) {
+                tracing::debug!(client = %client.ip(), "access forbidden by rule");
+                return Ok(Answer::Return(g.forbidden.clone()));
+            }
+        }
+        Err(Refusal::NotFound)
     }
 }
 

@@ -6,7 +6,8 @@
 //! handler, and its response written as hyper writes it ([`write`]); then
 //! the next head (pipelined bytes stay in the buffer). An HTTP/2 preface
 //! hands the connection (with the bytes read) to hyper; a 101 hands it to
-//! the handler's tunnel.
+//! the handler's tunnel. A connection closed while the client may still
+//! be sending lingers as nginx's does ([`linger`]).
 
 pub(crate) mod read;
 pub(crate) mod write;
@@ -18,6 +19,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::{Request, Response, StatusCode, Version};
@@ -47,6 +49,14 @@ const DRAIN_LIMIT: usize = 64 * 1024;
 
 /// Response pieces buffered before they are written, at most.
 const MAX_PIECES: usize = 16;
+
+/// nginx's `lingering_time` and `lingering_timeout` defaults (vigil has
+/// no directives for them): how long a connection closed with request
+/// bytes unread is read from and discarded, in all and between reads.
+const LINGERING_TIME: Duration = Duration::from_secs(30);
+const LINGERING_TIMEOUT: Duration = Duration::from_secs(5);
+/// What one discarding read takes at most (`NGX_HTTP_LINGERING_BUFFER_SIZE`).
+const LINGERING_BUFFER: usize = 4096;
 
 /// What the connection fails with.
 pub(crate) type ConnError = Box<dyn std::error::Error + Send + Sync>;
@@ -440,14 +450,26 @@ fn run(
                             // head came in is a later head's.
                             crate::spare::keep_read_room(std::mem::take(&mut w.buf));
                         }
+                        return Poll::Ready(None);
                     }
-                    Poll::Ready(next)
+                    // Closing with the client maybe still sending (a body
+                    // not read to its end, bytes past the request): nginx's
+                    // lingering close.
+                    let unread = !matches!(w.body, Reading::Done) || !w.buf.is_empty();
+                    Poll::Ready(Some(unread && !w.eof))
                 })
             })
             .await;
-            if !next {
-                close(&mut held).await;
-                return Ok(());
+            match next {
+                None => {}
+                Some(true) => {
+                    Box::pin(linger(&mut held)).await;
+                    return Ok(());
+                }
+                Some(false) => {
+                    close(&mut held).await;
+                    return Ok(());
+                }
             }
         }
     }
@@ -488,7 +510,8 @@ async fn unaccepted(
             let r = write_response(wire, resp, None, &asked).await;
             drop(guard);
             r?;
-            close(wire).await;
+            // The rest of a refused head may still be coming.
+            linger(wire).await;
             Ok(())
         }
     }
@@ -502,7 +525,7 @@ async fn parse_failed(wire: &mut Held, status: StatusCode) -> Result<(), ConnErr
     let mut q = Out::default();
     q.push(out.freeze());
     q.write(wire).await?;
-    close(wire).await;
+    linger(wire).await;
     Err(H1Error::Parse(status).into())
 }
 
@@ -695,6 +718,47 @@ async fn close(wire: &mut Held) {
         })
     })
     .await;
+}
+
+/// Close as nginx's lingering close does (`ngx_http_set_lingering_close`)
+/// where the client may still be sending: shut the sending side (the
+/// client sees the end of the response at once), then read and discard
+/// until the client closes, it is silent for [`LINGERING_TIMEOUT`], or
+/// [`LINGERING_TIME`] passed. A close with unread bytes would reset the
+/// connection, and a client still sending would lose the response that
+/// was written before it had read it.
+async fn linger(wire: &mut Held) {
+    close(wire).await;
+    let until = crate::timer::after(LINGERING_TIME);
+    loop {
+        if wire.with(|w| w.eof || w.io.is_none()) || tokio::time::Instant::now() >= until {
+            return;
+        }
+        let deadline = until.min(crate::timer::after(LINGERING_TIMEOUT));
+        let read = std::future::poll_fn(|cx| wire.with(|w| discard(w, cx)));
+        match crate::timer::timeout_at(deadline, read).await {
+            Ok(true) => {}
+            Ok(false) | Err(_) => return,
+        }
+    }
+}
+
+/// One read of what the client sends, discarded; false at its end.
+fn discard(w: &mut Wire, cx: &mut Context<'_>) -> Poll<bool> {
+    w.buf.clear();
+    let Some(io) = w.io.as_mut() else {
+        return Poll::Ready(false);
+    };
+    let mut chunk = [0u8; LINGERING_BUFFER];
+    let mut rb = ReadBuf::new(&mut chunk);
+    match Pin::new(io).poll_read(cx, &mut rb) {
+        Poll::Ready(Ok(())) if !rb.filled().is_empty() => Poll::Ready(true),
+        Poll::Ready(_) => {
+            w.eof = true;
+            Poll::Ready(false)
+        }
+        Poll::Pending => Poll::Pending,
+    }
 }
 
 /// Hand the connection to hyper's HTTP/2 server, with the bytes read.

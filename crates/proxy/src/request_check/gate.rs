@@ -1,7 +1,7 @@
 //! What the HTTP/1 connection loop (`crate::h1`) does with a head's
 //! verdict: a refused head is answered with nginx's page and the
-//! connection closed; after a chunked body or an upgrade request the
-//! response closes the connection unless it is a tunnel.
+//! connection closed; after an upgrade request the response closes the
+//! connection unless it is a tunnel.
 
 use bytes::Bytes;
 use http::header::{self, HeaderValue};

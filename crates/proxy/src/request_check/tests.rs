@@ -189,6 +189,54 @@ fn a_head_fed_byte_by_byte_is_judged_as_a_whole() {
     }
 }
 
+#[test]
+fn a_bare_cr_is_refused_as_soon_as_the_byte_after_it_comes() {
+    // In the request line a CR must be followed by LF; in a header line
+    // by more CRs and then LF (nginx's two `sw_almost_done`s).
+    for (head, want) in [
+        (&b"GET / HTTP/1.1\rHost: x\r\r\n"[..], Some(400)),
+        (b"GET / HTTP/1.1\rH", Some(400)),
+        (b"GET / HTTP/1.1\r\r\n", Some(400)),
+        (b"GET /a\rb HTTP/1.1\r\n", Some(400)),
+        (b"GET / HTTP/1.1\r\nHost: x\rX: y", Some(400)),
+        (b"GET / HTTP/1.1\r\nHo\rst: x", Some(400)),
+        (b"GET / HTTP/1.1\r\nHost: x\r\r\r", Some(0)),
+        (b"GET / HTTP/1.1\r\nHost: x\r\r\rX", Some(400)),
+        (b"GET / HTTP/1.1\r", Some(0)),
+        (b"GET / HTTP/1.1\r\nHost: x\r", Some(0)),
+        (b"\r\nGET / HTTP/1.1\r\nHost: x\r\r\n\r\n", None),
+    ] {
+        assert_eq!(status(head), want, "{:?}", String::from_utf8_lossy(head));
+    }
+    // Past the line's buffer, the line is too long first.
+    let long = format!("GET /{}\rx", "u".repeat(9000));
+    assert_eq!(status(long.as_bytes()), Some(414));
+}
+
+#[test]
+fn a_request_line_without_a_version_is_refused_at_once() {
+    // nginx serves HTTP/0.9 (a GET without a version: the body alone);
+    // vigil refuses it, and any line that does not end in a version.
+    for head in [
+        &b"GET /\r\n"[..],
+        b"GET /\n",
+        b"POST /\r\n",
+        b"GET / \r\n",
+        b"GET\r\n",
+        b"GET /a b\r\n",
+        b"GET / http/1.1\r\n",
+    ] {
+        assert_eq!(
+            status(head),
+            Some(400),
+            "{:?}",
+            String::from_utf8_lossy(head)
+        );
+    }
+    // Spaces after the version are nginx's.
+    assert_eq!(status(b"GET / HTTP/1.1  \r\nHost: a\r\n\r\n"), None);
+}
+
 /// `accepts_parsed` on what httparse makes of `buf` (None where httparse
 /// does not read a whole head from a stack of 32 fields).
 fn at_once(buf: &[u8], limits: HeadLimits) -> Option<(usize, Framing)> {
@@ -216,7 +264,7 @@ fn plain_heads_are_judged_at_once_and_unusual_ones_line_by_line() {
         ),
         (
             b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: Chunked\r\n\r\n",
-            Framing::Opaque,
+            Framing::Chunked,
         ),
         (
             b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",

@@ -13,7 +13,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use hyper::body::{Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::H1;
+use super::{Rest, H1};
 
 /// The longest chunk-size line or trailer line.
 const MAX_LINE: usize = 16 * 1024;
@@ -53,44 +53,133 @@ impl Kind {
     }
 }
 
-/// A response body that owns its connection.
+/// A response body that owns its connection. (Its flags are the
+/// connection's, [`Exchange`]: in the room beside `H1::read_size`, where
+/// fields of their own would make the body, moved with every response, a
+/// word larger.)
 pub(crate) struct H1Body {
     conn: Option<H1>,
     kind: Kind,
+    /// What is left to send of a request body the peer answered before it
+    /// all went (see [`H1Body::pump`]).
+    rest: Option<Box<Rest>>,
+}
+
+/// Where the exchange on a connection stands, for its response body.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Exchange {
     /// The connection may be kept once the body ends cleanly.
-    keep: bool,
-    upgrade: bool,
+    pub(super) keep: bool,
+    /// The response is a 101: the connection goes to a tunnel.
+    pub(super) upgrade: bool,
     /// A failure was seen and held back one turn (see `poll_frame`).
-    held: bool,
+    pub(super) held: bool,
+}
+
+/// How far [`H1Body::pump`] got.
+enum Pumped {
+    /// It waits for the socket or the client.
+    Waiting,
+    /// All of the body went.
+    Sent,
+    /// The body or the write failed: no more of it goes.
+    Failed,
 }
 
 impl H1Body {
-    pub(super) fn new(conn: H1, kind: Kind, keep: bool, upgrade: bool) -> Self {
-        Self {
-            conn: Some(conn),
-            kind,
+    pub(super) fn new(
+        mut conn: H1,
+        kind: Kind,
+        keep: bool,
+        upgrade: bool,
+        rest: Option<Box<Rest>>,
+    ) -> Self {
+        conn.exchange = Exchange {
             keep,
             upgrade,
             held: false,
+        };
+        Self {
+            conn: Some(conn),
+            kind,
+            rest,
         }
     }
 
     /// The connection, when the body ended cleanly, nothing came past its
-    /// end and it may be kept.
+    /// end, the whole request went and it may be kept.
     pub(crate) fn reclaim(&mut self) -> Option<H1> {
-        if !self.keep || !matches!(self.kind, Kind::Done) {
+        let keep = self.conn.as_ref().is_some_and(|c| c.exchange.keep);
+        if !keep || !matches!(self.kind, Kind::Done) || self.rest.is_some() {
             return None;
         }
         let conn = self.conn.take()?;
         conn.buf.is_empty().then_some(conn)
     }
 
+    /// Send what the client gives of a request body the peer answered
+    /// before it all went, while the response is read: nginx goes on
+    /// sending it until it finalizes the request (and a peer that answers
+    /// as it reads needs it). No timer of its own: a peer that stops
+    /// reading is held to `proxy_read_timeout` by its response; what is
+    /// not sent when the response ends is dropped with it.
+    fn pump(&mut self, cx: &mut Context<'_>) {
+        let (Some(rest), Some(conn)) = (self.rest.as_deref_mut(), self.conn.as_mut()) else {
+            return;
+        };
+        let pumped = loop {
+            if rest.failed {
+                break Pumped::Failed;
+            }
+            if !conn.out.is_empty() {
+                match Pin::new(&mut conn.io).poll_write(cx, &conn.out) {
+                    Poll::Ready(Ok(n)) if n > 0 => {
+                        conn.out.drain(..n);
+                        continue;
+                    }
+                    Poll::Pending => break Pumped::Waiting,
+                    Poll::Ready(_) => break Pumped::Failed,
+                }
+            }
+            let Some(body) = rest.body.as_mut() else {
+                break Pumped::Sent;
+            };
+            match hyper::body::Body::poll_frame(Pin::new(body), cx) {
+                Poll::Pending => break Pumped::Waiting,
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Ok(data) = frame.into_data() {
+                        super::put_piece(&mut conn.out, rest.framing, &mut rest.left, data);
+                    }
+                    if rest.left == Some(0) {
+                        rest.body = None;
+                    }
+                }
+                Poll::Ready(None) => {
+                    if super::put_end(&mut conn.out, rest.framing, rest.left).is_err() {
+                        break Pumped::Failed;
+                    }
+                    rest.body = None;
+                }
+                Poll::Ready(Some(Err(_))) => break Pumped::Failed,
+            }
+        };
+        match pumped {
+            Pumped::Waiting => {}
+            Pumped::Sent => self.rest = None,
+            Pumped::Failed => {
+                self.rest = None;
+                conn.exchange.keep = false;
+            }
+        }
+    }
+
     /// The connection of a 101, with what was read past the head.
     pub(super) fn upgraded(mut self) -> Option<Upgraded> {
-        if !self.upgrade {
+        let conn = self.conn.take()?;
+        if !conn.exchange.upgrade {
             return None;
         }
-        let (io, pre) = super::into_parts(self.conn.take()?);
+        let (io, pre) = super::into_parts(conn);
         Some(Upgraded {
             io,
             pre: pre.freeze(),
@@ -98,6 +187,9 @@ impl H1Body {
     }
 
     fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Frame<Bytes>>>> {
+        if self.rest.is_some() {
+            self.pump(cx);
+        }
         loop {
             let Some(conn) = self.conn.as_mut() else {
                 return Poll::Ready(None);
@@ -215,7 +307,11 @@ impl hyper::body::Body for H1Body {
         let this = self.get_mut();
         let r = this.poll_next(cx);
         if let Poll::Ready(Some(Err(_))) = &r {
-            if !std::mem::replace(&mut this.held, true) {
+            let first = this
+                .conn
+                .as_mut()
+                .is_some_and(|c| !std::mem::replace(&mut c.exchange.held, true));
+            if first {
                 // The bytes before the failure go out first: the server
                 // writes what it took when the body waits, and a failure
                 // at once would abort the response before its head left
@@ -224,7 +320,6 @@ impl hyper::body::Body for H1Body {
                 return Poll::Pending;
             }
             // A broken body leaves the connection unusable.
-            this.keep = false;
             this.kind = Kind::Done;
             this.conn = None;
         }

@@ -11,7 +11,7 @@ use crate::hop::{Common, HopFilter, Names};
 use crate::raw_head::RawFields;
 
 /// hyper's default limit of response header fields.
-const MAX_HEADERS: usize = 100;
+pub(super) const MAX_HEADERS: usize = 100;
 
 /// A parsed response head.
 pub(super) struct Head {

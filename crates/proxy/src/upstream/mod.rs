@@ -9,6 +9,13 @@
 //! body framed by Content-Length or chunked by hyper's rules; the response
 //! head parsed with `httparse` with hyper's limits and framed as hyper's
 //! client frames it. TLS upstreams keep hyper's client.
+//!
+//! A peer may answer before it has read the whole request body (a 413, a
+//! 401, a stream that answers as it reads): while the body goes, the
+//! response head is watched for, as nginx reads the upstream whenever it
+//! is readable. An early head is the response; what is left of the body
+//! ([`Rest`]) is sent while the response is read, and dropped when the
+//! response ends (nginx sends the body until it finalizes the request).
 
 mod body;
 mod head;
@@ -17,9 +24,10 @@ mod stream;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{BufMut, BytesMut};
+use bytes::{Buf, BufMut, BytesMut};
 use http::{Method, Response};
 use http_body_util::BodyExt;
 use hyper::body::{Body as _, Incoming};
@@ -37,8 +45,8 @@ pub(crate) use stream::Stream;
 /// The longest response head read (hyper's default read buffer limit).
 const MAX_HEAD: usize = 8192 + 4096 * 100;
 /// Reads start at this size and grow while they fill.
-const READ_MIN: usize = 8 * 1024;
-const READ_MAX: usize = 64 * 1024;
+const READ_MIN: u32 = 8 * 1024;
+const READ_MAX: u32 = 64 * 1024;
 
 /// One plain HTTP/1.1 connection to a peer.
 pub(crate) struct H1 {
@@ -46,7 +54,9 @@ pub(crate) struct H1 {
     /// Bytes read and not yet consumed (empty while idle).
     buf: BytesMut,
     /// The next read's size (grows while reads fill it).
-    read_size: usize,
+    read_size: u32,
+    /// The exchange in progress, for its response body.
+    exchange: body::Exchange,
     /// The request head (and small bodies) on their way out.
     out: Vec<u8>,
 }
@@ -117,6 +127,19 @@ enum Framing {
     Chunked,
 }
 
+/// What is left to send of a request body the peer answered before it
+/// all went; the bytes framed and not yet written wait in [`H1::out`].
+pub(crate) struct Rest {
+    /// The body, None once it ended (or its Content-Length went).
+    body: Option<UpBody>,
+    framing: Framing,
+    /// Content-Length bytes still to frame.
+    left: Option<u64>,
+    /// A write failed after the peer answered: nothing more goes, and the
+    /// connection is not kept.
+    failed: bool,
+}
+
 /// A request head written where its connection sends it from, straight
 /// from the request's fields (no header map), by hyper's client rules.
 pub(crate) struct HeadOut<'o> {
@@ -177,7 +200,7 @@ impl hyper::body::Body for RespBody {
 
     fn poll_frame(
         self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
+        cx: &mut Context<'_>,
     ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, BoxError>>> {
         match self.get_mut() {
             RespBody::Hyper(b) => Pin::new(b).poll_frame(cx).map_err(BoxError::from),
@@ -252,6 +275,7 @@ impl H1 {
             io,
             buf: BytesMut::new(),
             read_size: READ_MIN,
+            exchange: body::Exchange::default(),
             out: Vec::new(),
         }
     }
@@ -305,10 +329,12 @@ impl H1 {
             } = written;
             let keep = !close;
             let mut sent = false;
+            // Some when the peer answered before the whole body went.
+            let mut rest = None;
             if matches!(framing, Framing::None | Framing::Length(0)) {
                 self.write_out(&mut sent, None, t.send).await?;
             } else {
-                Box::pin(self.send_body(&mut body, framing, &mut sent, t.send)).await?;
+                rest = Box::pin(self.send_body(&mut body, framing, &mut sent, t.send)).await?;
             }
             drop(body);
             let deadline = vigil_core::clock::coarse_now() + t.read;
@@ -352,7 +378,7 @@ impl H1 {
             *resp.headers_mut() = headers;
             let keep = keep && keep_alive && !upgrade && !matches!(kind, body::Kind::Close);
             Ok(Received {
-                response: resp.map(|()| H1Body::new(self, kind, keep, upgrade)),
+                response: resp.map(|()| H1Body::new(self, kind, keep, upgrade, rest)),
                 raw: fields,
             })
         }
@@ -361,17 +387,21 @@ impl H1 {
     /// Write the request body after the head: each write (and each wait
     /// for the client's next piece) within `proxy_send_timeout`. hyper's
     /// rules: Content-Length bytes and no more; chunked ends with `0`.
+    /// While it waits (for the socket, or for the client), a response
+    /// head that comes whole ends the sending: what is left of the body
+    /// is returned, the head left in the buffer for `send` to read.
     async fn send_body(
         &mut self,
         body: &mut UpBody,
         framing: Framing,
         written: &mut bool,
         send: Duration,
-    ) -> Result<(), Error> {
+    ) -> Result<Option<Box<Rest>>, Error> {
         let mut left = match framing {
             Framing::Length(n) => Some(n),
             _ => None,
         };
+        let mut ended = false;
         let mut last = Instant::now();
         // The first piece goes out with the head when it is there at once.
         let mut first = futures_util::FutureExt::now_or_never(body.frame());
@@ -380,60 +410,112 @@ impl H1 {
                 Some(f) => f,
                 None => {
                     if !self.out.is_empty() {
-                        self.write_out(written, Some(last + send), send).await?;
+                        match self.write_or_answer(written, last + send).await {
+                            Wrote::All => {}
+                            Wrote::Answered => {
+                                return Ok(Some(Rest::of(body, framing, left, ended)));
+                            }
+                            Wrote::Broken => return Ok(Some(Rest::failed())),
+                            Wrote::Failed(e) => return Err(e),
+                        }
                         last = Instant::now();
                     }
-                    if left == Some(0) {
-                        return Ok(());
+                    if ended || left == Some(0) {
+                        return Ok(None);
                     }
-                    match crate::timer::timeout_at(last + send, body.frame()).await {
-                        Ok(f) => f,
+                    // The client's next piece, unless the answer comes first.
+                    let next = std::future::poll_fn(|cx| {
+                        if let Poll::Ready(answered) = self.poll_answered(cx) {
+                            return Poll::Ready(Err(answered));
+                        }
+                        Pin::new(&mut *body).poll_frame(cx).map(Ok)
+                    });
+                    match crate::timer::timeout_at(last + send, next).await {
+                        Ok(Ok(f)) => f,
+                        Ok(Err(answered)) => {
+                            answered?;
+                            return Ok(Some(Rest::of(body, framing, left, ended)));
+                        }
                         Err(_) => return Err(Error::Timeout(Phase::Sending)),
                     }
                 }
             };
             match frame {
                 Some(Ok(frame)) => {
-                    let Ok(mut data) = frame.into_data() else {
-                        continue;
-                    };
-                    if let Some(l) = left.as_mut() {
-                        let take = usize::try_from(*l).unwrap_or(usize::MAX).min(data.len());
-                        data.truncate(take);
-                        *l -= take as u64;
-                    }
-                    if data.is_empty() {
-                        continue;
-                    }
-                    if framing == Framing::Chunked {
-                        let _ = std::io::Write::write_fmt(
-                            &mut self.out,
-                            format_args!("{:X}\r\n", data.len()),
-                        );
-                        self.out.put_slice(&data);
-                        self.out.put_slice(b"\r\n");
-                    } else {
-                        self.out.put_slice(&data);
+                    if let Ok(data) = frame.into_data() {
+                        put_piece(&mut self.out, framing, &mut left, data);
                     }
                 }
                 Some(Err(e)) => return Err(Error::Body(e)),
                 None => {
-                    match (framing, left) {
-                        (Framing::Chunked, _) => self.out.put_slice(b"0\r\n\r\n"),
-                        (_, Some(l)) if l > 0 => {
-                            return Err(Error::Body(
-                                "request body ended before its Content-Length".into(),
-                            ))
-                        }
-                        _ => {}
-                    }
-                    if !self.out.is_empty() {
-                        self.write_out(written, Some(last + send), send).await?;
-                    }
-                    return Ok(());
+                    put_end(&mut self.out, framing, left)?;
+                    ended = true;
                 }
             }
         }
+    }
+
+    /// [`H1::write_out`] within `deadline`, watching for the answer while
+    /// the socket is full ([`Wrote::Answered`]: what was not written stays
+    /// in `out`). A write that fails after the peer answered gives that
+    /// answer ([`Wrote::Broken`]), as hyper's client does.
+    async fn write_or_answer(&mut self, written: &mut bool, deadline: Instant) -> Wrote {
+        let mut at = 0;
+        let mut failed = None;
+        match self.io.try_write(&self.out) {
+            Ok(n) => at = n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(source) => failed = Some(source),
+        }
+        if at > 0 {
+            *written = true;
+        }
+        if failed.is_none() && at < self.out.len() {
+            let writing = std::future::poll_fn(|cx| loop {
+                if at == self.out.len() {
+                    return Poll::Ready(Ok(Wrote::All));
+                }
+                match Pin::new(&mut self.io).poll_write(cx, &self.out[at..]) {
+                    Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                    Poll::Ready(Ok(n)) => {
+                        at += n;
+                        *written = true;
+                    }
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => {
+                        return self.poll_answered(cx).map(|answered| {
+                            Ok(match answered {
+                                Ok(()) => Wrote::Answered,
+                                Err(e) => Wrote::Failed(e),
+                            })
+                        });
+                    }
+                }
+            });
+            match crate::timer::timeout_at(deadline, writing).await {
+                Ok(Ok(Wrote::All)) => {}
+                Ok(Ok(Wrote::Answered)) => {
+                    self.out.drain(..at);
+                    return Wrote::Answered;
+                }
+                Ok(Ok(other)) => return other,
+                Ok(Err(source)) => failed = Some(source),
+                Err(_) => return Wrote::Failed(Error::Timeout(Phase::Sending)),
+            }
+        }
+        if let Some(source) = failed {
+            // The peer may have answered and closed before the rest went.
+            let answered = std::future::poll_fn(|cx| Poll::Ready(self.poll_answered(cx)));
+            if let Poll::Ready(Ok(())) = answered.await {
+                return Wrote::Broken;
+            }
+            return Wrote::Failed(Error::Write {
+                source,
+                written: *written,
+            });
+        }
+        self.out.clear();
+        Wrote::All
     }
 
     /// Write all of `out`: at once when the socket takes it (the common
@@ -481,11 +563,39 @@ impl H1 {
         std::future::poll_fn(|cx| self.poll_read_more(cx)).await
     }
 
-    fn poll_read_more(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<io::Result<usize>> {
-        let want = self.read_size;
+    /// Whether a response head came whole (Ready(Ok)), reading more while
+    /// it has not: the answer watched for while the body goes. Interim
+    /// (1xx but 101) heads are taken out; the final one is left for
+    /// `send` to parse, and so is anything `httparse` refuses (it says
+    /// why). The peer closing first is [`Error::Closed`].
+    fn poll_answered(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        loop {
+            if !self.buf.is_empty() {
+                let mut fields = [httparse::EMPTY_HEADER; head::MAX_HEADERS];
+                let mut res = httparse::Response::new(&mut fields);
+                match res.parse(&self.buf) {
+                    Ok(httparse::Status::Complete(len)) => {
+                        let code = res.code.unwrap_or(0);
+                        if (100..200).contains(&code) && code != 101 {
+                            self.buf.advance(len);
+                            continue;
+                        }
+                        return Poll::Ready(Ok(()));
+                    }
+                    Ok(httparse::Status::Partial) if self.buf.len() < MAX_HEAD => {}
+                    _ => return Poll::Ready(Ok(())),
+                }
+            }
+            match std::task::ready!(self.poll_read_more(cx)) {
+                Ok(0) => return Poll::Ready(Err(Error::Closed)),
+                Ok(_) => {}
+                Err(e) => return Poll::Ready(Err(Error::Read(e))),
+            }
+        }
+    }
+
+    fn poll_read_more(&mut self, cx: &mut Context<'_>) -> std::task::Poll<io::Result<usize>> {
+        let want = self.read_size as usize;
         if self.buf.capacity() - self.buf.len() < want / 2 {
             self.buf.reserve(want);
         }
@@ -502,6 +612,80 @@ impl H1 {
         }
         std::task::Poll::Ready(Ok(n))
     }
+}
+
+/// How [`H1::write_or_answer`] ended.
+enum Wrote {
+    /// All of `out` went.
+    All,
+    /// The peer answered while the rest waited.
+    Answered,
+    /// A write failed, but the peer had answered (nothing more of the
+    /// body can go).
+    Broken,
+    /// The write (or the answer) failed.
+    Failed(Error),
+}
+
+// === impl Rest ===
+
+impl Rest {
+    /// What is left of `body` (taken, an empty body left in its place)
+    /// unless it `ended` or its length went.
+    fn of(body: &mut UpBody, framing: Framing, left: Option<u64>, ended: bool) -> Box<Self> {
+        let more = !ended && left != Some(0);
+        Box::new(Self {
+            body: more.then(|| std::mem::replace(body, crate::payload::empty())),
+            framing,
+            left,
+            failed: false,
+        })
+    }
+
+    /// Nothing more can go: a write failed after the peer answered.
+    fn failed() -> Box<Self> {
+        Box::new(Self {
+            body: None,
+            framing: Framing::None,
+            left: None,
+            failed: true,
+        })
+    }
+}
+
+/// Frame a piece of the body into `out` (at most the `left` of a
+/// Content-Length body).
+fn put_piece(out: &mut Vec<u8>, framing: Framing, left: &mut Option<u64>, mut data: bytes::Bytes) {
+    if let Some(l) = left.as_mut() {
+        let take = usize::try_from(*l).unwrap_or(usize::MAX).min(data.len());
+        data.truncate(take);
+        *l -= take as u64;
+    }
+    if data.is_empty() {
+        return;
+    }
+    if framing == Framing::Chunked {
+        let _ = std::io::Write::write_fmt(out, format_args!("{:X}\r\n", data.len()));
+        out.put_slice(&data);
+        out.put_slice(b"\r\n");
+    } else {
+        out.put_slice(&data);
+    }
+}
+
+/// The body ended: a chunked one's last chunk into `out`; a
+/// Content-Length one short of its length is an error.
+fn put_end(out: &mut Vec<u8>, framing: Framing, left: Option<u64>) -> Result<(), Error> {
+    match (framing, left) {
+        (Framing::Chunked, _) => out.put_slice(b"0\r\n\r\n"),
+        (_, Some(l)) if l > 0 => {
+            return Err(Error::Body(
+                "request body ended before its Content-Length".into(),
+            ))
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// hyper's `Client::set_length`: how the body goes, and the fields that
@@ -569,3 +753,6 @@ fn set_length(
 pub(crate) fn into_parts(h1: H1) -> (Stream, BytesMut) {
     (h1.io, h1.buf)
 }
+
+#[cfg(test)]
+mod tests;

@@ -16,6 +16,7 @@ mod hardening;
 mod hedge;
 mod local_time;
 mod locations;
+mod lows;
 mod redirects;
 mod regex;
 mod reload;

@@ -59,6 +59,7 @@ fn edited(
             headers.remove(header::HOST);
         }
     }
+    headers.remove(header::EXPECT);
     match len {
         Some(0) => {
             headers.remove(header::CONTENT_LENGTH);
@@ -222,6 +223,24 @@ fn fields_keep_the_order_the_map_edits_gave_them() {
 }
 
 #[test]
+fn expect_is_answered_here_and_goes_upstream_only_when_a_location_sets_it() {
+    let p = parts(&[("host", "x.test"), ("expect", "100-continue"), ("x-a", "a")]);
+    let got = both(&route(SETS), &p, Some(5), false);
+    assert!(!got.iter().any(|(n, _)| n == "expect"), "{got:?}");
+    // nginx's default is `proxy_set_header Expect ""`, which a location's own replaces.
+    let passes = route(
+        "upstream u { server 127.0.0.1:1; }
+         server { listen 127.0.0.1:8080; server_name x.test;
+           location / { proxy_pass http://u; proxy_set_header Expect $http_expect; } }",
+    );
+    let got = both(&passes, &p, Some(5), false);
+    assert!(
+        got.contains(&("expect".to_string(), "100-continue".to_string())),
+        "{got:?}"
+    );
+}
+
+#[test]
 fn an_empty_value_removes_and_a_length_is_put_in_place() {
     let r = route(SETS);
     let p = parts(&[
@@ -327,6 +346,7 @@ const NAMES: &[&str] = &[
     "proxy-connection",
     "x-te",
     "x-cl",
+    "expect",
 ];
 const CONNECTION: &[&str] = &["keep-alive", "close", "x-a", "X-B, upgrade", "te, x-c", ""];
 /// Values of the fields framing reads (`proxy_set_header`s put the x- ones).
