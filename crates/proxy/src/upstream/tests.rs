@@ -17,8 +17,7 @@ fn post(body: &UpBody) -> (H1, Written, UnixStream) {
     let mut h1 = H1::new(Stream::Unix(ours));
     let mut fields = http::HeaderMap::new();
     fields.insert(http::header::HOST, http::HeaderValue::from_static("u"));
-    let uri: http::Uri = "/up".parse().expect("uri");
-    let written = h1.head_out().write(&Method::POST, &uri, &mut fields, body);
+    let written = h1.head_out().write(&Method::POST, "/up", &mut fields, body);
     (h1, written, peer)
 }
 
