@@ -12,9 +12,10 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::oneshot;
 
-/// A client connection's byte stream.
-pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+/// A client connection's byte stream (`Any`: the connection loop asks a
+/// plain TCP stream for its read readiness directly, `crate::h1`'s watch).
+pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send + std::any::Any {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for T {}
 
 /// The client's stream after a 101, with the bytes read past the head.
 pub(crate) type ClientStream = Box<dyn Io>;

@@ -121,6 +121,12 @@ impl Tcp {
     pub(crate) fn new(s: TcpStream) -> Self {
         Self(s)
     }
+
+    /// Ready once something can be read (bytes, or the end); registers the
+    /// task otherwise. Reads nothing.
+    pub(crate) fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.0.poll_read_ready(cx)
+    }
 }
 
 impl AsyncRead for Tcp {

@@ -23,6 +23,11 @@ impl<T> TimedIo<T> {
     pub(crate) fn new(inner: T, state: Arc<ConnState>) -> Self {
         Self { inner, state }
     }
+
+    /// The stream it times.
+    pub(crate) fn inner(&self) -> &T {
+        &self.inner
+    }
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for TimedIo<T> {

@@ -683,6 +683,17 @@ fn client_left(w: &mut Wire, task: &mut Context<'_>) -> Option<bool> {
     if w.eof {
         return Some(true);
     }
+    // A plain TCP stream is asked for its readiness alone: nothing to read
+    // (nearly always) costs only the registration, not a read's layers.
+    let io: Option<&mut dyn std::any::Any> = w.io.as_mut().map(|io| &mut **io as _);
+    if let Some(tcp) = io.and_then(|io| io.downcast_mut::<conn::TimedIo<crate::sock::Tcp>>()) {
+        match tcp.inner().poll_read_ready(task) {
+            Poll::Pending => return None,
+            Poll::Ready(Err(_)) => return Some(true),
+            // Something came (or the readiness is stale): read to know.
+            Poll::Ready(Ok(())) => {}
+        }
+    }
     match w.poll_fill(task) {
         Poll::Pending => None,
         Poll::Ready(Ok(0) | Err(_)) => Some(true),
