@@ -13,7 +13,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
 use crate::support::eventually;
-use crate::twin::Twin;
+use crate::twin::{Addressed, PerSide};
 
 /// A backend that reads a request head and answers only when released;
 /// it notes each request and each connection the proxy closed on it.
@@ -76,64 +76,25 @@ impl Held {
     }
 }
 
-/// Two held backends per side, each side logging to its own file.
-struct Abort {
-    twin: Twin,
-    vigil: [Held; 2],
-    nginx: [Held; 2],
-    dir: tempfile::TempDir,
+impl Addressed for Held {
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
 }
 
-impl Abort {
-    async fn start(location: &str) -> Self {
-        let (v0, v1, n0, n1) = (
-            Held::start().await,
-            Held::start().await,
-            Held::start().await,
-            Held::start().await,
-        );
-        let dir = tempfile::tempdir().expect("tempdir");
-        let log = |side: &str| dir.path().join(format!("{side}.log")).display().to_string();
-        let conf = format!(
-            "log_format abort '$status $upstream_addr $upstream_status';\n\
-             upstream u {{ server {{R0}} max_fails=1; server {{R1}} max_fails=1; }}\n\
-             server {{ listen {{LISTEN}}; access_log {{LOG}} abort;\n\
-               location / {{ proxy_pass http://u; proxy_read_timeout 30s; {location} }}\n\
-             }}"
-        );
-        let side = |h: [&Held; 2], name: &str| {
-            vec![
-                ("{R0}".to_string(), h[0].addr.to_string()),
-                ("{R1}".to_string(), h[1].addr.to_string()),
-                ("{LOG}".to_string(), log(name)),
-            ]
-        };
-        let twin = Twin::start_texts(
-            &conf,
-            0,
-            &side([&v0, &v1], "vigil"),
-            &side([&n0, &n1], "nginx"),
-        )
-        .await;
-        Self {
-            twin,
-            vigil: [v0, v1],
-            nginx: [n0, n1],
-            dir,
-        }
-    }
-
-    /// The lines of a side's access log, its backends' addresses named R0, R1.
-    fn log(&self, side: &str, held: &[Held; 2]) -> Vec<String> {
-        let text = std::fs::read_to_string(self.dir.path().join(format!("{side}.log")))
-            .unwrap_or_default();
-        text.lines()
-            .map(|l| {
-                l.replace(&held[0].addr.to_string(), "R0")
-                    .replace(&held[1].addr.to_string(), "R1")
-            })
-            .collect()
-    }
+/// Two held backends a side, each side logging `$status $upstream_addr
+/// $upstream_status`; `location` adds to the proxying location.
+async fn start(location: &str) -> PerSide<Held> {
+    let conf = format!(
+        "log_format abort '$status $upstream_addr $upstream_status';\n\
+         upstream u {{ server {{R0}} max_fails=1; server {{R1}} max_fails=1; }}\n\
+         server {{ listen {{LISTEN}}; access_log {{LOG}} abort;\n\
+           location / {{ proxy_pass http://u; proxy_read_timeout 30s; {location} }}\n\
+         }}"
+    );
+    let vigil = [Held::start().await, Held::start().await];
+    let nginx = [Held::start().await, Held::start().await];
+    PerSide::start(&conf, vigil, nginx).await
 }
 
 /// Send a request to `addr` and hang up once a backend of `held` has it.
@@ -151,18 +112,15 @@ async fn abandon(addr: SocketAddr, held: &[Held; 2]) {
 
 #[tokio::test]
 async fn a_client_that_hangs_up_ends_the_attempt_with_499_and_no_retry_as_nginx() {
-    let a = Abort::start("").await;
-    for (addr, held, side) in [
-        (a.twin.vigil.addr, &a.vigil, "vigil"),
-        (a.twin.nginx.addr, &a.nginx, "nginx"),
-    ] {
+    let a = start("").await;
+    for (addr, held, side) in a.sides() {
         abandon(addr, held).await;
         eventually(&format!("{side}: the upstream connection closed"), || {
             held.iter().map(Held::closed).sum::<usize>() == 1
         })
         .await;
         eventually(&format!("{side}: the access log line"), || {
-            !a.log(side, held).is_empty()
+            !a.log(side).is_empty()
         })
         .await;
         assert_eq!(
@@ -171,7 +129,7 @@ async fn a_client_that_hangs_up_ends_the_attempt_with_499_and_no_retry_as_nginx(
             "{side}: no other peer is tried for a client that left"
         );
     }
-    let (v, n) = (a.log("vigil", &a.vigil), a.log("nginx", &a.nginx));
+    let (v, n) = (a.log("vigil"), a.log("nginx"));
     assert_eq!(n, ["499 R0 -"], "nginx");
     assert_eq!(v, n, "vigil's line as nginx's");
     // Nothing charged (with max_fails=1 a charge would exclude the peer).
@@ -192,23 +150,20 @@ async fn a_client_that_hangs_up_ends_the_attempt_with_499_and_no_retry_as_nginx(
 
 #[tokio::test]
 async fn with_proxy_ignore_client_abort_on_the_request_goes_on_to_its_answer_as_nginx() {
-    let a = Abort::start("proxy_ignore_client_abort on;").await;
-    for (addr, held, side) in [
-        (a.twin.vigil.addr, &a.vigil, "vigil"),
-        (a.twin.nginx.addr, &a.nginx, "nginx"),
-    ] {
+    let a = start("proxy_ignore_client_abort on;").await;
+    for (addr, held, side) in a.sides() {
         abandon(addr, held).await;
         // The answer comes after the client left; it is read and logged.
         for h in held.iter() {
             h.release.notify_one();
         }
         eventually(&format!("{side}: the access log line"), || {
-            !a.log(side, held).is_empty()
+            !a.log(side).is_empty()
         })
         .await;
         assert_eq!(held.iter().map(Held::closed).sum::<usize>(), 0, "{side}");
     }
-    let (v, n) = (a.log("vigil", &a.vigil), a.log("nginx", &a.nginx));
+    let (v, n) = (a.log("vigil"), a.log("nginx"));
     assert_eq!(n, ["200 R0 200"], "nginx");
     assert_eq!(v, n, "vigil's line as nginx's");
 }

@@ -16,7 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::support::eventually;
-use crate::twin::Twin;
+use crate::twin::{Addressed, PerSide};
 
 /// A backend on raw TCP that records each request line and what became of
 /// the connection; it answers 200 right after the head (`answer`), or
@@ -88,73 +88,30 @@ impl Raw {
     }
 }
 
-/// Two raw backends per side; each side logs `$status $upstream_status`.
-struct Sides {
-    twin: Twin,
-    vigil: [Raw; 2],
-    nginx: [Raw; 2],
-    dir: tempfile::TempDir,
+impl Addressed for Raw {
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
 }
 
-impl Sides {
-    async fn start(answer: bool, location: &str) -> Self {
-        Self::start_on("", answer, location).await
-    }
+type Sides = PerSide<Raw>;
 
-    /// As [`Sides::start`], the listen line with `options` (` http2`).
-    async fn start_on(options: &str, answer: bool, location: &str) -> Self {
-        let (v0, v1, n0, n1) = (
-            Raw::start(answer).await,
-            Raw::start(answer).await,
-            Raw::start(answer).await,
-            Raw::start(answer).await,
-        );
-        let dir = tempfile::tempdir().expect("tempdir");
-        let log = |side: &str| dir.path().join(format!("{side}.log")).display().to_string();
-        let conf = format!(
-            "log_format st '$status $upstream_status';\n\
-             upstream u {{ server {{R0}} max_fails=1; server {{R1}} max_fails=1; }}\n\
-             server {{ listen {{LISTEN}}{options}; access_log {{LOG}} st;\n{location}\n}}"
-        );
-        let side = |h: [&Raw; 2], name: &str| {
-            vec![
-                ("{R0}".to_string(), h[0].addr.to_string()),
-                ("{R1}".to_string(), h[1].addr.to_string()),
-                ("{LOG}".to_string(), log(name)),
-            ]
-        };
-        let twin = Twin::start_texts(
-            &conf,
-            0,
-            &side([&v0, &v1], "vigil"),
-            &side([&n0, &n1], "nginx"),
-        )
-        .await;
-        Self {
-            twin,
-            vigil: [v0, v1],
-            nginx: [n0, n1],
-            dir,
-        }
-    }
+/// Two raw backends a side (answering, or reading until the proxy
+/// closes); each side logs `$status $upstream_status`; `options` go on the
+/// listen line, `location` is the server's location.
+async fn start_on(options: &str, answer: bool, location: &str) -> Sides {
+    let conf = format!(
+        "log_format st '$status $upstream_status';\n\
+         upstream u {{ server {{R0}} max_fails=1; server {{R1}} max_fails=1; }}\n\
+         server {{ listen {{LISTEN}}{options}; access_log {{LOG}} st;\n{location}\n}}"
+    );
+    let vigil = [Raw::start(answer).await, Raw::start(answer).await];
+    let nginx = [Raw::start(answer).await, Raw::start(answer).await];
+    PerSide::start(&conf, vigil, nginx).await
+}
 
-    fn log(&self, side: &str) -> Vec<String> {
-        std::fs::read_to_string(self.dir.path().join(format!("{side}.log")))
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_string)
-            .collect()
-    }
-
-    /// The passive `fails` of vigil's two peers.
-    fn fails(&self) -> Vec<u32> {
-        let proxy = &self.twin.running.proxy;
-        let u = proxy.current().registry.get("u").cloned().expect("u");
-        u.status(proxy.clock().now())
-            .iter()
-            .map(|p| p.passive.fails)
-            .collect()
-    }
+async fn start(answer: bool, location: &str) -> Sides {
+    start_on("", answer, location).await
 }
 
 /// The target of a request line (`GET /a b HTTP/1.0` -> `/a b`).
@@ -174,7 +131,7 @@ async fn exchange(addr: SocketAddr, bytes: &[u8]) -> String {
 
 #[tokio::test]
 async fn a_uri_a_uri_type_refuses_is_sent_as_nginx_sends_it_and_nobody_is_charged() {
-    let s = Sides::start(true, "location ~ ^/x/(.*)$ { proxy_pass http://u/$1; }").await;
+    let s = start(true, "location ~ ^/x/(.*)$ { proxy_pass http://u/$1; }").await;
     // A space, `<`, `>`, a backquote, DEL and a tab, each from a %XX.
     for (i, path) in ["/x/a%20b", "/x/%3Cs%3E", "/x/a%60b%7F", "/x/a%09b"]
         .iter()
@@ -199,7 +156,7 @@ async fn a_uri_a_uri_type_refuses_is_sent_as_nginx_sends_it_and_nobody_is_charge
 #[tokio::test]
 async fn a_uri_that_would_split_the_request_line_is_refused_without_a_peer() {
     // (`.` stops at a newline: the capture takes any byte.)
-    let s = Sides::start(
+    let s = start(
         true,
         "location ~ ^/x/([\\s\\S]*)$ { proxy_pass http://u/$1; }",
     )
@@ -222,17 +179,14 @@ async fn a_uri_that_would_split_the_request_line_is_refused_without_a_peer() {
 /// A streamed upload broken by the client after part of its body, on both
 /// sides: what the access logs say, and who was tried.
 async fn broken_upload(tail: &[u8], chunked: bool) -> (Vec<String>, Vec<String>, Sides) {
-    let s = Sides::start(
+    let s = start(
         false,
         // (HTTP/1.1 upstream: nginx streams a chunked body only so.)
         "location / { proxy_pass http://u; proxy_request_buffering off; proxy_http_version 1.1; \
          proxy_next_upstream error timeout non_idempotent; }",
     )
     .await;
-    for (addr, raws, side) in [
-        (s.twin.vigil.addr, &s.vigil, "vigil"),
-        (s.twin.nginx.addr, &s.nginx, "nginx"),
-    ] {
+    for (addr, raws, side) in s.sides() {
         let mut c = TcpStream::connect(addr).await.expect("connect");
         let head: &[u8] = if chunked {
             b"POST /up HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"
@@ -303,17 +257,14 @@ impl hyper::body::Body for Fed {
 
 #[tokio::test]
 async fn an_http2_upload_the_client_cancels_is_the_clients_as_nginx() {
-    let s = Sides::start_on(
+    let s = start_on(
         " http2",
         false,
         "location / { proxy_pass http://u; proxy_request_buffering off; proxy_http_version 1.1; \
          proxy_next_upstream error timeout non_idempotent; }",
     )
     .await;
-    for (addr, raws, side) in [
-        (s.twin.vigil.addr, &s.vigil, "vigil"),
-        (s.twin.nginx.addr, &s.nginx, "nginx"),
-    ] {
+    for (addr, raws, side) in s.sides() {
         let io = hyper_util::rt::TokioIo::new(TcpStream::connect(addr).await.expect("connect"));
         let (mut tx, conn) =
             hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)

@@ -384,3 +384,78 @@ impl Twin {
         )
     }
 }
+
+/// A test backend that answers on an address of its own.
+pub(crate) trait Addressed {
+    fn addr(&self) -> SocketAddr;
+}
+
+/// A twin whose two sides each have two backends of the test's own
+/// (`{R0}`, `{R1}` in the conf) and an access log (`{LOG}`).
+pub(crate) struct PerSide<B> {
+    pub(crate) twin: Twin,
+    pub(crate) vigil: [B; 2],
+    pub(crate) nginx: [B; 2],
+    dir: tempfile::TempDir,
+}
+
+impl<B: Addressed> PerSide<B> {
+    /// Start `conf` (the inside of `http {}`) with `vigil`'s backends on
+    /// vigil's side and `nginx`'s on nginx's.
+    pub(crate) async fn start(conf: &str, vigil: [B; 2], nginx: [B; 2]) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let side = |b: &[B; 2], name: &str| {
+            vec![
+                ("{R0}".to_string(), b[0].addr().to_string()),
+                ("{R1}".to_string(), b[1].addr().to_string()),
+                (
+                    "{LOG}".to_string(),
+                    dir.path().join(format!("{name}.log")).display().to_string(),
+                ),
+            ]
+        };
+        let twin = Twin::start_texts(conf, 0, &side(&vigil, "vigil"), &side(&nginx, "nginx")).await;
+        Self {
+            twin,
+            vigil,
+            nginx,
+            dir,
+        }
+    }
+
+    /// The lines of a side's access log (`"vigil"`, `"nginx"`), its
+    /// backends' addresses written `R0`, `R1`.
+    pub(crate) fn log(&self, side: &str) -> Vec<String> {
+        let b = if side == "vigil" {
+            &self.vigil
+        } else {
+            &self.nginx
+        };
+        std::fs::read_to_string(self.dir.path().join(format!("{side}.log")))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                l.replace(&b[0].addr().to_string(), "R0")
+                    .replace(&b[1].addr().to_string(), "R1")
+            })
+            .collect()
+    }
+
+    /// The passive `fails` of vigil's peers of upstream `u`.
+    pub(crate) fn fails(&self) -> Vec<u32> {
+        let proxy = &self.twin.running.proxy;
+        let u = proxy.current().registry.get("u").cloned().expect("u");
+        u.status(proxy.clock().now())
+            .iter()
+            .map(|p| p.passive.fails)
+            .collect()
+    }
+
+    /// Each side: its address, its backends and its name.
+    pub(crate) fn sides(&self) -> [(SocketAddr, &[B; 2], &'static str); 2] {
+        [
+            (self.twin.vigil.addr, &self.vigil, "vigil"),
+            (self.twin.nginx.addr, &self.nginx, "nginx"),
+        ]
+    }
+}
