@@ -761,7 +761,7 @@ fn proxy_request<'a, 'o>(
                                         upstream_send: settings.send_timeout,
                                         client_send: settings.client_send_timeout,
                                     };
-                                    crate::worker::spawn_tunnel(async move {
+                                    crate::tunnel::spawn(async move {
                                         match (client_up.await, upstream_up.io().await) {
                                             (Ok(a), Ok(b)) => {
                                                 crate::tunnel::run(a, b, timeouts, &cx, &guard)

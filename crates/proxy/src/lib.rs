@@ -40,6 +40,7 @@ mod shard;
 mod sock;
 mod spare;
 mod status_page;
+mod stop;
 mod telemetry;
 mod timer;
 mod tls;

@@ -41,7 +41,7 @@ pub async fn serve(
             return;
         }
     };
-    let stopping = crate::worker::Shutdown::with_graceful(shutdown.clone());
+    let stopping = crate::stop::Shutdown::with_graceful(shutdown.clone());
     let bound = {
         let stopping = stopping.clone();
         async move {
@@ -71,7 +71,7 @@ pub(crate) async fn serve_on(
     listener: TcpListener,
     addr: SocketAddr,
     stop: CancellationToken,
-    shutdown: crate::worker::Shutdown,
+    shutdown: crate::stop::Shutdown,
 ) {
     let open = TaskTracker::new();
     let drain = Arc::new(Drain::default());

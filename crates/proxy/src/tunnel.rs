@@ -4,13 +4,40 @@
 //! `proxy_send_timeout` for a write to the upstream and `send_timeout` for
 //! a write to the client; either side closing, or any timeout, closes both.
 
+use std::cell::RefCell;
+use std::future::Future;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio_util::task::TaskTracker;
 
 use vigil_core::upstream::PeerGuard;
 
 use crate::errlog::{Context, Failure};
+
+thread_local! {
+    /// The worker's tunnels, which outlive the connection task that made
+    /// them: a graceful stop waits for them too (`crate::worker`).
+    static TRACKED: RefCell<Option<TaskTracker>> = const { RefCell::new(None) };
+}
+
+/// Track the tunnels started on this thread with `tracker` from now on
+/// (None: stop tracking).
+pub(crate) fn track_on_this_thread(tracker: Option<TaskTracker>) {
+    TRACKED.with(|t| *t.borrow_mut() = tracker);
+}
+
+/// Run `tunnel` on this thread's runtime, tracked where a worker tracks
+/// its tunnels (outside a worker, as in tests, untracked).
+pub(crate) fn spawn<F>(tunnel: F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    match TRACKED.with(|t| t.borrow().clone()) {
+        Some(tracker) => drop(tracker.spawn(tunnel)),
+        None => drop(tokio::spawn(tunnel)),
+    }
+}
 
 /// The timers of a tunnel.
 #[derive(Clone, Copy, Debug)]

@@ -16,13 +16,10 @@
 //! (`worker_shutdown_timeout`) passes; a fast stop (SIGTERM, SIGINT) closes
 //! everything at once.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -32,14 +29,7 @@ use vigil_core::config::{Config, Listen};
 use crate::listener::serve_on;
 use crate::route::RouteError;
 use crate::server::Proxy;
-
-/// How the workers are told to stop: `graceful` stops accepting and lets
-/// what is in flight finish; `now` closes whatever is still open.
-#[derive(Clone, Debug, Default)]
-pub struct Shutdown {
-    graceful: CancellationToken,
-    now: CancellationToken,
-}
+pub use crate::stop::Shutdown;
 
 /// The running workers and the addresses they listen on.
 pub struct Workers {
@@ -131,85 +121,6 @@ pub fn spawn(
         workers.hand_out(l, per_worker);
     }
     Ok(workers)
-}
-
-// === impl Shutdown ===
-
-impl Shutdown {
-    /// Stop with `graceful` as the token that starts a graceful stop (it
-    /// may be shared with other parts of the process that stop with it).
-    pub fn with_graceful(graceful: CancellationToken) -> Self {
-        Self {
-            graceful,
-            now: CancellationToken::new(),
-        }
-    }
-
-    /// The token that starts a graceful stop.
-    pub fn graceful_token(&self) -> &CancellationToken {
-        &self.graceful
-    }
-
-    /// A graceful stop: listeners close, idle connections close, requests
-    /// and tunnels in flight finish; when `bound` passes (None: never),
-    /// the rest are closed. Call on a tokio runtime (the bound's timer runs
-    /// on it). A second call does not move an earlier bound.
-    pub fn graceful(&self, bound: Option<Duration>) {
-        if self.graceful.is_cancelled() {
-            return;
-        }
-        self.graceful.cancel();
-        if let Some(bound) = bound {
-            let now = self.now.clone();
-            tokio::spawn(async move {
-                tokio::select! {
-                    () = tokio::time::sleep(bound) => {
-                        tracing::warn!(
-                            bound = %vigil_core::config::value::format_time(bound),
-                            "graceful stop: the time given is over; closing the connections still open"
-                        );
-                        now.cancel();
-                    }
-                    () = now.cancelled() => {}
-                }
-            });
-        }
-    }
-
-    /// A fast stop: every connection is closed now (also during a graceful
-    /// stop).
-    pub fn fast(&self) {
-        self.graceful.cancel();
-        self.now.cancel();
-    }
-
-    /// The graceful stop has begun.
-    pub(crate) async fn begun(&self) {
-        self.graceful.cancelled().await;
-    }
-
-    /// The connections still open must close.
-    pub(crate) async fn closing(&self) {
-        self.now.cancelled().await;
-    }
-}
-
-thread_local! {
-    /// The worker's tunnels (upgraded connections), which outlive the
-    /// connection task that made them: a graceful stop waits for them too.
-    static TUNNELS: RefCell<Option<TaskTracker>> = const { RefCell::new(None) };
-}
-
-/// Run `tunnel` on this worker, tracked so that a graceful stop waits for
-/// it (outside a worker, as in tests, on the current runtime untracked).
-pub(crate) fn spawn_tunnel<F>(tunnel: F)
-where
-    F: Future<Output = ()> + Send + 'static,
-{
-    match TUNNELS.with(|t| t.borrow().clone()) {
-        Some(tracker) => drop(tracker.spawn(tunnel)),
-        None => drop(tokio::spawn(tunnel)),
-    }
 }
 
 // === impl Workers ===
@@ -305,7 +216,7 @@ fn run(i: usize, proxy: Arc<Proxy>, mut inbox: mpsc::UnboundedReceiver<Order>, s
         // The worker's one sweeper of upstream timers (crate::timer).
         crate::timer::install();
         let tunnels = TaskTracker::new();
-        TUNNELS.with(|t| *t.borrow_mut() = Some(tunnels.clone()));
+        crate::tunnel::track_on_this_thread(Some(tunnels.clone()));
         let mut tasks = tokio::task::JoinSet::new();
         let mut listeners: HashMap<SocketAddr, CancellationToken> = HashMap::new();
         loop {
@@ -317,7 +228,7 @@ fn run(i: usize, proxy: Arc<Proxy>, mut inbox: mpsc::UnboundedReceiver<Order>, s
             match order {
                 Some(Order::Listen(l, socket)) => match tokio::net::TcpListener::from_std(socket) {
                     Ok(listener) => {
-                        let stop = shutdown.graceful.child_token();
+                        let stop = shutdown.graceful_token().child_token();
                         if let Some(old) = listeners.insert(l.addr, stop.clone()) {
                             old.cancel();
                         }
@@ -349,7 +260,7 @@ fn run(i: usize, proxy: Arc<Proxy>, mut inbox: mpsc::UnboundedReceiver<Order>, s
             () = tunnels.wait() => {}
             () = shutdown.closing() => {}
         }
-        TUNNELS.with(|t| *t.borrow_mut() = None);
+        crate::tunnel::track_on_this_thread(None);
     });
     // Dropping the runtime drops every task still running: the connections
     // of a fast stop, or those left when the graceful stop's bound passed.
