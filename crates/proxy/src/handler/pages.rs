@@ -158,7 +158,7 @@ pub(super) fn server_logged(
         client,
         local,
         proxy_host: "",
-        attempts: super::earlier_attempts(parts),
+        attempts: super::respond::earlier_attempts(parts),
         status: resp.status().as_u16(),
         request_time: Tick::now().since(start).as_secs_f64(),
     };

@@ -124,7 +124,9 @@ fn both(
     len: Option<u64>,
     upgrade: bool,
 ) -> Vec<(String, String)> {
-    let fields = || super::super::request_fields(route, parts, None, addr(), addr(), &len, upgrade);
+    let fields = || {
+        super::super::outgoing::request_fields(route, parts, None, addr(), addr(), &len, upgrade)
+    };
     let new = fields().into_map(HeaderMap::new());
     let old = edited(route, parts, &len, upgrade);
     assert_eq!(wire(&new), wire(&old));
