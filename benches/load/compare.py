@@ -275,10 +275,13 @@ def start_backends(d, pin="split"):
     return backend
 
 
-def start_shifted_backends(prefix, shift):
+def start_shifted_backends(prefix, shift, tls=False):
     """compare.py's backends and proxy.conf in a new temp dir, every port
     moved by `shift` (1808x -> 1808x + shift), so a bench can run beside
-    compare.py. Returns (dir, backend process), the backends answering."""
+    compare.py. Returns (dir, backend process), the backends answering.
+    `tls`: the backends speak HTTPS (a self-signed certificate made here
+    with openssl) and the proxy reaches them with `proxy_pass https://`
+    and `proxy_ssl_verify off`, the connections kept alive as before."""
     d = tempfile.mkdtemp(prefix=prefix)
     os.chmod(d, 0o755)
     os.makedirs(os.path.join(d, "www"))
@@ -289,20 +292,52 @@ def start_shifted_backends(prefix, shift):
     def shifted(text):
         return text.replace("1808", moved)
 
-    servers = "\n".join(BACKEND_SERVER.format(port=p, d=d) for p in BACKEND_PORTS)
+    server = BACKEND_SERVER
+    proxy = PROXY_CONF
+    if tls:
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                        "-subj", "/CN=localhost", "-keyout", os.path.join(d, "key.pem"),
+                        "-out", os.path.join(d, "cert.pem")], check=True, capture_output=True)
+        server = server.replace("listen 127.0.0.1:{port};",
+                                "listen 127.0.0.1:{port} ssl; ssl_certificate {d}/cert.pem; "
+                                "ssl_certificate_key {d}/key.pem;")
+        proxy = proxy.replace("proxy_pass http://backends;",
+                              "proxy_pass https://backends; proxy_ssl_verify off;")
+    servers = "\n".join(server.format(port=p, d=d) for p in BACKEND_PORTS)
     with open(os.path.join(d, "backend.conf"), "w") as f:
         f.write(shifted(BACKEND_CONF.format(d=d, servers=servers)))
     with open(os.path.join(d, "proxy.conf"), "w") as f:
-        f.write(shifted(PROXY_CONF.format(d=d)))
+        f.write(shifted(proxy.format(d=d)))
     backend = subprocess.Popen([nginx_bin(), "-p", d + "/", "-e", d + "/backend.err", "-c", os.path.join(d, "backend.conf")],
                                start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for port in BACKEND_PORTS:
-            wait_http(f"http://127.0.0.1:{port + shift}/")
+            if tls:
+                wait_https(f"https://127.0.0.1:{port + shift}/")
+            else:
+                wait_http(f"http://127.0.0.1:{port + shift}/")
     except RuntimeError:
         stop_backends(backend)
         raise
     return d, backend
+
+
+def wait_https(url, timeout=20):
+    """wait_http for a backend with a self-signed certificate."""
+    import ssl
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=1, context=ctx) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} not ready")
 
 
 def stop_backends(backend):

@@ -60,6 +60,9 @@ def main():
                          "slower): misses per request, the part of the time instructions do not show")
     ap.add_argument("--post", type=int, metavar="BYTES",
                     help="send POSTs with a body of BYTES bytes (Content-Length) instead of GETs")
+    ap.add_argument("--tls-upstream", action="store_true",
+                    help="the backends speak HTTPS and the proxy reaches them over TLS (proxy_pass https://, "
+                         "connections kept alive): the TLS upstream path")
     ap.add_argument("--atomics", action="store_true",
                     help="also count the locked read-modify-write instructions (`lock`-prefixed, and `xchg` "
                          "with memory: atomic counts, mutexes, wakers) executed per request, which cost "
@@ -67,7 +70,7 @@ def main():
     a = ap.parse_args()
     headers = c.BROWSER_HEADERS if a.browser_headers else []
     bins = [b.split("=", 1) for b in a.bins.split(",")]
-    d, backend = c.start_shifted_backends("vigil-instr-", 1100)
+    d, backend = c.start_shifted_backends("vigil-instr-", 1100, tls=a.tls_upstream)
     script = None
     if a.post is not None:
         script = os.path.join(d, "post.lua")
@@ -104,6 +107,7 @@ def main():
         shutil.rmtree(d, ignore_errors=True)
     sent = f", {len(headers)} browser request fields" if headers else ""
     sent += f", POSTs of {a.post} bytes" if a.post is not None else ""
+    sent += ", HTTPS upstreams" if a.tls_upstream else ""
     print(f"\ncallgrind, one worker, wrk -t1 -c8 -d{a.duration}s{sent} after warm-up; user-space instructions per request")
     print("| path | build | Ir/request | ÷ " + bins[0][0] + " | Ir/request without memset/memcpy | ÷ " + bins[0][0] + " | requests |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
