@@ -450,9 +450,9 @@ impl Body for Streamed {
             Poll::Ready(Some(Err(e))) => {
                 // nginx: "upstream prematurely closed connection while
                 // reading upstream" and its kin, at error level.
-                let failure = crate::errlog::Failure::of(&*e);
-                this.broke(vigil_core::FailureClass::Error, failure, &*e);
-                Poll::Ready(Some(Err(e)))
+                let failure = crate::errlog::Failure::of(&e);
+                this.broke(vigil_core::FailureClass::Error, failure, &e);
+                Poll::Ready(Some(Err(e.into())))
             }
             Poll::Ready(None) => {
                 this.finish(true);

@@ -1,24 +1,16 @@
 //! Opening upstream connections: TCP with `proxy_connect_timeout`, TLS
-//! through hyper-rustls (SNI and verification on by default), then an
-//! HTTP/1.1 handshake whose connection task runs on its own.
+//! through rustls (SNI and verification on by default), or a unix-domain
+//! socket; the HTTP/1.1 client ([`crate::upstream::H1`]) speaks over it.
 
-use std::future::Future;
-use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use hyper::client::conn::http1;
-use hyper::client::conn::http1::SendRequest;
-use hyper::Uri;
-use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
-use tower_service::Service;
+use tokio_rustls::TlsConnector;
 
 use vigil_core::config::PeerAddr;
 
-use crate::payload::UpBody;
 use crate::upstream::Stream;
 
 /// Why a connection could not be opened.
@@ -48,15 +40,6 @@ pub(crate) enum ConnectError {
         addr: PeerAddr,
         /// What rustls said.
         message: String,
-    },
-    /// The HTTP handshake failed.
-    #[error("HTTP handshake with {addr} failed: {source}")]
-    Handshake {
-        /// The peer.
-        addr: PeerAddr,
-        /// hyper's error.
-        #[source]
-        source: hyper::Error,
     },
 }
 
@@ -98,66 +81,56 @@ impl std::fmt::Debug for TlsSettings {
     }
 }
 
-/// Open a connection to `addr` (TLS with `server_name` as SNI when `tls` is given).
+/// Open a connection to `addr` within `timeout` (nginx's
+/// `proxy_connect_timeout` covers the TLS handshake too): TCP with
+/// TCP_NODELAY set, then TLS with `server_name` (its port left off) as SNI
+/// and the name verified when `tls` is given; or a unix-domain socket.
 pub(crate) async fn connect(
-    sockaddr: SocketAddr,
+    addr: &PeerAddr,
     timeout: Duration,
     tls: Option<(&TlsSettings, &str)>,
-) -> Result<SendRequest<UpBody>, ConnectError> {
-    let addr = PeerAddr::Inet(sockaddr);
-    let addr = &addr;
-    let fut =
-        async {
-            match tls {
-                None => {
-                    let tcp =
-                        TcpStream::connect(sockaddr)
-                            .await
-                            .map_err(|source| ConnectError::Io {
-                                addr: addr.clone(),
-                                source,
-                            })?;
-                    let _ = tcp.set_nodelay(true);
-                    handshake(TokioIo::new(tcp), addr).await
+) -> Result<Stream, ConnectError> {
+    let io = |source| ConnectError::Io {
+        addr: addr.clone(),
+        source,
+    };
+    let fut = async {
+        let tcp = match addr {
+            PeerAddr::Inet(a) => TcpStream::connect(a).await.map_err(io)?,
+            PeerAddr::Unix(p) => {
+                if tls.is_some() {
+                    return Err(io(std::io::Error::new(
+                        std::io::ErrorKind::Unsupported,
+                        "TLS to a unix-domain socket is not supported by vigil",
+                    )));
                 }
-                Some((settings, server_name)) => {
-                    let mut https = hyper_rustls::HttpsConnectorBuilder::new()
-                        .with_tls_config((*settings.config).clone())
-                        .https_only()
-                        .enable_http1()
-                        .wrap_connector(Fixed(sockaddr));
-                    let host = if server_name.contains(':') && !server_name.starts_with('[') {
-                        server_name.rsplit_once(':').map_or(server_name, |(h, _)| h)
-                    } else {
-                        server_name
-                    };
-                    let uri: Uri =
-                        format!("https://{host}/")
-                            .parse()
-                            .map_err(|_| ConnectError::Tls {
-                                addr: addr.clone(),
-                                message: format!("invalid server name \"{host}\""),
-                            })?;
-                    let io = https.call(uri).await.map_err(|e| {
-                        match e.downcast::<std::io::Error>() {
-                            Ok(io) if io.get_ref().is_none() => ConnectError::Io {
-                                addr: addr.clone(),
-                                source: *io,
-                            },
-                            Ok(io) => ConnectError::Tls {
-                                addr: addr.clone(),
-                                message: io.to_string(),
-                            },
-                            Err(other) => ConnectError::Tls {
-                                addr: addr.clone(),
-                                message: other.to_string(),
-                            },
-                        }
-                    })?;
-                    handshake(io, addr).await
-                }
+                return tokio::net::UnixStream::connect(p)
+                    .await
+                    .map(Stream::Unix)
+                    .map_err(io);
             }
         };
+        let _ = tcp.set_nodelay(true);
+        let Some((settings, server_name)) = tls else {
+            return Ok(Stream::Tcp(tcp));
+        };
+        let tls_failed = |message: String| ConnectError::Tls {
+            addr: addr.clone(),
+            message,
+        };
+        let name = ServerName::try_from(host_of(server_name).to_owned())
+            .map_err(|_| tls_failed(format!("invalid server name \"{server_name}\"")))?;
+        let stream = TlsConnector::from(settings.config.clone())
+            .connect(name, tcp)
+            .await
+            // An OS error is the connection's; one carrying rustls's the
+            // handshake's (certificate, protocol).
+            .map_err(|e| match e.get_ref() {
+                None => io(e),
+                Some(_) => tls_failed(e.to_string()),
+            })?;
+        Ok(Stream::Tls(Box::new(stream)))
+    };
     match crate::timer::timeout(timeout, fut).await {
         Ok(r) => r,
         Err(_) => Err(ConnectError::Timeout {
@@ -167,72 +140,33 @@ pub(crate) async fn connect(
     }
 }
 
-/// Open a plain connection to `addr` within `timeout`: TCP with
-/// TCP_NODELAY set, or a unix-domain socket (for the request-driven
-/// HTTP/1.1 client, no handshake task).
-pub(crate) async fn connect_plain(
-    addr: &PeerAddr,
-    timeout: Duration,
-) -> Result<Stream, ConnectError> {
-    let fut = async {
-        match addr {
-            PeerAddr::Inet(a) => TcpStream::connect(a).await.map(|tcp| {
-                let _ = tcp.set_nodelay(true);
-                Stream::Tcp(tcp)
-            }),
-            PeerAddr::Unix(p) => tokio::net::UnixStream::connect(p).await.map(Stream::Unix),
-        }
+/// The host of a `Host`-style `name` (`host`, `host:port`, `[v6]`,
+/// `[v6]:port`), without brackets: what a TLS server name is made of.
+fn host_of(name: &str) -> &str {
+    let host = match name.strip_prefix('[') {
+        Some(rest) => rest.split_once(']').map_or(rest, |(h, _)| h),
+        // A bare IPv6 address has colons and no port.
+        None if name.matches(':').count() > 1 => name,
+        None => name.rsplit_once(':').map_or(name, |(h, _)| h),
     };
-    match crate::timer::timeout(timeout, fut).await {
-        Ok(Ok(s)) => Ok(s),
-        Ok(Err(source)) => Err(ConnectError::Io {
-            addr: addr.clone(),
-            source,
-        }),
-        Err(_) => Err(ConnectError::Timeout {
-            addr: addr.clone(),
-            timeout,
-        }),
-    }
+    host
 }
 
-async fn handshake<T>(io: T, addr: &PeerAddr) -> Result<SendRequest<UpBody>, ConnectError>
-where
-    T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-{
-    let (sender, conn) = http1::Builder::new()
-        .handshake(io)
-        .await
-        .map_err(|source| ConnectError::Handshake {
-            addr: addr.clone(),
-            source,
-        })?;
-    tokio::spawn(async move {
-        let _ = conn.with_upgrades().await;
-    });
-    Ok(sender)
-}
+#[cfg(test)]
+mod tests {
+    use super::host_of;
 
-/// A connector that always dials one address (the balancer already chose
-/// the peer; the URI only carries the TLS server name).
-#[derive(Clone, Copy)]
-struct Fixed(SocketAddr);
-
-impl Service<Uri> for Fixed {
-    type Response = TokioIo<TcpStream>;
-    type Error = std::io::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _: Uri) -> Self::Future {
-        let addr = self.0;
-        Box::pin(async move {
-            let tcp = TcpStream::connect(addr).await?;
-            let _ = tcp.set_nodelay(true);
-            Ok(TokioIo::new(tcp))
-        })
+    #[test]
+    fn a_server_name_is_the_host_without_port_or_brackets() {
+        for (name, host) in [
+            ("example.com", "example.com"),
+            ("example.com:8443", "example.com"),
+            ("127.0.0.1:443", "127.0.0.1"),
+            ("[::1]:443", "::1"),
+            ("[::1]", "::1"),
+            ("::1", "::1"),
+        ] {
+            assert_eq!(host_of(name), host, "{name}");
+        }
     }
 }

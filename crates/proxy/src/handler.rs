@@ -345,7 +345,7 @@ fn proxy_request<'a, 'o>(
         let uri = route.upstream_uri(parts, target);
         // A URI no request line can carry is vigil's to refuse, before any
         // peer is picked: it is no evidence against one.
-        if let Err(why) = outgoing::sendable(&uri, route.tls.is_some()) {
+        if let Err(why) = outgoing::sendable(&uri) {
             tracing::error!(upstream = %upstream.name(), uri = ?uri, "cannot send the request upstream: {why}");
             return cx.answer(parts, &[], error_page(StatusCode::INTERNAL_SERVER_ERROR));
         }

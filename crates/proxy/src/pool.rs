@@ -18,11 +18,9 @@ use std::time::Duration;
 use vigil_core::clock::Tick;
 
 use crossbeam_utils::CachePadded;
-use hyper::client::conn::http1::SendRequest;
 use vigil_core::config::UpstreamConfig;
 use vigil_core::peer::PeerId;
 
-use crate::payload::UpBody;
 use crate::upstream::H1;
 
 /// Idle connections of one upstream, one shard per worker (as nginx keeps
@@ -50,9 +48,7 @@ pub(crate) struct Conn {
 
 /// What carries a connection's requests.
 pub(crate) enum Link {
-    /// hyper's client (TLS upstreams): its connection task runs on its own.
-    Hyper(SendRequest<UpBody>),
-    /// Plain HTTP/1.1, driven by the request's own task.
+    /// HTTP/1.1 (plain, TLS or unix), driven by the request's own task.
     H1(H1),
     /// Lent to the response body that is being read on it.
     Lent,
@@ -62,17 +58,15 @@ impl Link {
     /// Closed, as far as can be seen without a syscall.
     fn is_closed(&self) -> bool {
         match self {
-            Link::Hyper(s) => s.is_closed(),
             Link::H1(_) => false,
             Link::Lent => true,
         }
     }
 
-    /// Usable for a request now (a plain connection is probed for a close
-    /// or stray bytes, without waiting).
-    fn is_usable(&self) -> bool {
+    /// Usable for a request now (probed for a close or stray bytes,
+    /// without waiting).
+    fn is_usable(&mut self) -> bool {
         match self {
-            Link::Hyper(s) => !s.is_closed(),
             Link::H1(h) => h.is_usable(),
             Link::Lent => false,
         }
@@ -150,7 +144,7 @@ impl Shard {
         }
         loop {
             let i = q.iter().rposition(|c| c.peer == peer)?;
-            let c = q.remove(i)?;
+            let mut c = q.remove(i)?;
             if now.since(c.idle_since) < self.timeout && c.link.is_usable() {
                 return Some(c);
             }

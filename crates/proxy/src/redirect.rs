@@ -114,20 +114,10 @@ impl Rules {
         &self.hide
     }
 
-    /// Apply to the upstream's headers `h`; `hidden_out`: the reader that
-    /// built `h` left the hidden fields out already (vigil's own does).
-    pub(crate) fn apply(
-        &self,
-        h: &mut HeaderMap,
-        cx: &VarContext<'_>,
-        local: SocketAddr,
-        hidden_out: bool,
-    ) {
-        let kept = if hidden_out {
-            crate::hop::redirectable(h)
-        } else {
-            crate::hop::remove_present(h, &self.hide)
-        };
+    /// Apply to the upstream's headers `h`, which the reader built without
+    /// the hidden fields (upstream::head::parse_with).
+    pub(crate) fn apply(&self, h: &mut HeaderMap, cx: &VarContext<'_>, local: SocketAddr) {
+        let kept = crate::hop::redirectable(h);
         if self.redirects.is_empty() {
             return;
         }

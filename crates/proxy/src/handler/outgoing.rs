@@ -7,17 +7,17 @@ use std::net::SocketAddr;
 
 use http::header::{self, HeaderValue};
 use http::request::Parts;
-use hyper::Request;
 
 use super::upstream_head::Fields;
 use super::{Cx, ReqBody};
-use crate::attempt::{Outgoing, Room};
 use crate::body::UpBody;
 use crate::route::Route;
 use crate::router::Target;
+use crate::upstream::{HeadOut, Written};
 
-/// The request of one attempt, in the `room` its client gives: vigil's own
-/// client writes the head from the field list, hyper's takes a request.
+/// The request of one attempt, its head written in the connection's
+/// `room` from the field list (the target as it is: checked by
+/// [`sendable`] before any attempt).
 pub(super) fn build_request(
     cx: &Cx<'_>,
     parts: &Parts,
@@ -25,39 +25,13 @@ pub(super) fn build_request(
     body: UpBody,
     len: Option<u64>,
     upgrade: bool,
-    room: Room<'_>,
-) -> Result<Outgoing, String> {
+    room: HeadOut<'_>,
+) -> (Written, UpBody) {
     let mut fields = request_fields(
         cx.route, parts, cx.target, cx.client, cx.local, &len, upgrade,
     );
-    Ok(match room {
-        // vigil's own client writes the target as it is (checked by
-        // `sendable` before any attempt).
-        Room::Head(head) => {
-            let written = head.write(&parts.method, uri, &mut fields, &body);
-            Outgoing::H1(written, body)
-        }
-        Room::Map(room) => {
-            // The client's own target goes as it came (no parse).
-            let built = match parts.uri.path_and_query() {
-                Some(pq)
-                    if pq.as_str() == uri
-                        && parts.uri.scheme().is_none()
-                        && parts.uri.authority().is_none() =>
-                {
-                    parts.uri.clone()
-                }
-                _ => http::Uri::try_from(uri)
-                    .map_err(|e| format!("cannot build upstream request: {e}"))?,
-            };
-            let mut req = Request::new(body);
-            *req.method_mut() = parts.method.clone();
-            *req.uri_mut() = built;
-            *req.version_mut() = http::Version::HTTP_11;
-            *req.headers_mut() = fields.into_map(room);
-            Outgoing::Hyper(req)
-        }
-    })
+    let written = room.write(&parts.method, uri, &mut fields, &body);
+    (written, body)
 }
 
 /// The upstream request's header fields: the client's without the
@@ -126,19 +100,11 @@ pub(super) fn request_fields<'p>(
 /// hold a space, `<`, a control byte...), and so does vigil's own client;
 /// but a CR, LF or NUL would end or split the request line (a second
 /// request the client wrote), so vigil refuses those (nginx sends them).
-/// hyper's client (TLS upstreams) takes only what `http::Uri` parses.
-pub(super) fn sendable(uri: &str, hyper: bool) -> Result<(), String> {
+pub(super) fn sendable(uri: &str) -> Result<(), String> {
     if let Some(b) = uri.bytes().find(|b| matches!(b, b'\r' | b'\n' | 0)) {
         return Err(format!(
             "its URI holds the byte 0x{b:02x}, which would end its request line"
         ));
-    }
-    if hyper {
-        if let Err(e) = http::Uri::try_from(uri) {
-            return Err(format!(
-                "its URI is not one the TLS client can send ({e}); vigil's plain HTTP client would send it as nginx does"
-            ));
-        }
     }
     Ok(())
 }

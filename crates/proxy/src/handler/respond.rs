@@ -21,7 +21,6 @@ use super::pages::{self, paged_status};
 use super::{Cx, Handled};
 use crate::attempt::Answered;
 use crate::body::{self, Streamed, UpBody};
-use crate::hop::strip_hop_by_hop;
 use crate::record::{AttemptRecord, EarlierAttempts};
 use crate::route::{Refusal, Reply};
 use crate::router::Target;
@@ -62,52 +61,38 @@ pub(super) fn pass_through(
         }
         f => f,
     };
-    // vigil's own reader left the hop-by-hop fields out as it built the
-    // map (upstream::head::parse); hyper's did not.
-    let stripped = matches!(incoming, crate::upstream::RespBody::H1(_));
     let errlog = crate::errlog::Context::new(cx.client, parts, asked.host.take());
     if head.status == StatusCode::SWITCHING_PROTOCOLS {
         // attempt::run lets a 101 through only when this request asked for
         // it, so on_upgrade is there.
         if let Some(client_up) = on_upgrade {
-            let upstream_up = crate::upstream::OnUpgrade::new(&head, incoming);
+            let upstream_up = incoming.upgraded();
             let timeouts = crate::tunnel::Timeouts {
                 idle: settings.read_timeout,
                 upstream_send: settings.send_timeout,
                 client_send: settings.client_send_timeout,
             };
             crate::tunnel::spawn(async move {
-                match (client_up.await, upstream_up.io().await) {
-                    (Ok(a), Ok(b)) => {
+                match (client_up.await, upstream_up) {
+                    (Ok(a), Some(b)) => {
                         crate::tunnel::run(a, b, timeouts, &errlog, &guard).await;
                     }
                     (a, b) => tracing::warn!(
                         client = %errlog.client,
                         upstream = %guard.upstream().name(),
                         client_ok = a.is_ok(),
-                        upstream_ok = b.is_ok(),
+                        upstream_ok = b.is_some(),
                         "upgrade failed"
                     ),
                 }
             });
             let mut resp = Response::from_parts(head, body::empty());
-            if !stripped {
-                strip_hop_by_hop(resp.headers_mut(), true);
-                // proxy_hide_header's set, as vigil's own reader left it out.
-                crate::hop::remove_present(resp.headers_mut(), route.headers.hidden());
-            }
             resp.headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
             return cx.answer(parts, ledger.records(), resp);
         }
     }
     let pooled = route.pool.shard().map(|s| (s.clone(), conn));
-    // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length (nginx
-    // clears the length of a chunked response; vigil's own reader did as
-    // it built the map).
-    if !stripped && head.headers.contains_key(header::TRANSFER_ENCODING) {
-        head.headers.remove(header::CONTENT_LENGTH);
-    }
     let streamed = Streamed::new(
         incoming,
         settings.read_timeout,
@@ -117,15 +102,11 @@ pub(super) fn pass_through(
         ledger.stats(),
     );
     let mut resp = Response::from_parts(head, BodyExt::boxed(streamed));
-    if !stripped {
-        strip_hop_by_hop(resp.headers_mut(), false);
-    }
-    // proxy_hide_header / proxy_pass_header / proxy_redirect; `stripped`:
-    // vigil's own reader left proxy_hide_header's set out as it built the map.
+    // proxy_pass_header / proxy_redirect (the reader left the hop-by-hop
+    // fields and proxy_hide_header's set out as it built the map: see
+    // upstream::head::parse_with; a Transfer-Encoding's Content-Length too).
     let vars = cx.vars(parts, resp.status().as_u16());
-    route
-        .headers
-        .apply(resp.headers_mut(), &vars, cx.local, stripped);
+    route.headers.apply(resp.headers_mut(), &vars, cx.local);
     let response = finish(cx, parts, ledger.records(), resp);
     Handled { response, raw }
 }

@@ -57,11 +57,11 @@ impl Kind {
 /// connection's, [`Exchange`]: in the room beside `H1::read_size`, where
 /// fields of their own would make the body, moved with every response, a
 /// word larger.)
-pub(crate) struct H1Body {
+pub(crate) struct RespBody {
     conn: Option<H1>,
     kind: Kind,
     /// What is left to send of a request body the peer answered before it
-    /// all went (see [`H1Body::pump`]).
+    /// all went (see [`RespBody::pump`]).
     rest: Option<Box<Rest>>,
 }
 
@@ -76,7 +76,7 @@ pub(super) struct Exchange {
     pub(super) held: bool,
 }
 
-/// How far [`H1Body::pump`] got.
+/// How far [`RespBody::pump`] got.
 enum Pumped {
     /// It waits for the socket or the client.
     Waiting,
@@ -86,7 +86,7 @@ enum Pumped {
     Failed,
 }
 
-impl H1Body {
+impl RespBody {
     pub(super) fn new(
         mut conn: H1,
         kind: Kind,
@@ -174,7 +174,7 @@ impl H1Body {
     }
 
     /// The connection of a 101, with what was read past the head.
-    pub(super) fn upgraded(mut self) -> Option<Upgraded> {
+    pub(crate) fn upgraded(mut self) -> Option<Upgraded> {
         let conn = self.conn.take()?;
         if !conn.exchange.upgrade {
             return None;
@@ -296,7 +296,7 @@ impl H1Body {
     }
 }
 
-impl hyper::body::Body for H1Body {
+impl hyper::body::Body for RespBody {
     type Data = Bytes;
     type Error = io::Error;
 

@@ -1,14 +1,15 @@
-//! The plain HTTP/1.1 upstream client: the request's own task writes the
-//! request and reads the response on a connection it owns ([`H1`]), with
-//! no dispatcher task and no channel between them. The response body
-//! ([`H1Body`]) owns the connection and hands it back only once the body
+//! The HTTP/1.1 upstream client, plain and TLS: the request's own task
+//! writes the request and reads the response on a connection it owns
+//! ([`H1`]), with no dispatcher task and no channel between them. The
+//! response body ([`RespBody`]) owns the connection and hands it back only once the body
 //! ended cleanly on a connection that may be kept.
 //!
 //! The bytes on the wire are hyper's (the client this replaced): the
 //! request line, the header map in its order with lowercase names, the
 //! body framed by Content-Length or chunked by hyper's rules; the response
 //! head parsed with `httparse` with hyper's limits and framed as hyper's
-//! client frames it. TLS upstreams keep hyper's client.
+//! client frames it. A TLS peer is spoken to the same way, over
+//! rustls's stream ([`Stream::Tls`]).
 //!
 //! A peer may answer before it has read the whole request body (a 413, a
 //! 401, a stream that answers as it reads): while the body goes, the
@@ -30,15 +31,15 @@ use std::time::Duration;
 use bytes::{Buf, BufMut, BytesMut};
 use http::{Method, Response};
 use http_body_util::BodyExt;
-use hyper::body::{Body as _, Incoming};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use hyper::body::Body as _;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
 use crate::hop::Names;
 use crate::payload::{BoxError, UpBody};
 use crate::raw_head::RawFields;
 
-pub(crate) use body::{H1Body, Upgraded};
+pub(crate) use body::RespBody;
 pub(crate) use head::{put, RequestFields, Values};
 pub(crate) use stream::Stream;
 
@@ -48,7 +49,7 @@ const MAX_HEAD: usize = 8192 + 4096 * 100;
 const READ_MIN: u32 = 8 * 1024;
 const READ_MAX: u32 = 64 * 1024;
 
-/// One plain HTTP/1.1 connection to a peer.
+/// One HTTP/1.1 connection to a peer (plain, TLS or unix).
 pub(crate) struct H1 {
     io: Stream,
     /// Bytes read and not yet consumed (empty while idle).
@@ -63,7 +64,7 @@ pub(crate) struct H1 {
 
 /// A response head read from a peer, its body to come.
 pub(crate) struct Received {
-    pub(crate) response: Response<H1Body>,
+    pub(crate) response: Response<RespBody>,
     /// Its fields as they came, the map then empty (where the route
     /// passes fields so: see [`crate::raw_head`]).
     pub(crate) raw: Option<Box<RawFields>>,
@@ -186,88 +187,6 @@ pub(crate) struct Written {
     pub(crate) upgrade: bool,
 }
 
-/// The response body of either client.
-pub(crate) enum RespBody {
-    /// hyper's (TLS upstreams).
-    Hyper(Incoming),
-    /// This module's.
-    H1(H1Body),
-}
-
-impl hyper::body::Body for RespBody {
-    type Data = bytes::Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, BoxError>>> {
-        match self.get_mut() {
-            RespBody::Hyper(b) => Pin::new(b).poll_frame(cx).map_err(BoxError::from),
-            RespBody::H1(b) => Pin::new(b).poll_frame(cx).map_err(BoxError::from),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            RespBody::Hyper(b) => b.is_end_stream(),
-            RespBody::H1(b) => b.is_end_stream(),
-        }
-    }
-
-    fn size_hint(&self) -> hyper::body::SizeHint {
-        match self {
-            RespBody::Hyper(b) => b.size_hint(),
-            RespBody::H1(b) => b.size_hint(),
-        }
-    }
-}
-
-impl RespBody {
-    /// The connection, once the body ended cleanly and it may be kept.
-    pub(crate) fn reclaim(&mut self) -> Option<H1> {
-        match self {
-            RespBody::Hyper(_) => None,
-            RespBody::H1(b) => b.reclaim(),
-        }
-    }
-}
-
-/// Anything a tunnel can run over.
-pub(crate) trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
-impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
-
-/// The upstream side of a 101, from either client.
-pub(crate) enum OnUpgrade {
-    Hyper(hyper::upgrade::OnUpgrade),
-    H1(Option<Upgraded>),
-}
-
-impl OnUpgrade {
-    /// The 101 response's connection: hyper's upgrade, or this module's
-    /// connection with the bytes read past the head.
-    pub(crate) fn new(head: &http::response::Parts, body: RespBody) -> Self {
-        match body {
-            RespBody::Hyper(b) => {
-                OnUpgrade::Hyper(hyper::upgrade::on(Response::from_parts(head.clone(), b)))
-            }
-            RespBody::H1(b) => OnUpgrade::H1(b.upgraded()),
-        }
-    }
-
-    /// The connection to tunnel over.
-    pub(crate) async fn io(self) -> Result<Box<dyn Io>, String> {
-        match self {
-            OnUpgrade::Hyper(on) => match on.await {
-                Ok(up) => Ok(Box::new(hyper_util::rt::TokioIo::new(up))),
-                Err(e) => Err(e.to_string()),
-            },
-            OnUpgrade::H1(Some(up)) => Ok(Box::new(up)),
-            OnUpgrade::H1(None) => Err("the upstream connection is gone".to_owned()),
-        }
-    }
-}
-
 impl H1 {
     /// A connection over `io` (connected, TCP_NODELAY set on TCP).
     pub(crate) fn new(io: Stream) -> Self {
@@ -283,7 +202,7 @@ impl H1 {
     /// Whether an idle connection is still usable: nothing arrived on it
     /// (a close, or bytes nobody asked for, make it unusable). Checked
     /// without waiting, at checkout.
-    pub(crate) fn is_usable(&self) -> bool {
+    pub(crate) fn is_usable(&mut self) -> bool {
         if !self.buf.is_empty() {
             return false;
         }
@@ -378,7 +297,7 @@ impl H1 {
             *resp.headers_mut() = headers;
             let keep = keep && keep_alive && !upgrade && !matches!(kind, body::Kind::Close);
             Ok(Received {
-                response: resp.map(|()| H1Body::new(self, kind, keep, upgrade, rest)),
+                response: resp.map(|()| RespBody::new(self, kind, keep, upgrade, rest)),
                 raw: fields,
             })
         }
@@ -470,17 +389,30 @@ impl H1 {
         if at > 0 {
             *written = true;
         }
-        if failed.is_none() && at < self.out.len() {
+        if failed.is_none() && (at < self.out.len() || self.io.unflushed()) {
             let writing = std::future::poll_fn(|cx| loop {
-                if at == self.out.len() {
-                    return Poll::Ready(Ok(Wrote::All));
-                }
-                match Pin::new(&mut self.io).poll_write(cx, &self.out[at..]) {
-                    Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-                    Poll::Ready(Ok(n)) => {
+                let step = if at == self.out.len() {
+                    // TLS: the records rustls holds go before the answer
+                    // is waited for.
+                    match Pin::new(&mut self.io).poll_flush(cx) {
+                        Poll::Ready(Ok(())) => return Poll::Ready(Ok(Wrote::All)),
+                        Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                        Poll::Pending => Poll::Pending,
+                    }
+                } else {
+                    Pin::new(&mut self.io)
+                        .poll_write(cx, &self.out[at..])
+                        .map_ok(Some)
+                };
+                match step {
+                    Poll::Ready(Ok(Some(0))) => {
+                        return Poll::Ready(Err(io::ErrorKind::WriteZero.into()))
+                    }
+                    Poll::Ready(Ok(Some(n))) => {
                         at += n;
                         *written = true;
                     }
+                    Poll::Ready(Ok(None)) => {}
                     Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                     Poll::Pending => {
                         return self.poll_answered(cx).map(|answered| {
@@ -540,10 +472,16 @@ impl H1 {
         if at > 0 {
             *written = true;
         }
-        if at < self.out.len() {
+        if at < self.out.len() || self.io.unflushed() {
             let deadline = deadline.unwrap_or_else(|| Instant::now() + send);
             let rest = &self.out[at..];
-            match crate::timer::timeout_at(deadline, self.io.write_all(rest)).await {
+            // TLS: what rustls took waits in its buffer until flushed.
+            let io = &mut self.io;
+            let all = async move {
+                io.write_all(rest).await?;
+                io.flush().await
+            };
+            match crate::timer::timeout_at(deadline, all).await {
                 Ok(Ok(())) => *written = true,
                 Ok(Err(source)) => {
                     return Err(Error::Write {

@@ -1,12 +1,13 @@
-//! The socket under a plain HTTP/1.1 upstream connection: TCP, or a
-//! unix-domain socket (`server unix:/path`).
+//! The socket under an upstream HTTP/1.1 connection: TCP, TLS over TCP
+//! (`proxy_pass https://`), or a unix-domain socket (`server unix:/path`).
 
 use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
+use tokio_rustls::client::TlsStream;
 
 /// A connected stream to a peer.
 #[derive(Debug)]
@@ -14,24 +15,56 @@ pub(crate) enum Stream {
     /// TCP (TCP_NODELAY set by the connector), written through
     /// [`crate::sock`].
     Tcp(TcpStream),
+    /// TLS over TCP, the handshake done. Boxed: rustls's connection state
+    /// is over a kilobyte, and a plain connection should not carry it.
+    Tls(Box<TlsStream<TcpStream>>),
     /// A unix-domain socket.
     Unix(UnixStream),
 }
 
 impl Stream {
     /// Read what is there without waiting (`WouldBlock` when nothing is).
-    pub(crate) fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+    /// TLS: what rustls can decrypt from what the socket has, polled once
+    /// with a waker nobody waits on (the next real poll registers its own).
+    pub(crate) fn try_read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.try_read(buf),
             Stream::Unix(s) => s.try_read(buf),
+            Stream::Tls(s) => {
+                let mut cx = Context::from_waker(Waker::noop());
+                let mut rb = ReadBuf::new(buf);
+                match Pin::new(&mut **s).poll_read(&mut cx, &mut rb) {
+                    Poll::Ready(Ok(())) => Ok(rb.filled().len()),
+                    Poll::Ready(Err(e)) => Err(e),
+                    Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+                }
+            }
         }
     }
 
     /// Write what fits without waiting (`WouldBlock` when nothing does).
-    pub(crate) fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+    /// TLS: what rustls took, some of which may wait in its buffer for the
+    /// socket: [`Stream::unflushed`] says so, and a flush sends it.
+    pub(crate) fn try_write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => crate::sock::try_send(s, buf),
             Stream::Unix(s) => s.try_write(buf),
+            Stream::Tls(s) => {
+                let mut cx = Context::from_waker(Waker::noop());
+                match Pin::new(&mut **s).poll_write(&mut cx, buf) {
+                    Poll::Ready(r) => r,
+                    Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+                }
+            }
+        }
+    }
+
+    /// Whether written bytes wait in this stream's own buffer (TLS
+    /// records rustls made that the socket has not taken yet).
+    pub(crate) fn unflushed(&self) -> bool {
+        match self {
+            Stream::Tls(s) => s.get_ref().1.wants_write(),
+            Stream::Tcp(_) | Stream::Unix(_) => false,
         }
     }
 }
@@ -44,6 +77,7 @@ impl AsyncRead for Stream {
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
@@ -57,6 +91,7 @@ impl AsyncWrite for Stream {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Stream::Tcp(s) => crate::sock::poll_send(s, cx, buf),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
@@ -68,6 +103,7 @@ impl AsyncWrite for Stream {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Stream::Tcp(s) => crate::sock::poll_writev(s, cx, bufs),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
             Stream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
         }
     }
@@ -75,6 +111,7 @@ impl AsyncWrite for Stream {
     fn is_write_vectored(&self) -> bool {
         match self {
             Stream::Tcp(s) => s.is_write_vectored(),
+            Stream::Tls(s) => s.is_write_vectored(),
             Stream::Unix(s) => s.is_write_vectored(),
         }
     }
@@ -82,6 +119,7 @@ impl AsyncWrite for Stream {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
             Stream::Unix(s) => Pin::new(s).poll_flush(cx),
         }
     }
@@ -89,6 +127,7 @@ impl AsyncWrite for Stream {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
             Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
         }
     }

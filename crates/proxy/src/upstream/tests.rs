@@ -47,7 +47,7 @@ async fn read_to(peer: &mut UnixStream, buf: &mut Vec<u8>, want: &[u8]) {
 }
 
 /// The next data of `body` (None at its end).
-async fn data(body: &mut H1Body) -> Option<Bytes> {
+async fn data(body: &mut RespBody) -> Option<Bytes> {
     loop {
         let frame = std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await?;
         if let Ok(d) = frame.expect("body").into_data() {
