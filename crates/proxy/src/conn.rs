@@ -28,11 +28,24 @@ use tokio::time::Instant;
 use vigil_core::clock::Tick;
 use vigil_core::config::{ProxySettings, ServerBlock};
 
-use crate::request_check::HeadLimits;
+use crate::wire::request_check::HeadLimits;
 
 mod io;
 mod service;
 mod watched;
+
+// The connection's surroundings: accepting it, the workers that run it,
+// its socket, timers and clocks, TLS, and the tunnel after a 101.
+pub(crate) mod client_io;
+pub(crate) mod listener;
+pub(crate) mod shard;
+pub(crate) mod sock;
+pub(crate) mod stop;
+pub(crate) mod timer;
+pub(crate) mod tls;
+pub(crate) mod tunnel;
+pub(crate) mod wallclock;
+pub mod worker;
 
 pub(crate) use io::TimedIo;
 pub(crate) use service::{aborted, begin, close_silently, on_route, prepare, tracking};
@@ -40,7 +53,7 @@ pub(crate) use watched::{Closed, Drain, Graceful, Watched};
 
 /// The limits a connection starts with: those of its address's default server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Timeouts {
+pub(crate) struct ConnLimits {
     /// `client_header_timeout`.
     pub(crate) header: Duration,
     /// `keepalive_timeout` until a request picks its location.
@@ -96,14 +109,14 @@ fn ms(d: Duration) -> u64 {
 impl ConnState {
     /// A connection accepted now.
     #[cfg(test)]
-    pub(crate) fn new(t: Timeouts) -> Arc<Self> {
+    pub(crate) fn new(t: ConnLimits) -> Arc<Self> {
         Self::since(t, Instant::now())
     }
 
     /// As [`ConnState::new`] for a connection accepted at `origin` (a TLS
     /// handshake since then counts against `client_header_timeout`, as
     /// in nginx).
-    pub(crate) fn since(t: Timeouts, origin: Instant) -> Arc<Self> {
+    pub(crate) fn since(t: ConnLimits, origin: Instant) -> Arc<Self> {
         let header_ms = ms(t.header);
         Arc::new(Self {
             origin,
@@ -297,7 +310,7 @@ impl std::fmt::Display for Expiry {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct DefaultServer {
     /// The connection's first timeouts.
-    pub(crate) timeouts: Timeouts,
+    pub(crate) timeouts: ConnLimits,
     /// How request heads are judged (`large_client_header_buffers`,
     /// `underscores_in_headers`, `ignore_invalid_headers`).
     pub(crate) limits: HeadLimits,
@@ -316,7 +329,7 @@ impl DefaultServer {
             .and_then(|s| s.locations.first())
             .map_or(&fallback, |l| &l.proxy);
         Self {
-            timeouts: Timeouts {
+            timeouts: ConnLimits {
                 header: client.header_timeout,
                 keepalive: loc.client_keepalive_timeout,
                 send: loc.client_send_timeout,
@@ -326,7 +339,7 @@ impl DefaultServer {
     }
 
     /// hyper's `max_buf_size`: above the gate's own bound of the head
-    /// (`crate::request_check` refuses a head as nginx does, with nginx's
+    /// (`crate::wire::request_check` refuses a head as nginx does, with nginx's
     /// status), and never below hyper's default.
     pub(crate) fn max_buf(&self) -> usize {
         self.limits

@@ -1,4 +1,4 @@
-//! One client request, by nginx's phases: route it (`crate::route`: the
+//! One client request, by nginx's phases: route it (`crate::nginx::route`: the
 //! server, the rewrite phases, the location), then for a location that
 //! proxies:
 //!
@@ -24,21 +24,23 @@ use smallvec::SmallVec;
 use vigil_core::config::ProxySettings;
 use vigil_core::{RequestFacts, SelectKey};
 
-use crate::body::{Buffered, ClientBody, RequestBody, UpBody};
-use crate::raw_head::RawFields;
-use crate::record::{AttemptRecord, EarlierAttempts};
-use crate::route::{Answer, Route};
-use crate::router::Target;
+use crate::handler::body::{Buffered, ClientBody, RequestBody, UpBody};
+use crate::handler::record::{AttemptRecord, EarlierAttempts};
+use crate::nginx::route::{Answer, Route};
+use crate::nginx::router::Target;
+use crate::nginx::status_page::error_page;
+use crate::nginx::vars::VarContext;
+use crate::obs::telemetry::request::RequestObserver;
 use crate::server::Proxy;
-use crate::status_page::error_page;
-use crate::telemetry::request::RequestObserver;
-use crate::vars::VarContext;
+use crate::wire::raw_head::RawFields;
 
 mod attempts;
+pub(crate) mod body;
 mod intake;
 mod ledger;
 mod outgoing;
 mod pages;
+pub(crate) mod record;
 mod respond;
 mod upstream_head;
 
@@ -110,7 +112,7 @@ pub(crate) fn handle<'a>(
     async move {
         let start = coarse_tick();
         // Only where a template or log line may read it ($request_id).
-        if let Some(id) = crate::vars::RequestId::draw() {
+        if let Some(id) = crate::nginx::vars::RequestId::draw() {
             parts.extensions.insert(id);
         }
         let generation = proxy.current();
@@ -185,8 +187,8 @@ pub(crate) fn handle<'a>(
         .await;
         // Done with (logged): the map's and the extensions' room is a later
         // message's.
-        crate::spare::keep(std::mem::take(&mut parts.headers));
-        crate::spare::keep_extensions(std::mem::take(&mut parts.extensions));
+        crate::wire::spare::keep(std::mem::take(&mut parts.headers));
+        crate::wire::spare::keep_extensions(std::mem::take(&mut parts.extensions));
         drop(parts);
         let resp = match pages {
             Some((g, saved)) => {
@@ -223,7 +225,7 @@ pub(crate) struct Downstream<'c> {
 }
 
 /// A request's response, with its fields as they came where the route
-/// passes them so (see [`crate::raw_head`]).
+/// passes them so (see [`crate::wire::raw_head`]).
 pub(crate) struct Handled {
     pub(crate) response: Response<UpBody>,
     /// For vigil's own HTTP/1 writer (None for any other client).

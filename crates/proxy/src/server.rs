@@ -8,18 +8,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwap;
-use tokio::net::TcpListener;
 use vigil_core::config::Config;
 use vigil_core::event::EventBus;
 use vigil_core::registry::Registry;
 use vigil_core::Clock;
 
+use crate::conn::tls::{TlsSite, TlsSites};
 use crate::conn::DefaultServer;
-use crate::metrics::{GenerationStats, ProxyMetrics};
-use crate::pool::Pool;
-use crate::route::{RouteError, Routes};
-use crate::telemetry::RequestTracer;
-use crate::tls::{TlsSite, TlsSites};
+use crate::nginx::route::{RouteError, Routes};
+use crate::obs::metrics::{GenerationStats, ProxyMetrics};
+use crate::obs::telemetry::RequestTracer;
+use crate::upstream::pool::Pool;
 
 /// One configuration, compiled: upstreams with their state, pools, routes.
 pub struct Generation {
@@ -203,23 +202,4 @@ impl Proxy {
         self.reloads.fetch_add(1, Ordering::Relaxed);
         Ok(generation)
     }
-}
-
-/// Bind a listener (with `SO_REUSEADDR`, and `SO_REUSEPORT` when asked).
-pub fn bind(
-    addr: SocketAddr,
-    reuseport: bool,
-    backlog: Option<u32>,
-) -> std::io::Result<TcpListener> {
-    let socket = match addr {
-        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
-        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
-    };
-    socket.set_reuseaddr(true)?;
-    if reuseport {
-        socket.set_reuseport(true)?;
-    }
-    socket.set_nodelay(true)?;
-    socket.bind(addr)?;
-    socket.listen(backlog.unwrap_or(511))
 }

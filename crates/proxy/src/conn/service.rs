@@ -16,7 +16,7 @@ use hyper::service::Service;
 use vigil_core::config::ProxySettings;
 
 use super::ConnState;
-use crate::payload::{BoxError, UpBody};
+use crate::wire::payload::{BoxError, UpBody};
 
 /// A request being served; dropping it (with the response body) ends it.
 /// HTTP/2's is in the response body and holds the connection's state; an
@@ -49,7 +49,7 @@ pub(crate) fn on_route(state: &ConnState, settings: &ProxySettings) {
 /// A response that is never sent: the connection is closed and `status` is
 /// only what the access log shows (nginx closes silently on timeouts).
 pub(crate) fn close_silently(status: StatusCode) -> Response<UpBody> {
-    let mut r = Response::new(crate::payload::empty());
+    let mut r = Response::new(crate::wire::payload::empty());
     *r.status_mut() = status;
     r.extensions_mut().insert(CloseSilently);
     r

@@ -21,9 +21,9 @@ use tokio::time::Instant;
 use vigil_core::config::ProxySettings;
 
 use super::*;
-use crate::body::{self, BoxError, UpBody};
+use crate::handler::body::{self, BoxError, UpBody};
 
-const T: Timeouts = Timeouts {
+const T: ConnLimits = ConnLimits {
     header: Duration::from_secs(60),
     keepalive: Duration::from_secs(75),
     send: Duration::from_secs(60),
@@ -36,7 +36,7 @@ type Ended = JoinHandle<(Option<Expiry>, Instant)>;
 /// Serve one connection (`handle` is given each request and the
 /// connection's state, as the handler is); the client end, the server's
 /// outcome, its drain signal.
-fn serve<F, Fut>(t: Timeouts, pipe: usize, handle: F) -> (DuplexStream, Ended, Arc<Drain>)
+fn serve<F, Fut>(t: ConnLimits, pipe: usize, handle: F) -> (DuplexStream, Ended, Arc<Drain>)
 where
     F: Fn(Request<Incoming>, Arc<ConnState>) -> Fut + Clone + Send + 'static,
     Fut: Future<Output = Response<UpBody>> + Send + 'static,
@@ -184,7 +184,7 @@ async fn an_idle_kept_alive_connection_is_closed_at_the_locations_keepalive_time
 
 #[tokio::test(start_paused = true)]
 async fn the_first_byte_of_the_next_request_starts_client_header_timeout() {
-    let t = Timeouts {
+    let t = ConnLimits {
         header: Duration::from_secs(10),
         ..T
     };

@@ -18,7 +18,7 @@ use tokio::time::{Instant, Sleep};
 use super::{ConnState, Expiry};
 
 /// A connection that can be told to finish its requests and close: hyper's
-/// ([`GracefulConnection`]) or vigil's own HTTP/1 loop (`crate::h1`).
+/// ([`GracefulConnection`]) or vigil's own HTTP/1 loop (`crate::wire::h1`).
 pub(crate) trait Graceful: Future<Output = Result<(), Self::Failure>> {
     /// What the connection fails with.
     type Failure;

@@ -23,9 +23,9 @@ use vigil_core::{FailureVerdict, StatusVerdict};
 
 use super::ledger::Ledger;
 use super::{outgoing, Cx, ReqBody};
-use crate::attempt::{self, Answered, Failed};
-use crate::body::{self, ClientFault, Fault, UpBody};
-use crate::status_page::error_page;
+use crate::handler::body::{self, ClientFault, Fault, UpBody};
+use crate::nginx::status_page::error_page;
+use crate::upstream::attempt::{self, Answered, Failed};
 
 /// What every attempt of one request sends.
 pub(super) struct Job<'a> {
@@ -304,7 +304,7 @@ impl<'a> Job<'a> {
         let race = self.hedged.then(|| Arc::new(attempt::Race::default()));
         // The attempt's own future, boxed as it is (no block around it to
         // hold what it is given a second time).
-        let run = crate::spare::boxed(|| {
+        let run = crate::wire::spare::boxed(|| {
             attempt::run(
                 route,
                 peer,
@@ -356,10 +356,10 @@ async fn race(
     hedge_at: Option<Instant>,
     watched: Option<&crate::conn::ConnState>,
 ) -> Raced {
-    let mut timer = std::pin::pin!(hedge_at.map(crate::timer::sleep_until));
+    let mut timer = std::pin::pin!(hedge_at.map(crate::conn::timer::sleep_until));
     std::future::poll_fn(|cx| {
         // (Set by the connection's loop, which polls this request again
-        // at once: crate::h1's watch.)
+        // at once: crate::wire::h1's watch.)
         if watched.is_some_and(crate::conn::ConnState::client_gone) {
             return Poll::Ready(Raced::ClientGone);
         }

@@ -13,10 +13,10 @@ use http::StatusCode;
 use hyper::Request;
 
 use super::{ClientRequestBody, Cx, Handled, ReqBody};
-use crate::body::{self, BodyError, Buffered, ClientBody, ClientFault, RequestBody};
-use crate::client_io::OnClientUpgrade;
-use crate::route::Route;
-use crate::status_page::error_page;
+use crate::conn::client_io::OnClientUpgrade;
+use crate::handler::body::{self, BodyError, Buffered, ClientBody, ClientFault, RequestBody};
+use crate::nginx::route::Route;
+use crate::nginx::status_page::error_page;
 
 /// What the phases leave for the attempts and the answer.
 pub(super) struct Intake {
@@ -25,7 +25,7 @@ pub(super) struct Intake {
     /// for one and the location passes it on.
     pub(super) on_upgrade: Option<OnClientUpgrade>,
     /// vigil's own HTTP/1 loop writes the response (with its fields as
-    /// they came: crate::raw_head); hyper's needs them in the map.
+    /// they came: crate::wire::raw_head); hyper's needs them in the map.
     pub(super) own_writer: bool,
     /// How a streamed body failed on the client's side, if it did.
     pub(super) fault: Option<Arc<ClientFault>>,
@@ -57,7 +57,7 @@ pub(super) fn intake<'a, 'c>(
         let on_upgrade = if upgrade {
             let taken = std::mem::replace(parts, Request::new(()).into_parts().0);
             let mut req = Request::from_parts(taken, ());
-            let on = crate::client_io::on_upgrade(&mut req);
+            let on = crate::conn::client_io::on_upgrade(&mut req);
             *parts = req.into_parts().0;
             Some(on)
         } else {
@@ -65,21 +65,23 @@ pub(super) fn intake<'a, 'c>(
         };
         // What the gate did to HTTP/1 heads, here for every request (HTTP/2 too),
         // with the settings of the location's server.
-        crate::request_check::drop_invalid_headers(&mut parts.headers, &route.client);
+        crate::wire::request_check::drop_invalid_headers(&mut parts.headers, &route.client);
         let settings = cx.settings();
         // The realip module, then the access phase (nginx's order).
-        let real = crate::realip::client(
+        let real = crate::nginx::realip::client(
             &settings.server_real_ip,
             &settings.real_ip,
             cx.client,
             &parts.headers,
         );
         if real != cx.client {
-            parts.extensions.insert(crate::realip::Original(cx.client));
+            parts
+                .extensions
+                .insert(crate::nginx::realip::Original(cx.client));
             cx.client = real;
         }
         let cx = &*cx;
-        if !crate::access::allows(&settings.access, cx.client.ip()) {
+        if !crate::nginx::access::allows(&settings.access, cx.client.ip()) {
             tracing::debug!(client = %cx.client.ip(), "access forbidden by rule");
             return Err(cx.answer(parts, &[], error_page(StatusCode::FORBIDDEN)));
         }

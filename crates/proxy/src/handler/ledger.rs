@@ -12,10 +12,10 @@ use vigil_core::peer::Peer;
 use vigil_core::upstream::{PeerGuard, Selection, Upstream};
 use vigil_core::{Clock, FailureVerdict, StatusVerdict};
 
-use crate::attempt::{self, Failed};
-use crate::metrics::Outcome;
-use crate::record::AttemptRecord;
-use crate::telemetry::request::RequestObserver;
+use crate::handler::record::AttemptRecord;
+use crate::obs::metrics::Outcome;
+use crate::obs::telemetry::request::RequestObserver;
+use crate::upstream::attempt::{self, Failed};
 
 /// A request's attempts, in the order they started (inline while they are
 /// two: a malloc and a free fewer per request).
@@ -26,7 +26,7 @@ pub(super) type Attempts = SmallVec<[AttemptRecord; 2]>;
 pub(super) struct Ledger<'r, 'o> {
     records: Attempts,
     /// How many records an earlier pass made (an `error_page`'s: see
-    /// [`crate::record::EarlierAttempts`]).
+    /// [`crate::handler::record::EarlierAttempts`]).
     group: usize,
     obs: &'r mut RequestObserver<'o>,
     sel: Selection,
@@ -60,7 +60,7 @@ impl<'r, 'o> Ledger<'r, 'o> {
 
     /// The upstream's counters, for a response body that charges after the
     /// header (`passive_count after_header`).
-    pub(super) fn stats(&self) -> Option<Arc<crate::metrics::UpstreamStats>> {
+    pub(super) fn stats(&self) -> Option<Arc<crate::obs::metrics::UpstreamStats>> {
         self.obs.stats()
     }
 

@@ -10,9 +10,9 @@ use http::request::Parts;
 
 use super::upstream_head::Fields;
 use super::{Cx, ReqBody};
-use crate::body::UpBody;
-use crate::route::Route;
-use crate::router::Target;
+use crate::handler::body::UpBody;
+use crate::nginx::route::Route;
+use crate::nginx::router::Target;
 use crate::upstream::{HeadOut, Written};
 
 /// The request of one attempt, its head written in the connection's
@@ -71,7 +71,7 @@ pub(super) fn request_fields<'p>(
                 // an empty one sends no field, as nginx.
                 let v = t.expand(&cx);
                 if !v.is_empty() {
-                    if let Some(v) = crate::vars::field_value(v) {
+                    if let Some(v) = crate::nginx::vars::field_value(v) {
                         fields.insert(name, v);
                     }
                 }

@@ -1,4 +1,4 @@
-//! The handler's `error_page` passes (crate::error_page): a page's
+//! The handler's `error_page` passes (crate::nginx::error_page): a page's
 //! answer for a location's (or a server's) own errors, through the page's
 //! `return` or its upstream (the client's body read for the first pass
 //! goes again, as nginx sends `r->request_body` again), and the answers
@@ -12,26 +12,26 @@ use http::request::Parts;
 use http::{Response, StatusCode};
 
 use super::{decorate, proxy_request, refused, returned, ClientRequestBody, ReqBody};
-use crate::body::{Buffered, UpBody};
-use crate::error_page::{ErrorPages, To};
-use crate::rewrite::Net;
-use crate::route::{Answer, Refusal, Reply, Routes};
-use crate::router::Target;
+use crate::handler::body::{Buffered, UpBody};
+use crate::nginx::error_page::{ErrorPages, To};
+use crate::nginx::rewrite::Net;
+use crate::nginx::route::{Answer, Refusal, Reply, Routes};
+use crate::nginx::router::Target;
+use crate::nginx::vars::Template;
+use crate::nginx::vars::VarContext;
 use crate::server::Proxy;
-use crate::vars::Template;
-use crate::vars::VarContext;
 
 /// What an `error_page` redirects: the request as routed, with the pages
 /// of the location (or server) that answered.
 pub(super) struct Page<'a> {
     pub(super) generation: &'a crate::server::Generation,
-    pub(super) pages: &'a crate::error_page::ErrorPages,
+    pub(super) pages: &'a crate::nginx::error_page::ErrorPages,
     pub(super) parts: Parts,
     /// What routing saw of it.
     pub(super) target: Target,
 }
 
-/// `error_page` of the location for a response it got (crate::error_page):
+/// `error_page` of the location for a response it got (crate::nginx::error_page):
 /// the page's answer (a `return`, a redirect, or an upstream's through the
 /// page's location: nginx's internal redirect, which sends the request
 /// body again), with the status `=CODE` or the original one gives it. A
@@ -43,14 +43,14 @@ pub(super) async fn error_paged(
     down: super::Downstream<'_>,
     start: Tick,
     mut resp: Response<UpBody>,
-    raw: &mut Option<Box<crate::raw_head::RawFields>>,
+    raw: &mut Option<Box<crate::wire::raw_head::RawFields>>,
 ) -> Response<UpBody> {
     let (local, client) = (down.local, down.client);
     let routes = &page.generation.routes;
     let status = resp.status().as_u16();
     let generated = resp
         .extensions()
-        .get::<crate::status_page::Generated>()
+        .get::<crate::nginx::status_page::Generated>()
         .is_some();
     let Some(redirected) = apply(
         routes,
@@ -65,7 +65,7 @@ pub(super) async fn error_paged(
     };
     let earlier = resp
         .extensions_mut()
-        .remove::<crate::record::EarlierAttempts>();
+        .remove::<crate::handler::record::EarlierAttempts>();
     // The page answers instead: no fields of the response it replaces.
     drop(resp);
     *raw = None;
@@ -76,7 +76,7 @@ pub(super) async fn error_paged(
         forced,
         method,
     } = redirected;
-    parts.extensions.insert(crate::error_page::Paged {
+    parts.extensions.insert(crate::nginx::error_page::Paged {
         status: forced,
         method,
     });
@@ -141,7 +141,7 @@ pub(super) async fn error_paged(
 
 /// `resp` with the access log line of server block `server`'s level.
 pub(super) fn server_logged(
-    routes: &crate::route::Routes,
+    routes: &crate::nginx::route::Routes,
     server: Option<usize>,
     parts: &Parts,
     target: Option<&Target>,
@@ -177,7 +177,7 @@ pub(super) async fn not_routed(
     mut body: ClientRequestBody,
     down: super::Downstream<'_>,
     start: Tick,
-    raw: &mut Option<Box<crate::raw_head::RawFields>>,
+    raw: &mut Option<Box<crate::wire::raw_head::RawFields>>,
 ) -> Response<UpBody> {
     let (local, client) = (down.local, down.client);
     let routes = &generation.routes;
@@ -207,7 +207,7 @@ pub(super) async fn not_routed(
     if let Some((target, level)) = routed {
         let generated = resp
             .extensions()
-            .get::<crate::status_page::Generated>()
+            .get::<crate::nginx::status_page::Generated>()
             .is_some();
         if level
             .error_pages
@@ -240,14 +240,14 @@ pub(super) async fn not_routed(
 pub(super) fn paged_status(parts: &Parts, resp: &mut Response<UpBody>) {
     if resp
         .extensions()
-        .get::<crate::status_page::Generated>()
+        .get::<crate::nginx::status_page::Generated>()
         .is_some()
     {
         return;
     }
     let forced = parts
         .extensions
-        .get::<crate::error_page::Paged>()
+        .get::<crate::nginx::error_page::Paged>()
         .and_then(|p| p.status)
         .and_then(|c| StatusCode::from_u16(c).ok());
     if let Some(code) = forced {
@@ -264,7 +264,7 @@ struct Redirected {
     parts: Parts,
     /// What routing saw of it, as redirected.
     target: Target,
-    /// The status of the answer (see [`crate::marks::Paged`]).
+    /// The status of the answer (see [`crate::nginx::marks::Paged`]).
     forced: Option<u16>,
     /// The client's method.
     method: http::Method,
@@ -334,12 +334,12 @@ fn apply(
             target.uri.rewrite(path.to_vec(), args);
             target.internal = true;
             // The earlier pass's proxy_pass URI is not this location's.
-            parts.extensions.remove::<crate::route::PassUri>();
+            parts.extensions.remove::<crate::nginx::route::PassUri>();
             routes.phases(server, net, &mut parts, &mut target)
         }
         To::Named(name) => {
             let li = routes.router.named(server, name)?;
-            parts.extensions.remove::<crate::route::PassUri>();
+            parts.extensions.remove::<crate::nginx::route::PassUri>();
             routes.location_phase(server, li, net, &mut parts, &mut target)
         }
     };

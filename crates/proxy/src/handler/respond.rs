@@ -19,14 +19,14 @@ use super::intake::{content_length, Intake};
 use super::ledger::Ledger;
 use super::pages::{self, paged_status};
 use super::{Cx, Handled};
-use crate::attempt::Answered;
-use crate::body::{self, Streamed, UpBody};
-use crate::record::{AttemptRecord, EarlierAttempts};
-use crate::route::{Refusal, Reply};
-use crate::router::Target;
+use crate::handler::body::{self, Streamed, UpBody};
+use crate::handler::record::{AttemptRecord, EarlierAttempts};
+use crate::nginx::route::{Refusal, Reply};
+use crate::nginx::router::Target;
+use crate::nginx::status_page::error_page;
+use crate::nginx::vars::VarContext;
 use crate::server::Proxy;
-use crate::status_page::error_page;
-use crate::vars::VarContext;
+use crate::upstream::attempt::Answered;
 
 /// Pass the response header core let through (from the attempt on `peer`,
 /// whose `guard` the response body keeps until it ends) to the client.
@@ -61,21 +61,21 @@ pub(super) fn pass_through(
         }
         f => f,
     };
-    let errlog = crate::errlog::Context::new(cx.client, parts, asked.host.take());
+    let errlog = crate::obs::errlog::Context::new(cx.client, parts, asked.host.take());
     if head.status == StatusCode::SWITCHING_PROTOCOLS {
         // attempt::run lets a 101 through only when this request asked for
         // it, so on_upgrade is there.
         if let Some(client_up) = on_upgrade {
             let upstream_up = incoming.upgraded();
-            let timeouts = crate::tunnel::Timeouts {
+            let timeouts = crate::conn::tunnel::TunnelTimers {
                 idle: settings.read_timeout,
                 upstream_send: settings.send_timeout,
                 client_send: settings.client_send_timeout,
             };
-            crate::tunnel::spawn(async move {
+            crate::conn::tunnel::spawn(async move {
                 match (client_up.await, upstream_up) {
                     (Ok(a), Some(b)) => {
-                        crate::tunnel::run(a, b, timeouts, &errlog, &guard).await;
+                        crate::conn::tunnel::run(a, b, timeouts, &errlog, &guard).await;
                     }
                     (a, b) => tracing::warn!(
                         client = %errlog.client,
@@ -120,10 +120,14 @@ pub(super) fn finish(
     mut resp: Response<UpBody>,
 ) -> Response<UpBody> {
     let route = cx.route;
-    if parts.extensions.get::<crate::error_page::Paged>().is_none() {
+    if parts
+        .extensions
+        .get::<crate::nginx::error_page::Paged>()
+        .is_none()
+    {
         let generated = resp
             .extensions()
-            .get::<crate::status_page::Generated>()
+            .get::<crate::nginx::status_page::Generated>()
             .is_some();
         if route
             .error_pages
@@ -202,16 +206,16 @@ pub(super) fn refused(refusal: Refusal, parts: &Parts) -> Response<UpBody> {
     }
 }
 
-/// A head the request check refused (crate::request_check): nginx's page
+/// A head the request check refused (crate::wire::request_check): nginx's page
 /// for its status, logged to the default server's access log with its
 /// request line (and no header: nginx may have read some).
 pub(crate) fn refused_head(
     proxy: &Proxy,
     local: SocketAddr,
     client: SocketAddr,
-    refused: crate::request_check::gate::Refused,
+    refused: crate::wire::request_check::gate::Refused,
 ) -> Response<UpBody> {
-    let resp = crate::request_check::gate::refused(refused.status);
+    let resp = crate::wire::request_check::gate::refused(refused.status);
     let Some(parts) = refused.line.as_deref().and_then(request_line_parts) else {
         return resp;
     };
@@ -288,12 +292,12 @@ pub(super) fn returned(
         let mut url = text.unwrap_or_default();
         if url.starts_with(b"/") {
             if let Some(t) = target {
-                let mut abs = crate::router::absolute_prefix(t, local).into_bytes();
+                let mut abs = crate::nginx::router::absolute_prefix(t, local).into_bytes();
                 abs.extend_from_slice(&url);
                 url = abs;
             }
         }
-        if let Some(v) = crate::vars::field_value(url) {
+        if let Some(v) = crate::nginx::vars::field_value(url) {
             r.headers_mut().insert(header::LOCATION, v);
         }
         r
@@ -331,9 +335,9 @@ pub(super) fn earlier_attempts(parts: &Parts) -> &[AttemptRecord] {
 /// `add_header`s (only `always` ones on other statuses than nginx's
 /// list), gzip, and the access log line (nginx's filter order).
 pub(super) fn decorate(
-    add_headers: &[(HeaderName, crate::vars::Template, bool)],
+    add_headers: &[(HeaderName, crate::nginx::vars::Template, bool)],
     gzip: Option<&vigil_core::config::Gzip>,
-    access_log: Option<&crate::log::AccessLogWriter>,
+    access_log: Option<&crate::obs::log::AccessLogWriter>,
     cx: &VarContext<'_>,
     parts: &Parts,
     mut resp: Response<UpBody>,
@@ -350,12 +354,12 @@ pub(super) fn decorate(
         if v.is_empty() {
             continue;
         }
-        if let Some(v) = crate::vars::field_value(v) {
+        if let Some(v) = crate::nginx::vars::field_value(v) {
             resp.headers_mut().append(name.clone(), v);
         }
     }
     if let Some(g) = gzip {
-        resp = crate::gzip::filter(g, parts, resp);
+        resp = crate::nginx::gzip::filter(g, parts, resp);
     }
     match access_log {
         Some(log) => log.attach(cx, parts, resp),

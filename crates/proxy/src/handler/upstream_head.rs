@@ -12,8 +12,8 @@
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use smallvec::SmallVec;
 
-use crate::hop::HopByHop;
 use crate::upstream::{RequestFields, Values};
+use crate::wire::hop::HopByHop;
 
 /// The fields of the request on their way upstream.
 pub(super) struct Fields<'a> {

@@ -7,14 +7,14 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
 
 use super::body::Kind;
 use super::Error;
-use crate::hop::{Common, HopFilter, Names};
-use crate::raw_head::RawFields;
+use crate::wire::hop::{Common, HopFilter, Names};
+use crate::wire::raw_head::RawFields;
 
 /// hyper's default limit of response header fields.
 pub(super) const MAX_HEADERS: usize = 100;
 
 /// A parsed response head.
-pub(super) struct Head {
+pub(super) struct PeerHead {
     pub(super) status: StatusCode,
     pub(super) version: Version,
     pub(super) headers: HeaderMap,
@@ -67,7 +67,7 @@ impl Length {
         if self == Length::Bad {
             return self;
         }
-        let Some(tokens) = crate::hop::tokens_in(value) else {
+        let Some(tokens) = crate::wire::hop::tokens_in(value) else {
             return Length::Bad;
         };
         let mut now = self;
@@ -292,7 +292,7 @@ fn has_token(value: &HeaderValue, needle: &str) -> bool {
 }
 
 fn has_token_in(value: &[u8], needle: &str) -> bool {
-    crate::hop::tokens_in(value)
+    crate::wire::hop::tokens_in(value)
         .is_some_and(|mut t| t.any(|t| t.eq_ignore_ascii_case(needle.as_bytes())))
 }
 
@@ -302,14 +302,14 @@ const FAST_HEADERS: usize = 24;
 
 /// Parse a response head at the start of `buf`, taking it out of `buf`
 /// when it is whole (None: not yet whole). The hop-by-hop fields
-/// ([`crate::hop::strip_hop_by_hop`]'s, with `Upgrade` kept on a 101) and
+/// ([`crate::wire::hop::strip_hop_by_hop`]'s, with `Upgrade` kept on a 101) and
 /// those named in `hidden` are read for the framing and the connection's
 /// fate as any other, and left out of the head's map: the client is never
 /// sent them, and leaving them out keeps the others in the upstream's
 /// order, as nginx sends them (removing them later would move the last
 /// field into their place).
 #[cfg(test)]
-pub(super) fn parse(buf: &mut BytesMut, hidden: &Names) -> Result<Option<Head>, Error> {
+pub(super) fn parse(buf: &mut BytesMut, hidden: &Names) -> Result<Option<PeerHead>, Error> {
     parse_with(buf, hidden, false)
 }
 
@@ -320,7 +320,7 @@ pub(super) fn parse_with(
     buf: &mut BytesMut,
     hidden: &Names,
     raw: bool,
-) -> Result<Option<Head>, Error> {
+) -> Result<Option<PeerHead>, Error> {
     let mut spans = [Span::default(); FAST_HEADERS];
     let scanned = {
         let mut fields = [httparse::EMPTY_HEADER; FAST_HEADERS];
@@ -412,7 +412,7 @@ fn build(
     spans: &[Span],
     hidden: &Names,
     raw: bool,
-) -> Result<Head, Error> {
+) -> Result<PeerHead, Error> {
     let Line {
         len,
         code,
@@ -434,7 +434,7 @@ fn build(
         if let Some((fields, keep_alive, framed)) =
             raw_fields(&head, &spans[..count], version, hidden)?
         {
-            return Ok(Head {
+            return Ok(PeerHead {
                 status,
                 version,
                 headers: HeaderMap::new(),
@@ -445,7 +445,7 @@ fn build(
             });
         }
     }
-    let mut headers = crate::spare::map(count);
+    let mut headers = crate::wire::spare::map(count);
     let mut keep_alive = KeepAlive::new(version);
     let mut framed = Framed::default();
     // A 101's Upgrade goes on to the client (the handler lets a 101 through
@@ -496,7 +496,7 @@ fn build(
         // clears the length of a chunked response).
         headers.remove(CONTENT_LENGTH);
     }
-    Ok(Head {
+    Ok(PeerHead {
         status,
         version,
         headers,
@@ -521,11 +521,11 @@ fn raw_fields(
 ) -> Result<Option<(Box<RawFields>, bool, Framed)>, Error> {
     // Boxed: the fields go on beside the response, a pointer at each step
     // (unboxed, some 200 bytes were copied at each).
-    let mut fields = crate::spare::raw_fields(head.clone());
+    let mut fields = crate::wire::spare::raw_fields(head.clone());
     match fill_raw(&mut fields, head, spans, version, hidden) {
         Ok(Some((keep_alive, framed))) => Ok(Some((fields, keep_alive, framed))),
         other => {
-            crate::spare::keep_raw_fields(fields);
+            crate::wire::spare::keep_raw_fields(fields);
             other.map(|_| None)
         }
     }
@@ -539,7 +539,7 @@ fn fill_raw(
     version: Version,
     hidden: &Names,
 ) -> Result<Option<(bool, Framed)>, Error> {
-    use crate::raw_head::Kind;
+    use crate::wire::raw_head::Kind;
     let mut keep_alive = KeepAlive::new(version);
     let mut framed = Framed::default();
     let mut connection: smallvec::SmallVec<[&[u8]; 2]> = smallvec::SmallVec::new();
@@ -578,7 +578,8 @@ fn fill_raw(
                 {
                     return Ok(None);
                 }
-                if crate::hop::is_hop_by_hop_spelt(name, false) || hidden.contains_spelt(name) {
+                if crate::wire::hop::is_hop_by_hop_spelt(name, false) || hidden.contains_spelt(name)
+                {
                     continue;
                 }
                 if name.eq_ignore_ascii_case(b"refresh") || name.eq_ignore_ascii_case(b"location") {
@@ -594,7 +595,7 @@ fn fill_raw(
         again |= fields.push(s.name, s.value, kind);
     }
     if framed.te && framed.cl
-        || crate::hop::connection_names_any(&connection, fields.iter().map(|f| f.name))
+        || crate::wire::hop::connection_names_any(&connection, fields.iter().map(|f| f.name))
     {
         return Ok(None);
     }
@@ -623,11 +624,11 @@ pub(super) fn decoder(
 
 /// `HeaderName::from_bytes`, with the names servers send most, spelt as
 /// they send them, picked without lower-casing and matching the name (and
-/// told as such), and the others from the worker's table (`crate::names`).
+/// told as such), and the others from the worker's table (`crate::wire::names`).
 fn name_of(b: &[u8]) -> Result<(HeaderName, Option<Common>), http::header::InvalidHeaderName> {
     match common_of(b) {
         Some(c) => Ok((c.name(), Some(c))),
-        None => crate::names::header_name(b).map(|n| (n, None)),
+        None => crate::wire::names::header_name(b).map(|n| (n, None)),
     }
 }
 
@@ -822,7 +823,7 @@ mod tests {
             text.push_str("\r\n");
             let mut b = BytesMut::from(text.as_str());
             let built = parse(&mut b, &Names::default()).unwrap().unwrap().headers;
-            crate::hop::strip_hop_by_hop(&mut all, switching);
+            crate::wire::hop::strip_hop_by_hop(&mut all, switching);
             let sorted = |h: &HeaderMap| {
                 let mut v: Vec<(String, Vec<u8>)> = h
                     .iter()
@@ -941,7 +942,7 @@ mod tests {
 
     #[test]
     fn a_plain_head_comes_as_it_came_and_reads_as_its_map() {
-        use crate::h1::write::{Asked, BodyLength};
+        use crate::wire::h1::write::{Asked, BodyLength};
         let wire = b"HTTP/1.1 200 OK\r\nServer: nginx\r\nDate: D\r\nContent-Type: text/html\r\n\
             Set-Cookie: a=1\r\nContent-Length: 5\r\nX-App: 1\r\nset-cookie: b=2\r\n\
             Connection: keep-alive\r\n\r\n";
@@ -1011,8 +1012,8 @@ mod tests {
         wire: &[u8],
         hidden: &Names,
         raw: bool,
-        body: crate::h1::write::BodyLength,
-        asked: &crate::h1::write::Asked<'_>,
+        body: crate::wire::h1::write::BodyLength,
+        asked: &crate::wire::h1::write::Asked<'_>,
     ) -> Result<(String, bool, Framed, Option<String>, bool), String> {
         let mut buf = BytesMut::from(wire);
         let Some(mut h) = parse_with(&mut buf, hidden, raw).map_err(|e| format!("{e:?}"))? else {
@@ -1020,14 +1021,14 @@ mod tests {
         };
         let came_raw = h.raw.is_some();
         let mut dst = BytesMut::new();
-        let head = crate::h1::write::Head {
+        let head = crate::wire::h1::write::RespHead {
             status: h.status,
             version: h.version,
             reason: h.reason.as_ref().map(|r| r.as_bytes()),
             headers: &mut h.headers,
             raw: h.raw.as_deref(),
         };
-        let encoded = crate::h1::write::encode(head, body, asked, &mut dst)
+        let encoded = crate::wire::h1::write::encode(head, body, asked, &mut dst)
             .map(|e| format!("{:?} {}", e.framing, e.last))
             .ok();
         Ok((
@@ -1091,7 +1092,7 @@ mod tests {
             client10 in proptest::bool::ANY,
             keep in proptest::bool::ANY,
         ) {
-            use crate::h1::write::{Asked, BodyLength};
+            use crate::wire::h1::write::{Asked, BodyLength};
             let mut wire = format!("HTTP/1.{} {status} X\r\n", if http10 { 0 } else { 1 });
             for &(n, v) in &fields {
                 wire.push_str(&format!("{}: {}\r\n", NAMES[n], VALUES[v]));
@@ -1173,7 +1174,7 @@ mod tests {
                 )
             );
             proptest::prop_assert_eq!(
-                crate::hop::has_field(&h, &http::header::UPGRADE),
+                crate::wire::hop::has_field(&h, &http::header::UPGRADE),
                 h.contains_key(http::header::UPGRADE)
             );
         }

@@ -22,6 +22,11 @@ mod body;
 mod head;
 mod stream;
 
+// One attempt against a peer, the connections it opens and keeps.
+pub(crate) mod attempt;
+pub mod connect;
+pub(crate) mod pool;
+
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -35,9 +40,9 @@ use hyper::body::Body as _;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
-use crate::hop::Names;
-use crate::payload::{BoxError, UpBody};
-use crate::raw_head::RawFields;
+use crate::wire::hop::Names;
+use crate::wire::payload::{BoxError, UpBody};
+use crate::wire::raw_head::RawFields;
 
 pub(crate) use body::RespBody;
 pub(crate) use head::{put, RequestFields, Values};
@@ -66,7 +71,7 @@ pub(crate) struct H1 {
 pub(crate) struct Received {
     pub(crate) response: Response<RespBody>,
     /// Its fields as they came, the map then empty (where the route
-    /// passes fields so: see [`crate::raw_head`]).
+    /// passes fields so: see [`crate::wire::raw_head`]).
     pub(crate) raw: Option<Box<RawFields>>,
 }
 
@@ -113,7 +118,7 @@ pub(crate) enum Error {
 
 /// The two request timers.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Timeouts {
+pub(crate) struct UpstreamTimers {
     /// `proxy_send_timeout`.
     pub(crate) send: Duration,
     /// `proxy_read_timeout`.
@@ -122,7 +127,7 @@ pub(crate) struct Timeouts {
 
 /// How the request body is framed on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Framing {
+enum BodyFraming {
     None,
     Length(u64),
     Chunked,
@@ -133,7 +138,7 @@ enum Framing {
 pub(crate) struct Rest {
     /// The body, None once it ended (or its Content-Length went).
     body: Option<UpBody>,
-    framing: Framing,
+    framing: BodyFraming,
     /// Content-Length bytes still to frame.
     left: Option<u64>,
     /// A write failed after the peer answered: nothing more goes, and the
@@ -180,7 +185,7 @@ impl<'o> HeadOut<'o> {
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Written {
     method: Method,
-    framing: Framing,
+    framing: BodyFraming,
     /// Its `Connection` asks to close after the response.
     close: bool,
     /// It asks to `Upgrade`.
@@ -226,7 +231,7 @@ impl H1 {
     /// writing boxed out of it. The fields in `hidden` stay out of the
     /// response's map (see [`head::parse_with`]); `raw`: nothing on the
     /// response's way reads or edits its fields, which may then come as
-    /// they came ([`crate::raw_head`], in [`Received::raw`]).
+    /// they came ([`crate::wire::raw_head`], in [`Received::raw`]).
     #[allow(
         clippy::manual_async_fn,
         reason = "an async fn would hold its arguments twice"
@@ -235,7 +240,7 @@ impl H1 {
         mut self,
         written: Written,
         mut body: UpBody,
-        t: Timeouts,
+        t: UpstreamTimers,
         hidden: &'h Names,
         raw: bool,
     ) -> impl Future<Output = Result<Received, Error>> + Send + 'h {
@@ -250,7 +255,7 @@ impl H1 {
             let mut sent = false;
             // Some when the peer answered before the whole body went.
             let mut rest = None;
-            if matches!(framing, Framing::None | Framing::Length(0)) {
+            if matches!(framing, BodyFraming::None | BodyFraming::Length(0)) {
                 self.write_out(&mut sent, None, t.send).await?;
             } else {
                 rest = Box::pin(self.send_body(&mut body, framing, &mut sent, t.send)).await?;
@@ -270,7 +275,7 @@ impl H1 {
                         None => {}
                     }
                 }
-                let n = match crate::timer::timeout_at(deadline, self.read_more()).await {
+                let n = match crate::conn::timer::timeout_at(deadline, self.read_more()).await {
                     Ok(r) => r.map_err(Error::Read)?,
                     Err(_) => return Err(Error::Timeout(Phase::Waiting)),
                 };
@@ -278,7 +283,7 @@ impl H1 {
                     return Err(Error::Closed);
                 }
             };
-            let head::Head {
+            let head::PeerHead {
                 status,
                 version,
                 headers,
@@ -312,12 +317,12 @@ impl H1 {
     async fn send_body(
         &mut self,
         body: &mut UpBody,
-        framing: Framing,
+        framing: BodyFraming,
         written: &mut bool,
         send: Duration,
     ) -> Result<Option<Box<Rest>>, Error> {
         let mut left = match framing {
-            Framing::Length(n) => Some(n),
+            BodyFraming::Length(n) => Some(n),
             _ => None,
         };
         let mut ended = false;
@@ -349,7 +354,7 @@ impl H1 {
                         }
                         Pin::new(&mut *body).poll_frame(cx).map(Ok)
                     });
-                    match crate::timer::timeout_at(last + send, next).await {
+                    match crate::conn::timer::timeout_at(last + send, next).await {
                         Ok(Ok(f)) => f,
                         Ok(Err(answered)) => {
                             answered?;
@@ -424,7 +429,7 @@ impl H1 {
                     }
                 }
             });
-            match crate::timer::timeout_at(deadline, writing).await {
+            match crate::conn::timer::timeout_at(deadline, writing).await {
                 Ok(Ok(Wrote::All)) => {}
                 Ok(Ok(Wrote::Answered)) => {
                     self.out.drain(..at);
@@ -481,7 +486,7 @@ impl H1 {
                 io.write_all(rest).await?;
                 io.flush().await
             };
-            match crate::timer::timeout_at(deadline, all).await {
+            match crate::conn::timer::timeout_at(deadline, all).await {
                 Ok(Ok(())) => *written = true,
                 Ok(Err(source)) => {
                     return Err(Error::Write {
@@ -570,10 +575,10 @@ enum Wrote {
 impl Rest {
     /// What is left of `body` (taken, an empty body left in its place)
     /// unless it `ended` or its length went.
-    fn of(body: &mut UpBody, framing: Framing, left: Option<u64>, ended: bool) -> Box<Self> {
+    fn of(body: &mut UpBody, framing: BodyFraming, left: Option<u64>, ended: bool) -> Box<Self> {
         let more = !ended && left != Some(0);
         Box::new(Self {
-            body: more.then(|| std::mem::replace(body, crate::payload::empty())),
+            body: more.then(|| std::mem::replace(body, crate::wire::payload::empty())),
             framing,
             left,
             failed: false,
@@ -584,7 +589,7 @@ impl Rest {
     fn failed() -> Box<Self> {
         Box::new(Self {
             body: None,
-            framing: Framing::None,
+            framing: BodyFraming::None,
             left: None,
             failed: true,
         })
@@ -593,7 +598,12 @@ impl Rest {
 
 /// Frame a piece of the body into `out` (at most the `left` of a
 /// Content-Length body).
-fn put_piece(out: &mut Vec<u8>, framing: Framing, left: &mut Option<u64>, mut data: bytes::Bytes) {
+fn put_piece(
+    out: &mut Vec<u8>,
+    framing: BodyFraming,
+    left: &mut Option<u64>,
+    mut data: bytes::Bytes,
+) {
     if let Some(l) = left.as_mut() {
         let take = usize::try_from(*l).unwrap_or(usize::MAX).min(data.len());
         data.truncate(take);
@@ -602,7 +612,7 @@ fn put_piece(out: &mut Vec<u8>, framing: Framing, left: &mut Option<u64>, mut da
     if data.is_empty() {
         return;
     }
-    if framing == Framing::Chunked {
+    if framing == BodyFraming::Chunked {
         let _ = std::io::Write::write_fmt(out, format_args!("{:X}\r\n", data.len()));
         out.put_slice(&data);
         out.put_slice(b"\r\n");
@@ -613,9 +623,9 @@ fn put_piece(out: &mut Vec<u8>, framing: Framing, left: &mut Option<u64>, mut da
 
 /// The body ended: a chunked one's last chunk into `out`; a
 /// Content-Length one short of its length is an error.
-fn put_end(out: &mut Vec<u8>, framing: Framing, left: Option<u64>) -> Result<(), Error> {
+fn put_end(out: &mut Vec<u8>, framing: BodyFraming, left: Option<u64>) -> Result<(), Error> {
     match (framing, left) {
-        (Framing::Chunked, _) => out.put_slice(b"0\r\n\r\n"),
+        (BodyFraming::Chunked, _) => out.put_slice(b"0\r\n\r\n"),
         (_, Some(l)) if l > 0 => {
             return Err(Error::Body(
                 "request body ended before its Content-Length".into(),
@@ -635,13 +645,13 @@ fn set_length(
     method: &Method,
     body: &UpBody,
     te: bool,
-) -> Framing {
+) -> BodyFraming {
     use head::put::{CONTENT_LENGTH, TRANSFER_ENCODING};
     if body.is_end_stream() {
         if te {
             fields.remove(&TRANSFER_ENCODING);
         }
-        return Framing::None;
+        return BodyFraming::None;
     }
     let existing = head::content_length_parse_all(fields);
     if te {
@@ -663,25 +673,25 @@ fn set_length(
             }
         }
         fields.remove(&CONTENT_LENGTH);
-        return Framing::Chunked;
+        return BodyFraming::Chunked;
     }
     if let Some(n) = existing {
-        return Framing::Length(n);
+        return BodyFraming::Length(n);
     }
     match body.size_hint().exact() {
         Some(n) => {
             fields.insert(&CONTENT_LENGTH, http::HeaderValue::from(n));
-            Framing::Length(n)
+            BodyFraming::Length(n)
         }
         None => match *method {
-            Method::GET | Method::HEAD | Method::CONNECT => Framing::Length(0),
+            Method::GET | Method::HEAD | Method::CONNECT => BodyFraming::Length(0),
             _ => {
                 fields.insert(
                     &TRANSFER_ENCODING,
                     http::HeaderValue::from_static("chunked"),
                 );
                 fields.remove(&CONTENT_LENGTH);
-                Framing::Chunked
+                BodyFraming::Chunked
             }
         },
     }

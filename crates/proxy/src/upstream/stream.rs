@@ -13,7 +13,7 @@ use tokio_rustls::client::TlsStream;
 #[derive(Debug)]
 pub(crate) enum Stream {
     /// TCP (TCP_NODELAY set by the connector), written through
-    /// [`crate::sock`].
+    /// [`crate::conn::sock`].
     Tcp(TcpStream),
     /// TLS over TCP, the handshake done. Boxed: rustls's connection state
     /// is over a kilobyte, and a plain connection should not carry it.
@@ -47,7 +47,7 @@ impl Stream {
     /// socket: [`Stream::unflushed`] says so, and a flush sends it.
     pub(crate) fn try_write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
-            Stream::Tcp(s) => crate::sock::try_send(s, buf),
+            Stream::Tcp(s) => crate::conn::sock::try_send(s, buf),
             Stream::Unix(s) => s.try_write(buf),
             Stream::Tls(s) => {
                 let mut cx = Context::from_waker(Waker::noop());
@@ -90,7 +90,7 @@ impl AsyncWrite for Stream {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            Stream::Tcp(s) => crate::sock::poll_send(s, cx, buf),
+            Stream::Tcp(s) => crate::conn::sock::poll_send(s, cx, buf),
             Stream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
         }
@@ -102,7 +102,7 @@ impl AsyncWrite for Stream {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            Stream::Tcp(s) => crate::sock::poll_writev(s, cx, bufs),
+            Stream::Tcp(s) => crate::conn::sock::poll_writev(s, cx, bufs),
             Stream::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
             Stream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
         }

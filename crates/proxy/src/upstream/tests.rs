@@ -4,9 +4,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
 use super::*;
-use crate::payload::BoxError;
+use crate::wire::payload::BoxError;
 
-const TIMERS: Timeouts = Timeouts {
+const TIMERS: UpstreamTimers = UpstreamTimers {
     send: Duration::from_secs(60),
     read: Duration::from_secs(60),
 };
@@ -59,7 +59,7 @@ async fn data(body: &mut RespBody) -> Option<Bytes> {
 #[tokio::test]
 async fn an_answer_while_a_write_waits_for_the_peer_is_the_response() {
     // More than the socket pair holds, and a peer that reads none of it.
-    let body = crate::payload::full(vec![b'x'; 8 << 20]);
+    let body = crate::wire::payload::full(vec![b'x'; 8 << 20]);
     let (h1, written, mut peer) = post(&body);
     let names = Names::default();
     let send = h1.send(written, body, TIMERS, &names, false);

@@ -11,10 +11,10 @@ use vigil_core::config::{literal_resolver, nginx};
 use vigil_core::event::EventBus;
 use vigil_core::registry::Registry;
 
-use crate::hop::strip_hop_by_hop;
-use crate::pool::Pool;
-use crate::route::{Route, Routes};
+use crate::nginx::route::{Route, Routes};
+use crate::upstream::pool::Pool;
 use crate::upstream::{HeadOut, RequestFields};
+use crate::wire::hop::strip_hop_by_hop;
 
 fn route(conf: &str) -> Arc<Route> {
     let config = nginx::load_str(conf, "t.conf".as_ref(), ".".as_ref(), &literal_resolver)
@@ -76,7 +76,7 @@ fn edited(
             if let Some(t) = tpl {
                 let v = t.expand(&cx);
                 if !v.is_empty() {
-                    if let Some(v) = crate::vars::field_value(v) {
+                    if let Some(v) = crate::nginx::vars::field_value(v) {
                         headers.insert(name.clone(), v);
                     }
                 }
@@ -158,14 +158,14 @@ fn both(
 }
 
 /// An empty body, one of a known length, one of an unknown length.
-fn a_body(kind: u8) -> crate::payload::UpBody {
+fn a_body(kind: u8) -> crate::wire::payload::UpBody {
     match kind {
-        0 => crate::payload::empty(),
-        1 => crate::payload::full("abc"),
+        0 => crate::wire::payload::empty(),
+        1 => crate::wire::payload::full("abc"),
         _ => {
-            let chunks = vec![Ok::<_, crate::payload::BoxError>(hyper::body::Frame::data(
-                bytes::Bytes::from_static(b"abc"),
-            ))];
+            let chunks = vec![Ok::<_, crate::wire::payload::BoxError>(
+                hyper::body::Frame::data(bytes::Bytes::from_static(b"abc")),
+            )];
             http_body_util::BodyExt::boxed(http_body_util::StreamBody::new(
                 futures_util::stream::iter(chunks),
             ))
