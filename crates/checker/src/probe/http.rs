@@ -6,9 +6,11 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use vigil_core::config::{CheckKind, HttpCheck};
 use vigil_core::health::ProbePhase;
+use vigil_http1::{Decoded, Decoder, Framed, Framing};
 
 use super::{Deadline, FailureKind, ProbeFailure, ProbeResult, Target};
 
@@ -32,7 +34,7 @@ where
         .await?
         .map_err(|e| ProbeFailure::io(ProbePhase::Send, &e))?;
 
-    let mut buf = Vec::with_capacity(1024);
+    let mut buf = BytesMut::with_capacity(1024);
     let n = read_more(
         &mut s,
         &mut buf,
@@ -98,13 +100,36 @@ where
             return Err(protocol("connection closed inside the response header"));
         }
     };
-    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-    let framing = Framing::of(&head, status, t.http.send.starts_with("HEAD "));
+    let (framing, _) = framed(&buf[..head_end])
+        .response(
+            status,
+            t.http.send.starts_with("HEAD "),
+            false,
+            buf.starts_with(b"HTTP/1.0"),
+        )
+        .map_err(|e| protocol(&e.to_string()))?;
     let mut raw = buf.split_off(head_end);
-    let body = loop {
-        let (body, complete) = framing.decode(&raw);
-        if complete || body.len() >= BODY_LIMIT {
-            break body;
+    let mut decoder = Decoder::new(framing);
+    let mut body = Vec::new();
+    'read: loop {
+        loop {
+            match decoder.decode(&mut raw) {
+                Ok(Some(Decoded::Data(d))) => {
+                    body.extend_from_slice(&d);
+                    if body.len() >= BODY_LIMIT {
+                        break 'read;
+                    }
+                }
+                Ok(Some(Decoded::Trailers(_) | Decoded::End)) => break 'read,
+                Ok(None) => break,
+                Err(what) => {
+                    return Err(ProbeFailure::new(
+                        ProbePhase::Body,
+                        FailureKind::Protocol,
+                        format!("invalid chunked body: {what}"),
+                    ))
+                }
+            }
         }
         // A read error here (a reset mid-body) fails the probe.
         let n = read_more(
@@ -116,8 +141,8 @@ where
         )
         .await?;
         if n == 0 {
-            if framing == Framing::Close {
-                break body;
+            if decoder.closed().is_ok() {
+                break;
             }
             let expected = match framing {
                 Framing::Length(n) => format!(" of {n}"),
@@ -132,7 +157,7 @@ where
                 ),
             ));
         }
-    };
+    }
     let body = &body[..body.len().min(BODY_LIMIT)];
     let Some(needle) = t.http.body_contains.as_deref() else {
         return Ok(format!("HTTP {status}"));
@@ -225,7 +250,7 @@ fn protocol(detail: &str) -> ProbeFailure {
 
 async fn read_more<S: AsyncRead + Unpin>(
     s: &mut S,
-    buf: &mut Vec<u8>,
+    buf: &mut BytesMut,
     deadline: &Deadline,
     phase: ProbePhase,
     doing: &str,
@@ -273,85 +298,22 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-/// How the body ends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Framing {
-    /// No body (HEAD, 1xx, 204, 304).
-    Empty,
-    /// `Content-Length: n`.
-    Length(usize),
-    /// `Transfer-Encoding: chunked`.
-    Chunked,
-    /// Until the connection closes.
-    Close,
-}
-
-impl Framing {
-    fn of(head: &str, status: u16, head_request: bool) -> Self {
-        if head_request || status < 200 || status == 204 || status == 304 {
-            return Framing::Empty;
-        }
-        let mut length = None;
-        for line in head.lines().skip(1) {
-            let Some((name, value)) = line.split_once(':') else {
-                continue;
-            };
-            let (name, value) = (name.trim(), value.trim());
-            if name.eq_ignore_ascii_case("transfer-encoding")
-                && value.to_ascii_lowercase().contains("chunked")
-            {
-                return Framing::Chunked;
-            }
-            if name.eq_ignore_ascii_case("content-length") {
-                length = value.parse::<usize>().ok();
-            }
-        }
-        length.map_or(Framing::Close, Framing::Length)
-    }
-
-    /// The body decoded from the raw bytes read so far, and whether it is complete.
-    fn decode(self, raw: &[u8]) -> (Vec<u8>, bool) {
-        match self {
-            Framing::Empty => (Vec::new(), true),
-            Framing::Length(n) => (raw[..raw.len().min(n)].to_vec(), raw.len() >= n),
-            Framing::Close => (raw.to_vec(), false),
-            Framing::Chunked => dechunk(raw),
-        }
-    }
-}
-
-/// Decode as much of a chunked body as `raw` holds.
-fn dechunk(raw: &[u8]) -> (Vec<u8>, bool) {
-    let mut out = Vec::new();
-    let mut i = 0;
-    loop {
-        let Some(eol) = find(&raw[i..], b"\r\n") else {
-            return (out, false);
+/// The framing fields of a response head (its status line first), as
+/// the codec reads them.
+fn framed(head: &[u8]) -> Framed {
+    let mut f = Framed::default();
+    for line in head.split(|&b| b == b'\n').skip(1) {
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
         };
-        let size_text = String::from_utf8_lossy(&raw[i..i + eol]);
-        let size_text = size_text.split(';').next().unwrap_or("").trim();
-        let Ok(size) = usize::from_str_radix(size_text, 16) else {
-            // Not chunked after all: treat what is there as the body.
-            return (raw.to_vec(), true);
-        };
-        if size == 0 {
-            return (out, true);
-        }
-        let start = i + eol + 2;
-        let end = start.saturating_add(size);
-        if raw.len() < end {
-            out.extend_from_slice(&raw[start..]);
-            return (out, false);
-        }
-        out.extend_from_slice(&raw[start..end]);
-        if out.len() >= BODY_LIMIT {
-            return (out, false);
-        }
-        i = end + 2;
-        if i > raw.len() {
-            return (out, false);
+        let (name, value) = (line[..colon].trim_ascii(), line[colon + 1..].trim_ascii());
+        if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            f.transfer_encoding(value);
+        } else if name.eq_ignore_ascii_case(b"content-length") {
+            f.content_length(value);
         }
     }
+    f
 }
 
 #[cfg(test)]
@@ -429,16 +391,30 @@ mod tests {
     }
 
     #[test]
-    fn framing_and_chunks() {
+    fn framing_is_the_codecs() {
+        let framing = |head: &str, head_request| {
+            framed(head.as_bytes())
+                .response(200, head_request, false, false)
+                .map(|(f, _)| f)
+        };
         let head = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
-        assert_eq!(Framing::of(head, 200, false), Framing::Length(5));
-        assert_eq!(Framing::of(head, 200, true), Framing::Empty);
-        let head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
-        assert_eq!(Framing::of(head, 200, false), Framing::Chunked);
-        assert_eq!(
-            dechunk(b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"),
-            (b"abcde".to_vec(), true)
-        );
-        assert_eq!(dechunk(b"3\r\nabc\r\n2\r\nd"), (b"abcd".to_vec(), false));
+        assert_eq!(framing(head, false), Ok(Framing::Length(5)));
+        assert_eq!(framing(head, true), Ok(Framing::Empty));
+        let head = "HTTP/1.1 200 OK\r\ntransfer-encoding:  chunked\r\n\r\n";
+        assert_eq!(framing(head, false), Ok(Framing::Chunked));
+        let head = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n";
+        assert!(framing(head, false).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_broken_chunked_body_or_length_fails_the_probe_as_it_fails_a_client() {
+        let plain = HttpCheck::default();
+        for reply in [
+            &b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nok\r\n0\r\n\r\n"[..],
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5, 6\r\n\r\nhello",
+        ] {
+            let e = judge_reply(&plain, reply, 3).await.expect_err("refused");
+            assert_eq!(e.kind(), FailureKind::Protocol, "{e}");
+        }
     }
 }

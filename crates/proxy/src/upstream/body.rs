@@ -1,5 +1,6 @@
 //! The response body on a connection of [`super::H1`]: framed by
-//! Content-Length, chunked or the close, as hyper's decoder frames it.
+//! Content-Length, chunked or the close, decoded by vigil's one HTTP/1
+//! body codec ([`vigil_http1::Decoder`]).
 //! Errors are `std::io::Error`s of the kinds the error log maps to
 //! nginx's lines (`UnexpectedEof`: premature close; `InvalidData`: a bad
 //! chunk).
@@ -9,49 +10,12 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use bytes::{Buf, Bytes};
-use http::{HeaderMap, HeaderName, HeaderValue};
 use hyper::body::{Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use vigil_http1::{Decoded, Decoder, Framing, Premature};
+
 use super::{Rest, H1};
-
-/// The longest chunk-size line or trailer line.
-const MAX_LINE: usize = 16 * 1024;
-/// The most trailer fields taken.
-const MAX_TRAILERS: usize = 100;
-
-/// How much of the body is left.
-#[derive(Debug)]
-pub(crate) enum Kind {
-    /// All read.
-    Done,
-    /// This many bytes (Content-Length).
-    Length(u64),
-    /// Chunked, in this state.
-    Chunked(Chunk),
-    /// Until the peer closes.
-    Close,
-}
-
-/// Where a chunked body's decoder stands.
-#[derive(Debug)]
-pub(crate) enum Chunk {
-    /// Before a chunk-size line.
-    Size,
-    /// Inside a chunk, this many data bytes left.
-    Data(u64),
-    /// After a chunk's data: its CRLF.
-    DataEnd,
-    /// After the last chunk: trailer fields until an empty line (boxed:
-    /// every response's body state is moved with its response).
-    Trailers(Box<HeaderMap>),
-}
-
-impl Kind {
-    pub(super) fn chunked() -> Self {
-        Kind::Chunked(Chunk::Size)
-    }
-}
 
 /// A response body that owns its connection. (Its flags are the
 /// connection's, [`Exchange`]: in the room beside `H1::read_size`, where
@@ -59,7 +23,7 @@ impl Kind {
 /// word larger.)
 pub(crate) struct RespBody {
     conn: Option<H1>,
-    kind: Kind,
+    body: Decoder,
     /// What is left to send of a request body the peer answered before it
     /// all went (see [`RespBody::pump`]).
     rest: Option<Box<Rest>>,
@@ -89,7 +53,7 @@ enum Pumped {
 impl RespBody {
     pub(super) fn new(
         mut conn: H1,
-        kind: Kind,
+        body: Decoder,
         keep: bool,
         upgrade: bool,
         rest: Option<Box<Rest>>,
@@ -101,7 +65,7 @@ impl RespBody {
         };
         Self {
             conn: Some(conn),
-            kind,
+            body,
             rest,
         }
     }
@@ -110,7 +74,7 @@ impl RespBody {
     /// end, the whole request went and it may be kept.
     pub(crate) fn reclaim(&mut self) -> Option<H1> {
         let keep = self.conn.as_ref().is_some_and(|c| c.exchange.keep);
-        if !keep || !matches!(self.kind, Kind::Done) || self.rest.is_some() {
+        if !keep || !self.body.is_done() || self.rest.is_some() {
             return None;
         }
         let conn = self.conn.take()?;
@@ -194,103 +158,18 @@ impl RespBody {
             let Some(conn) = self.conn.as_mut() else {
                 return Poll::Ready(None);
             };
-            match &mut self.kind {
-                Kind::Done => return Poll::Ready(None),
-                Kind::Length(left) => {
-                    if !conn.buf.is_empty() {
-                        let n = usize::try_from(*left)
-                            .map_or(conn.buf.len(), |l| l.min(conn.buf.len()));
-                        let data = conn.buf.split_to(n).freeze();
-                        *left -= n as u64;
-                        if *left == 0 {
-                            self.kind = Kind::Done;
-                        }
-                        return Poll::Ready(Some(Ok(Frame::data(data))));
-                    }
-                    if ready!(conn.poll_read_more(cx))? == 0 {
-                        return Poll::Ready(Some(Err(eof())));
-                    }
-                }
-                Kind::Close => {
-                    if !conn.buf.is_empty() {
-                        let data = conn.buf.split().freeze();
-                        return Poll::Ready(Some(Ok(Frame::data(data))));
-                    }
-                    if ready!(conn.poll_read_more(cx))? == 0 {
-                        self.kind = Kind::Done;
-                        return Poll::Ready(None);
-                    }
-                }
-                Kind::Chunked(chunk) => match chunk {
-                    Chunk::Size => match line(&conn.buf)? {
-                        Some(end) => {
-                            let size = chunk_size(&conn.buf[..end])?;
-                            conn.buf.advance(end + 1);
-                            *chunk = if size == 0 {
-                                Chunk::Trailers(Box::default())
-                            } else {
-                                Chunk::Data(size)
-                            };
-                        }
-                        None => {
-                            if ready!(conn.poll_read_more(cx))? == 0 {
-                                return Poll::Ready(Some(Err(eof())));
-                            }
-                        }
-                    },
-                    Chunk::Data(left) => {
-                        if !conn.buf.is_empty() {
-                            let n = usize::try_from(*left)
-                                .map_or(conn.buf.len(), |l| l.min(conn.buf.len()));
-                            let data = conn.buf.split_to(n).freeze();
-                            *left -= n as u64;
-                            if *left == 0 {
-                                *chunk = Chunk::DataEnd;
-                            }
-                            return Poll::Ready(Some(Ok(Frame::data(data))));
-                        }
-                        if ready!(conn.poll_read_more(cx))? == 0 {
-                            return Poll::Ready(Some(Err(eof())));
-                        }
-                    }
-                    Chunk::DataEnd => {
-                        if conn.buf.len() >= 2 {
-                            if &conn.buf[..2] != b"\r\n" {
-                                return Poll::Ready(Some(Err(invalid("no CRLF after chunk data"))));
-                            }
-                            conn.buf.advance(2);
-                            *chunk = Chunk::Size;
-                        } else if ready!(conn.poll_read_more(cx))? == 0 {
-                            return Poll::Ready(Some(Err(eof())));
-                        }
-                    }
-                    Chunk::Trailers(fields) => match line(&conn.buf)? {
-                        Some(end) => {
-                            let l = &conn.buf[..end];
-                            let l = l.strip_suffix(b"\r").unwrap_or(l);
-                            if l.is_empty() {
-                                conn.buf.advance(end + 1);
-                                let fields = std::mem::take(&mut **fields);
-                                self.kind = Kind::Done;
-                                if !fields.is_empty() {
-                                    return Poll::Ready(Some(Ok(Frame::trailers(fields))));
-                                }
-                                return Poll::Ready(None);
-                            }
-                            if fields.len() >= MAX_TRAILERS {
-                                return Poll::Ready(Some(Err(invalid("too many trailer fields"))));
-                            }
-                            let (name, value) = trailer(l)?;
-                            fields.append(name, value);
-                            conn.buf.advance(end + 1);
-                        }
-                        None => {
-                            if ready!(conn.poll_read_more(cx))? == 0 {
-                                return Poll::Ready(Some(Err(eof())));
-                            }
-                        }
-                    },
-                },
+            match self.body.decode(&mut conn.buf) {
+                Ok(Some(Decoded::Data(d))) => return Poll::Ready(Some(Ok(Frame::data(d)))),
+                Ok(Some(Decoded::Trailers(t))) => return Poll::Ready(Some(Ok(Frame::trailers(t)))),
+                Ok(Some(Decoded::End)) => return Poll::Ready(None),
+                Ok(None) => {}
+                Err(what) => return Poll::Ready(Some(Err(invalid(what)))),
+            }
+            if ready!(conn.poll_read_more(cx))? == 0 {
+                return Poll::Ready(match self.body.closed() {
+                    Ok(()) => None,
+                    Err(Premature) => Some(Err(eof())),
+                });
             }
         }
     }
@@ -319,81 +198,24 @@ impl hyper::body::Body for RespBody {
                 cx.waker().wake_by_ref();
                 return Poll::Pending;
             }
-            // A broken body leaves the connection unusable.
-            this.kind = Kind::Done;
+            // A broken body leaves the connection unusable (and the body
+            // at its end).
+            this.body = Decoder::new(Framing::Empty);
             this.conn = None;
         }
         r
     }
 
     fn is_end_stream(&self) -> bool {
-        matches!(self.kind, Kind::Done)
+        self.body.is_done()
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self.kind {
-            Kind::Done => SizeHint::with_exact(0),
-            Kind::Length(n) => SizeHint::with_exact(n),
-            _ => SizeHint::default(),
+        match self.body.remaining() {
+            Some(n) => SizeHint::with_exact(n),
+            None => SizeHint::default(),
         }
     }
-}
-
-/// The end of the next line in `buf` (the index of its LF), if whole.
-fn line(buf: &[u8]) -> io::Result<Option<usize>> {
-    match memchr(buf) {
-        Some(i) => Ok(Some(i)),
-        None if buf.len() > MAX_LINE => Err(invalid("chunk line too long")),
-        None => Ok(None),
-    }
-}
-
-fn memchr(buf: &[u8]) -> Option<usize> {
-    buf.iter().position(|&b| b == b'\n')
-}
-
-/// A chunk-size line (without its LF): hex digits, optional whitespace,
-/// an optional `;extension`, then CR.
-fn chunk_size(line: &[u8]) -> io::Result<u64> {
-    let Some(line) = line.strip_suffix(b"\r") else {
-        return Err(invalid("chunk size line without CRLF"));
-    };
-    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
-    if digits == 0 {
-        return Err(invalid("invalid chunk size"));
-    }
-    let mut size: u64 = 0;
-    for &b in &line[..digits] {
-        let d = match b {
-            b'0'..=b'9' => b - b'0',
-            b'a'..=b'f' => b - b'a' + 10,
-            _ => b - b'A' + 10,
-        };
-        size = size
-            .checked_mul(16)
-            .and_then(|s| s.checked_add(u64::from(d)))
-            .ok_or_else(|| invalid("chunk size overflow"))?;
-    }
-    let rest = &line[digits..];
-    let rest = &rest[rest
-        .iter()
-        .take_while(|b| matches!(b, b' ' | b'\t'))
-        .count()..];
-    if !rest.is_empty() && rest[0] != b';' {
-        return Err(invalid("invalid chunk size"));
-    }
-    Ok(size)
-}
-
-fn trailer(l: &[u8]) -> io::Result<(HeaderName, HeaderValue)> {
-    let colon = l
-        .iter()
-        .position(|&b| b == b':')
-        .ok_or_else(|| invalid("invalid trailer field"))?;
-    let name = HeaderName::from_bytes(&l[..colon]).map_err(|_| invalid("invalid trailer name"))?;
-    let value = l[colon + 1..].trim_ascii();
-    let value = HeaderValue::from_bytes(value).map_err(|_| invalid("invalid trailer value"))?;
-    Ok((name, value))
 }
 
 fn eof() -> io::Error {

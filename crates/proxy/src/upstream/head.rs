@@ -5,10 +5,10 @@ use bytes::BytesMut;
 use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
 
-use super::body::Kind;
 use super::Error;
 use crate::wire::hop::{Common, HopFilter, Names};
 use crate::wire::raw_head::RawFields;
+use vigil_http1::{Framed, Framing};
 
 /// hyper's default limit of response header fields.
 pub(super) const MAX_HEADERS: usize = 100;
@@ -28,65 +28,6 @@ pub(super) struct PeerHead {
     pub(super) keep_alive: bool,
     /// The framing fields it has (seen while the map was built).
     pub(super) framed: Framed,
-}
-
-/// Whether a head has `Transfer-Encoding` and `Content-Length` fields,
-/// and what their values say (read while the map was built, so framing
-/// looks nothing up again).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) struct Framed {
-    te: bool,
-    cl: bool,
-    /// The last `Transfer-Encoding` line's last coding is `chunked`.
-    chunked: bool,
-    /// Its `Content-Length` lines, as [`content_length_parse_all`] reads them.
-    length: Length,
-}
-
-/// `Content-Length` lines taken in order, as hyper's
-/// `content_length_parse_all` reads them: every value (also comma-separated
-/// ones) digits, and all of them agreeing.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-enum Length {
-    /// No line yet.
-    #[default]
-    Absent,
-    Is(u64),
-    /// A value that is not digits, or two that disagree.
-    Bad,
-}
-
-impl Length {
-    /// The lines so far and `value`.
-    fn line(self, value: &HeaderValue) -> Self {
-        self.line_of(value.as_bytes())
-    }
-
-    /// [`Length::line`] of a value's bytes.
-    fn line_of(self, value: &[u8]) -> Self {
-        if self == Length::Bad {
-            return self;
-        }
-        let Some(tokens) = crate::wire::hop::tokens_in(value) else {
-            return Length::Bad;
-        };
-        let mut now = self;
-        for v in tokens {
-            now = match (from_digits(v), now) {
-                (Some(n), Length::Absent) => Length::Is(n),
-                (Some(n), Length::Is(m)) if m == n => now,
-                _ => return Length::Bad,
-            };
-        }
-        now
-    }
-
-    fn value(self) -> Option<u64> {
-        match self {
-            Length::Is(n) => Some(n),
-            Length::Absent | Length::Bad => None,
-        }
-    }
 }
 
 /// Whether the connection may be kept: the version's answer, then the
@@ -123,34 +64,6 @@ impl KeepAlive {
             self.keep = false;
         } else if !self.keep {
             self.keep = kept;
-        }
-    }
-}
-
-impl Framed {
-    /// A `Transfer-Encoding` line.
-    fn transfer_encoding(&mut self, value: &[u8]) {
-        self.te = true;
-        self.chunked = last_token_is_chunked(value);
-    }
-
-    /// A `Content-Length` line.
-    fn content_length(&mut self, value: &[u8]) {
-        self.cl = true;
-        self.length = self.length.line_of(value);
-    }
-
-    #[cfg(test)]
-    fn of(headers: &HeaderMap) -> Self {
-        Self {
-            te: headers.contains_key(TRANSFER_ENCODING),
-            cl: headers.contains_key(CONTENT_LENGTH),
-            chunked: headers
-                .get_all(TRANSFER_ENCODING)
-                .iter()
-                .next_back()
-                .is_some_and(|v| last_token_is_chunked(v.as_bytes())),
-            length: lengths(headers),
         }
     }
 }
@@ -491,7 +404,7 @@ fn build(
         headers.append(name, value);
     }
     hop.finish(&mut headers);
-    if framed.te && framed.cl {
+    if framed.has_transfer_encoding() && framed.has_content_length() {
         // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length (nginx
         // clears the length of a chunked response).
         headers.remove(CONTENT_LENGTH);
@@ -594,7 +507,7 @@ fn fill_raw(
         };
         again |= fields.push(s.name, s.value, kind);
     }
-    if framed.te && framed.cl
+    if framed.has_transfer_encoding() && framed.has_content_length()
         || crate::wire::hop::connection_names_any(&connection, fields.iter().map(|f| f.name))
     {
         return Ok(None);
@@ -608,18 +521,6 @@ fn fill_raw(
 fn value_bytes<'h>(head: &'h bytes::Bytes, s: &Span) -> &'h [u8] {
     head.get(s.value.0 as usize..s.value.1 as usize)
         .unwrap_or_default()
-}
-
-/// hyper's `Client::decoder`: how the body is framed, and whether the
-/// connection is being upgraded.
-#[cfg(test)]
-pub(super) fn decoder(
-    status: StatusCode,
-    method: &Method,
-    version: Version,
-    headers: &HeaderMap,
-) -> Result<(Kind, bool), Error> {
-    decode(status, method, version, Framed::of(headers))
 }
 
 /// `HeaderName::from_bytes`, with the names servers send most, spelt as
@@ -654,93 +555,50 @@ fn common_of(b: &[u8]) -> Option<Common> {
     })
 }
 
-/// hyper's `Client::decoder` (how the body is framed, and whether the
-/// connection is being upgraded), knowing which framing fields `headers` has.
+/// How the response is framed, and whether its connection is being
+/// upgraded: vigil's one codec's answer ([`Framed::response`]) to the
+/// request's method and the response's version.
 pub(super) fn decode(
     status: StatusCode,
     method: &Method,
     version: Version,
     framed: Framed,
-) -> Result<(Kind, bool), Error> {
-    match status.as_u16() {
-        101 => return Ok((Kind::Done, true)),
-        204 | 304 => return Ok((Kind::Done, false)),
-        _ => {}
-    }
-    if *method == Method::HEAD {
-        return Ok((Kind::Done, false));
-    }
-    if *method == Method::CONNECT && status.is_success() {
-        return Ok((Kind::Done, true));
-    }
-    if framed.te {
-        if version == Version::HTTP_10 {
-            return Err(Error::Parse(
-                "HTTP/1.0 response with Transfer-Encoding".to_owned(),
-            ));
-        }
-        return Ok((
-            if framed.chunked {
-                Kind::chunked()
-            } else {
-                Kind::Close
-            },
-            false,
-        ));
-    }
-    if !framed.cl {
-        return Ok((Kind::Close, false));
-    }
-    match framed.length.value() {
-        Some(0) => Ok((Kind::Done, false)),
-        Some(n) => Ok((Kind::Length(n), false)),
-        None => Err(Error::Parse("invalid Content-Length".to_owned())),
-    }
-}
-
-/// Whether the last coding of a Transfer-Encoding value is `chunked`.
-pub(super) fn last_token_is_chunked(v: &[u8]) -> bool {
-    std::str::from_utf8(v).is_ok_and(|s| {
-        s.rsplit(',')
-            .next()
-            .is_some_and(|t| t.trim().eq_ignore_ascii_case("chunked"))
-    })
+) -> Result<(Framing, bool), Error> {
+    framed
+        .response(
+            status.as_u16(),
+            *method == Method::HEAD,
+            *method == Method::CONNECT,
+            version == Version::HTTP_10,
+        )
+        .map_err(|e| Error::Parse(e.to_string()))
 }
 
 /// hyper's `content_length_parse_all`: every Content-Length value (also
 /// comma-separated ones) is digits and they all agree.
 pub(super) fn content_length_parse_all(fields: &impl RequestFields) -> Option<u64> {
-    fields
-        .values(&CONTENT_LENGTH)
-        .fold(Length::Absent, Length::line)
-        .value()
-}
-
-/// Every `Content-Length` line of `headers`, in order.
-#[cfg(test)]
-fn lengths(headers: &HeaderMap) -> Length {
-    headers
-        .get_all(CONTENT_LENGTH)
-        .iter()
-        .fold(Length::Absent, Length::line)
-}
-
-fn from_digits(b: &[u8]) -> Option<u64> {
-    if b.is_empty() {
-        return None;
+    let mut framed = Framed::default();
+    for v in fields.values(&CONTENT_LENGTH) {
+        framed.content_length(v.as_bytes());
     }
-    let mut n: u64 = 0;
-    for &c in b {
-        if !c.is_ascii_digit() {
-            return None;
-        }
-        n = n.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
-    }
-    Some(n)
+    framed.length()
 }
 
 #[cfg(test)]
 mod tests {
+    /// The framing fields of a map, as a reader tells them line by line.
+    fn framed_of(headers: &HeaderMap) -> Framed {
+        let mut f = Framed::default();
+        for (name, value) in headers {
+            if name == TRANSFER_ENCODING {
+                f.transfer_encoding(value.as_bytes());
+            } else if name == CONTENT_LENGTH {
+                f.content_length(value.as_bytes());
+            }
+        }
+        f
+    }
+
     use super::*;
 
     fn head_with(fields: usize) -> BytesMut {
@@ -784,7 +642,7 @@ mod tests {
         // Hidden or not, Content-Length frames the body and Connection
         // decides the connection's fate (as nginx reads them before its
         // hide filter).
-        assert_eq!(h.framed.length, Length::Is(3));
+        assert_eq!(h.framed.length(), Some(3));
         assert!(!h.keep_alive);
         assert_eq!(&b[..], b"abc");
     }
@@ -854,7 +712,11 @@ mod tests {
         let h = parse(&mut b, &Names::default()).unwrap().unwrap();
         let names: Vec<_> = h.headers.keys().map(|k| k.as_str()).collect();
         assert_eq!(names, ["vary"]);
-        assert!(h.framed.te && h.framed.chunked && h.framed.cl);
+        assert_eq!(
+            h.framed.response(200, false, false, false),
+            Ok((Framing::Chunked, false))
+        );
+        assert!(h.framed.has_content_length());
     }
 
     #[test]
@@ -1002,8 +864,8 @@ mod tests {
         let head = parse(&mut buf, &hidden).unwrap().unwrap();
         let names: Vec<_> = head.headers.keys().map(|k| k.as_str()).collect();
         assert_eq!(names, ["vary"]);
-        assert!(head.framed.cl && !head.keep_alive);
-        assert_eq!(head.framed.length.value(), Some(0));
+        assert!(head.framed.has_content_length() && !head.keep_alive);
+        assert_eq!(head.framed.length(), Some(0));
     }
 
     /// The client's head of `wire` (an upstream's), read with a map or
@@ -1219,75 +1081,7 @@ mod tests {
                     HeaderValue::from_str(v.trim()).unwrap(),
                 );
             }
-            assert_eq!(head.framed, Framed::of(&map), "{fields:?}");
+            assert_eq!(head.framed, framed_of(&map), "{fields:?}");
         }
-    }
-
-    #[test]
-    fn framing_follows_hypers_client_decoder() {
-        let h = |pairs: &[(&str, &str)]| {
-            let mut m = HeaderMap::new();
-            for (k, v) in pairs {
-                m.append(
-                    HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                    HeaderValue::from_str(v).unwrap(),
-                );
-            }
-            m
-        };
-        let get = Method::GET;
-        let ok = StatusCode::OK;
-        let v11 = Version::HTTP_11;
-        let kind = |s, m: &Method, v, hs: &HeaderMap| decoder(s, m, v, hs).map(|(k, _)| k);
-        assert!(matches!(
-            kind(ok, &get, v11, &h(&[("content-length", "5")])),
-            Ok(Kind::Length(5))
-        ));
-        assert!(matches!(
-            kind(ok, &get, v11, &h(&[("content-length", "5, 5")])),
-            Ok(Kind::Length(5))
-        ));
-        assert!(kind(
-            ok,
-            &get,
-            v11,
-            &h(&[("content-length", "5"), ("content-length", "6")])
-        )
-        .is_err());
-        assert!(matches!(
-            kind(ok, &Method::HEAD, v11, &h(&[("content-length", "5")])),
-            Ok(Kind::Done)
-        ));
-        assert!(matches!(
-            kind(StatusCode::NO_CONTENT, &get, v11, &h(&[])),
-            Ok(Kind::Done)
-        ));
-        assert!(matches!(
-            kind(
-                ok,
-                &get,
-                v11,
-                &h(&[
-                    ("transfer-encoding", "gzip, chunked"),
-                    ("content-length", "5")
-                ])
-            ),
-            Ok(Kind::Chunked(_))
-        ));
-        assert!(matches!(
-            kind(ok, &get, v11, &h(&[("transfer-encoding", "gzip")])),
-            Ok(Kind::Close)
-        ));
-        assert!(kind(
-            ok,
-            &get,
-            Version::HTTP_10,
-            &h(&[("transfer-encoding", "chunked")])
-        )
-        .is_err());
-        assert!(matches!(kind(ok, &get, v11, &h(&[])), Ok(Kind::Close)));
-        assert!(
-            decoder(StatusCode::SWITCHING_PROTOCOLS, &get, v11, &h(&[])).is_ok_and(|(_, up)| up)
-        );
     }
 }

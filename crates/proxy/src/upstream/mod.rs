@@ -300,9 +300,11 @@ impl H1 {
                 resp.extensions_mut().insert(r);
             }
             *resp.headers_mut() = headers;
-            let keep = keep && keep_alive && !upgrade && !matches!(kind, body::Kind::Close);
+            let keep = keep && keep_alive && !upgrade && kind != vigil_http1::Framing::Close;
             Ok(Received {
-                response: resp.map(|()| RespBody::new(self, kind, keep, upgrade, rest)),
+                response: resp.map(|()| {
+                    RespBody::new(self, vigil_http1::Decoder::new(kind), keep, upgrade, rest)
+                }),
                 raw: fields,
             })
         }
@@ -659,7 +661,7 @@ fn set_length(
             fields.values(&TRANSFER_ENCODING).cloned().collect();
         let last_chunked = values
             .last()
-            .is_some_and(|v| head::last_token_is_chunked(v.as_bytes()));
+            .is_some_and(|v| vigil_http1::last_token_is_chunked(v.as_bytes()));
         if !last_chunked {
             // hyper adds chunked to a Transfer-Encoding that lacks it.
             if let Some(last) = values.pop() {

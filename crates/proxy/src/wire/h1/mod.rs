@@ -419,11 +419,7 @@ fn run(
             seq += 1;
             // (Read out of `parsed` first: a closure borrowing it would
             // keep its storage in this future across the exchange.)
-            let body = match parsed.body {
-                read::BodyKind::Empty => Reading::Done,
-                read::BodyKind::Length(n) => Reading::Length(n),
-                read::BodyKind::Chunked => Reading::Chunked(read::Chunked::new()),
-            };
+            let body = Reading::Body(vigil_http1::Decoder::new(parsed.body));
             let continue_at = parsed.expect_continue.then_some(0);
             held.with(|w| {
                 w.seq = seq;
@@ -448,7 +444,7 @@ fn run(
                     if next {
                         // (drain cleared `continue_at`.)
                         w.seq = 0;
-                        w.body = Reading::Done;
+                        w.body = Reading::done();
                         if w.buf.is_empty() {
                             // Idle: no per-request memory held; the buffer the
                             // head came in is a later head's.
@@ -459,7 +455,7 @@ fn run(
                     // Closing with the client maybe still sending (a body
                     // not read to its end, bytes past the request): nginx's
                     // lingering close.
-                    let unread = !matches!(w.body, Reading::Done) || !w.buf.is_empty();
+                    let unread = !w.body.is_done() || !w.buf.is_empty();
                     Poll::Ready(Some(unread && !w.eof))
                 })
             })
@@ -678,7 +674,7 @@ async fn watch<F: Future>(
 /// the socket has news). While the body is still to be read, its reader
 /// sees a close (and answers 400): None.
 fn client_left(w: &mut Wire, task: &mut Context<'_>) -> Option<bool> {
-    if !matches!(w.body, Reading::Done) || w.continue_at.is_some() || w.io.is_none() {
+    if !w.body.is_done() || w.continue_at.is_some() || w.io.is_none() {
         return None;
     }
     if !w.buf.is_empty() {

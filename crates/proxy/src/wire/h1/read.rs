@@ -10,11 +10,12 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use bytes::{Buf, Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use bytes::{Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, StatusCode, Uri, Version};
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use vigil_http1::{Decoded, Decoder};
 
 use super::write::has_token;
 use crate::conn::client_io::Io;
@@ -44,9 +45,6 @@ const MAX_HEADERS: usize = 100;
 /// Headers parsed from a stack array first.
 pub(crate) const STACK_HEADERS: usize = 32;
 
-/// A chunked body's trailers may take this much (hyper's default).
-const TRAILERS_LIMIT: usize = 16 * 1024;
-
 /// The connection as the request loop and the request body share it.
 pub(crate) struct Wire {
     /// The stream; None once handed to a tunnel or to hyper.
@@ -67,14 +65,22 @@ pub(crate) struct Wire {
 /// Where the current request's body is.
 #[derive(Debug)]
 pub(crate) enum Reading {
-    /// Read to its end (or none).
-    Done,
-    /// This many bytes still to come.
-    Length(u64),
-    /// Chunked, in this state.
-    Chunked(Chunked),
+    /// Being decoded (to its end: done, or none).
+    Body(Decoder),
     /// The body broke (a client error): the connection closes.
     Failed,
+}
+
+impl Reading {
+    /// No body (left to read).
+    pub(crate) fn done() -> Self {
+        Reading::Body(Decoder::new(BodyKind::Empty))
+    }
+
+    /// Whether nothing of the body is left to read.
+    pub(crate) fn is_done(&self) -> bool {
+        matches!(self, Reading::Body(d) if d.is_done())
+    }
 }
 
 /// A request body on an HTTP/1.x connection, read from the connection's
@@ -123,13 +129,9 @@ pub(crate) struct Parsed {
     pub(crate) body: BodyKind,
 }
 
-/// How a request body is framed (hyper's decoder).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum BodyKind {
-    Empty,
-    Length(u64),
-    Chunked,
-}
+/// How a request body is framed: `Empty`, `Length` or `Chunked` (a
+/// request is never framed by the close).
+pub(crate) use vigil_http1::Framing as BodyKind;
 
 // === impl Wire ===
 
@@ -140,7 +142,7 @@ impl Default for Wire {
         Self {
             io: None,
             buf: BytesMut::new(),
-            body: Reading::Done,
+            body: Reading::done(),
             seq: 0,
             continue_at: None,
             eof: false,
@@ -153,7 +155,7 @@ impl Wire {
         Self {
             io: Some(io),
             buf,
-            body: Reading::Done,
+            body: Reading::done(),
             seq: 0,
             continue_at: None,
             eof: false,
@@ -246,41 +248,18 @@ impl Wire {
             }
         }
         loop {
-            match &mut self.body {
-                Reading::Done => return Poll::Ready(None),
-                Reading::Failed => return Poll::Ready(Some(Err(BodyError::Eof))),
-                Reading::Length(0) => {
-                    self.body = Reading::Done;
-                    return Poll::Ready(None);
+            let Reading::Body(decoder) = &mut self.body else {
+                return Poll::Ready(Some(Err(BodyError::Eof)));
+            };
+            match decoder.decode(&mut self.buf) {
+                Ok(Some(Decoded::Data(d))) => return Poll::Ready(Some(Ok(Frame::data(d)))),
+                Ok(Some(Decoded::Trailers(t))) => return Poll::Ready(Some(Ok(Frame::trailers(t)))),
+                Ok(Some(Decoded::End)) => return Poll::Ready(None),
+                Ok(None) => {}
+                Err(e) => {
+                    self.body = Reading::Failed;
+                    return Poll::Ready(Some(Err(BodyError::Chunked(e))));
                 }
-                Reading::Length(rest) => {
-                    if !self.buf.is_empty() {
-                        let n = usize::try_from(*rest)
-                            .map_or(self.buf.len(), |r| r.min(self.buf.len()));
-                        *rest -= n as u64;
-                        let data = self.buf.split_to(n).freeze();
-                        if *rest == 0 {
-                            self.body = Reading::Done;
-                        }
-                        return Poll::Ready(Some(Ok(Frame::data(data))));
-                    }
-                }
-                Reading::Chunked(c) => match c.decode(&mut self.buf) {
-                    Ok(Some(Decoded::Data(d))) => return Poll::Ready(Some(Ok(Frame::data(d)))),
-                    Ok(Some(Decoded::Trailers(t))) => {
-                        self.body = Reading::Done;
-                        return Poll::Ready(Some(Ok(Frame::trailers(t))));
-                    }
-                    Ok(Some(Decoded::End)) => {
-                        self.body = Reading::Done;
-                        return Poll::Ready(None);
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        self.body = Reading::Failed;
-                        return Poll::Ready(Some(Err(BodyError::Chunked(e))));
-                    }
-                },
             }
             if self.eof {
                 self.body = Reading::Failed;
@@ -314,7 +293,7 @@ impl H1Body {
             length: match kind {
                 BodyKind::Empty => Some(0),
                 BodyKind::Length(n) => Some(n),
-                BodyKind::Chunked => None,
+                BodyKind::Chunked | BodyKind::Close => None,
             },
             ended,
         }
@@ -616,204 +595,9 @@ fn content_length(v: &[u8]) -> Option<u64> {
     out
 }
 
-// === chunked ===
-
-/// A chunked body being decoded.
-#[derive(Debug)]
-pub(crate) struct Chunked {
-    state: ChunkState,
-    /// Trailer bytes so far.
-    trailer_len: usize,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ChunkState {
-    /// Reading the size line.
-    Size,
-    /// In a chunk: bytes left.
-    Data(u64),
-    /// The CRLF after a chunk's data.
-    DataEnd,
-    /// After the last chunk: trailer lines until the empty one.
-    Trailers,
-}
-
-/// One decoding step.
-#[derive(Debug)]
-pub(crate) enum Decoded {
-    Data(Bytes),
-    Trailers(HeaderMap),
-    End,
-}
-
-impl Chunked {
-    pub(crate) fn new() -> Self {
-        Self {
-            state: ChunkState::Size,
-            trailer_len: 0,
-        }
-    }
-
-    /// Decode from `buf`; None when more bytes are needed.
-    pub(crate) fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Decoded>, &'static str> {
-        loop {
-            match self.state {
-                ChunkState::Size => {
-                    let Some(lf) = buf.iter().position(|&b| b == b'\n') else {
-                        if buf.len() > 4096 {
-                            return Err("chunk size line too long");
-                        }
-                        return Ok(None);
-                    };
-                    let line = &buf[..lf];
-                    let line = line.strip_suffix(b"\r").unwrap_or(line);
-                    let digits_end = line
-                        .iter()
-                        .position(|b| !b.is_ascii_hexdigit())
-                        .unwrap_or(line.len());
-                    if digits_end == 0 || digits_end > 15 {
-                        return Err("invalid chunk size");
-                    }
-                    let rest = &line[digits_end..];
-                    let rest_ok = rest.is_empty()
-                        || rest
-                            .first()
-                            .is_some_and(|&b| b == b';' || b == b' ' || b == b'\t');
-                    if !rest_ok {
-                        return Err("invalid chunk size");
-                    }
-                    let text = std::str::from_utf8(&line[..digits_end])
-                        .map_err(|_| "invalid chunk size")?;
-                    let size = u64::from_str_radix(text, 16).map_err(|_| "invalid chunk size")?;
-                    buf.advance(lf + 1);
-                    self.state = if size == 0 {
-                        ChunkState::Trailers
-                    } else {
-                        ChunkState::Data(size)
-                    };
-                }
-                ChunkState::Data(rest) => {
-                    if buf.is_empty() {
-                        return Ok(None);
-                    }
-                    let n = usize::try_from(rest).map_or(buf.len(), |r| r.min(buf.len()));
-                    let data = buf.split_to(n).freeze();
-                    let left = rest - n as u64;
-                    self.state = if left == 0 {
-                        ChunkState::DataEnd
-                    } else {
-                        ChunkState::Data(left)
-                    };
-                    return Ok(Some(Decoded::Data(data)));
-                }
-                ChunkState::DataEnd => {
-                    if buf.is_empty() {
-                        return Ok(None);
-                    }
-                    if buf[0] == b'\n' {
-                        buf.advance(1);
-                    } else if buf[0] == b'\r' {
-                        if buf.len() < 2 {
-                            return Ok(None);
-                        }
-                        if buf[1] != b'\n' {
-                            return Err("chunk data not followed by CRLF");
-                        }
-                        buf.advance(2);
-                    } else {
-                        return Err("chunk data not followed by CRLF");
-                    }
-                    self.state = ChunkState::Size;
-                }
-                ChunkState::Trailers => return self.trailers(buf),
-            }
-        }
-    }
-
-    fn trailers(&mut self, buf: &mut BytesMut) -> Result<Option<Decoded>, &'static str> {
-        // The trailer section ends at its empty line.
-        let mut at = 0;
-        loop {
-            let Some(lf) = buf[at..].iter().position(|&b| b == b'\n') else {
-                if self.trailer_len + buf.len() > TRAILERS_LIMIT {
-                    return Err("trailers too large");
-                }
-                return Ok(None);
-            };
-            let line = &buf[at..at + lf];
-            let empty = line.is_empty() || line == b"\r";
-            at += lf + 1;
-            if at > TRAILERS_LIMIT {
-                return Err("trailers too large");
-            }
-            if empty {
-                break;
-            }
-        }
-        let section = buf.split_to(at).freeze();
-        if at <= 2 {
-            return Ok(Some(Decoded::End));
-        }
-        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let parsed = match httparse::parse_headers(&section, &mut headers) {
-            Ok(httparse::Status::Complete((_, h))) => h,
-            _ => return Err("invalid trailers"),
-        };
-        let mut map = HeaderMap::with_capacity(parsed.len());
-        for h in parsed {
-            let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| "invalid trailers")?;
-            let value = HeaderValue::from_maybe_shared(section.slice_ref(h.value))
-                .map_err(|_| "invalid trailers")?;
-            map.append(name, value);
-        }
-        if map.is_empty() {
-            return Ok(Some(Decoded::End));
-        }
-        Ok(Some(Decoded::Trailers(map)))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn all(input: &[u8]) -> Result<(Vec<u8>, Option<HeaderMap>), &'static str> {
-        let mut c = Chunked::new();
-        let mut buf = BytesMut::new();
-        let mut data = Vec::new();
-        // One byte at a time: every state must resume.
-        for &b in input {
-            buf.extend_from_slice(&[b]);
-            while let Some(d) = c.decode(&mut buf)? {
-                match d {
-                    Decoded::Data(b) => data.extend_from_slice(&b),
-                    Decoded::Trailers(t) => return Ok((data, Some(t))),
-                    Decoded::End => return Ok((data, None)),
-                }
-            }
-        }
-        Err("incomplete")
-    }
-
-    #[test]
-    fn chunked_bodies_decode_with_extensions_and_trailers() {
-        let (d, t) =
-            all(b"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Sum: 42\r\nX-B: 2\r\n\r\n").unwrap();
-        assert_eq!(d, b"hello world");
-        let t = t.expect("trailers");
-        assert_eq!(t["x-sum"], "42");
-        assert_eq!(t["x-b"], "2");
-        let (d, t) = all(b"3\r\nabc\r\n0\r\n\r\n").unwrap();
-        assert_eq!(d, b"abc");
-        assert!(t.is_none());
-    }
-
-    #[test]
-    fn malformed_chunked_bodies_are_errors() {
-        assert!(all(b"zz\r\n").is_err());
-        assert!(all(b"3\r\nabcX\r\n").is_err());
-        assert!(all(b"FFFFFFFFFFFFFFFFF\r\n").is_err());
-    }
 
     #[test]
     fn heads_parse_as_hyper_parses_them() {
