@@ -25,7 +25,7 @@ pub mod peer;
 pub mod registry;
 pub mod upstream;
 
-pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
+pub use clock::{Clock, ManualClock, Timestamp};
 pub use outcome::{FailureClass, NextUpstream, RequestFacts, TransportFailure};
 pub use upstream::{
     Accounting, FailureVerdict, NoLiveUpstreams, RetryDenied, RetryPolicy, SelectKey, Selection,

@@ -34,7 +34,8 @@ use vigil_core::api::{NginxView, UpstreamView};
 use vigil_core::config::{system_resolver, CheckConfig};
 use vigil_core::event::{EventBus, EventKind};
 use vigil_core::registry::Registry;
-use vigil_core::{Clock, SystemClock};
+use vigil_core::Clock;
+use vigil_net::SystemClock;
 
 use crate::status::StatusPage;
 use crate::{Checker, CheckerOptions, UpdateSummary};

@@ -159,7 +159,7 @@ fn serve_stops_at(tree: &[Directive], logs: &Path) -> Option<Stop> {
             }
         }
     }
-    let clock: Arc<dyn vigil_core::Clock> = Arc::new(vigil_core::SystemClock::new());
+    let clock: Arc<dyn vigil_core::Clock> = Arc::new(vigil_net::SystemClock::new());
     match vigil_proxy::Generation::build(loaded.config, None, Arc::new(EventBus::default()), clock)
     {
         Ok(_) => None,

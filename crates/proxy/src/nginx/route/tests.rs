@@ -20,7 +20,7 @@ fn config(conf: &str) -> Config {
 
 fn routes(conf: &str) -> Routes {
     let config = config(conf);
-    let clock: Arc<dyn vigil_core::Clock> = Arc::new(vigil_core::SystemClock::new());
+    let clock: Arc<dyn vigil_core::Clock> = Arc::new(vigil_net::SystemClock::new());
     let reg = Registry::build(&config, None, Arc::new(EventBus::default()), clock);
     let pools = reg
         .upstreams()
@@ -305,7 +305,7 @@ fn configurations_nginx_refuses_are_route_errors() {
 fn an_error_page_that_proxies_is_served_and_a_missing_one_refused() {
     let build = |text: &str| {
         let config = config(text);
-        let clock: Arc<dyn vigil_core::Clock> = Arc::new(vigil_core::SystemClock::new());
+        let clock: Arc<dyn vigil_core::Clock> = Arc::new(vigil_net::SystemClock::new());
         let reg = Registry::build(&config, None, Arc::new(EventBus::default()), clock);
         let pools = reg
             .upstreams()
