@@ -6,8 +6,7 @@
 //! - [`outcome`]: failure classes and the retry decision table;
 //! - [`health`]: active-check state (rise/fall);
 //! - [`event`]: the transition log;
-//! - [`config`]: the typed model and its TOML and nginx.conf front ends;
-//! - [`lint`]: the traps of a configuration, explained.
+//! - [`config`]: the typed model and its TOML and nginx.conf front ends.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
@@ -16,10 +15,8 @@ pub mod api;
 pub mod balancer;
 pub mod clock;
 pub mod config;
-pub mod convert;
 pub mod event;
 pub mod health;
-pub mod lint;
 pub mod outcome;
 pub mod peer;
 pub mod registry;

@@ -14,12 +14,12 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use vigil_core::config::nginx::{self, Loaded};
-use vigil_core::config::{system_resolver, ConfigError};
-use vigil_core::lint::{
+use vigil_config::lint::{
     lint_config, lint_error, lint_loaded, Finding, Severity, IGNORED_DIRECTIVE,
     UNSUPPORTED_VARIABLE, UNSUPPORTED_VARIABLE_TEXT,
 };
+use vigil_core::config::nginx::{self, Loaded};
+use vigil_core::config::{system_resolver, ConfigError};
 
 use crate::load::Kind;
 

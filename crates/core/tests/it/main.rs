@@ -3,12 +3,6 @@
 mod addresses;
 mod conf_files;
 mod conformance;
-mod corpus;
 mod golden_balancers;
-mod health_rules;
-mod latency_rules;
-mod lint;
 mod refusals;
 mod support;
-mod toml_config;
-mod traffic_rules;

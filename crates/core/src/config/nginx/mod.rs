@@ -248,7 +248,8 @@ impl Context<'_> {
     }
 }
 
-pub(crate) fn origin(span: &Span) -> Origin {
+/// Where `span` is, as the model records it.
+pub fn origin(span: &Span) -> Origin {
     Origin::at((*span.file).clone(), span.line, span.col)
 }
 

@@ -8,13 +8,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use proptest::prelude::*;
+use vigil_config::convert::nginx_to_toml;
 use vigil_core::config::{
     literal_resolver, nginx, toml, AccessLog, AddHeader, Balancer, CheckConfig, CheckKind,
     ClientSettings, Config, ConfigError, HealthRules, HttpVersion, InitialState, Keepalive,
     LocationMatch, LogFormat, PassiveCount, Penalty, ProxySettings, Recovery, ServerConfig,
     SetHeader, StatusClass, UpstreamConfig,
 };
-use vigil_core::convert::nginx_to_toml;
 use vigil_core::{FailureClass, NextUpstream};
 
 fn load(src: &str) -> Result<Config, ConfigError> {
@@ -698,7 +698,7 @@ fn round_trip_implicit_upstream_order_kept_when_written() {
 /// builds it) converts and loads back equal.
 #[test]
 fn round_trip_conformance_scenarios() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/tests/conformance");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("tests/conformance")
         .map(|e| e.expect("dir entry").path())

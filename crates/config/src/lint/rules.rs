@@ -5,8 +5,8 @@
 //! these are the ones that load but do not do what they seem to.
 
 use super::{finding, t, Cx, Positioned, Severity};
-use crate::config::{Config, UpstreamConfig};
-use crate::outcome::FailureClass;
+use vigil_core::config::{Config, UpstreamConfig};
+use vigil_core::outcome::FailureClass;
 
 pub(super) const PENALTY_MAX_BELOW_BASE: &str = "passive-penalty-max-below-base";
 pub(super) const MAX_EJECTED_ZERO: &str = "max-ejected-zero";

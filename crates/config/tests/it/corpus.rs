@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use vigil_config::lint::{lint_loaded, Finding, Severity};
 use vigil_core::config::nginx::syntax::{self, Directive, Includes};
 use vigil_core::config::nginx::{self, Loaded, Mode};
-use vigil_core::lint::{lint_loaded, Finding, Severity};
 
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/confs")

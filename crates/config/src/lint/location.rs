@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use super::{finding, t, times, Cx, Loc, Positioned, Severity};
-use crate::config::{CheckKind, HttpVersion, Location, UpstreamConfig};
-use crate::outcome::{FailureClass, NextUpstream};
+use vigil_core::config::{CheckKind, HttpVersion, Location, UpstreamConfig};
+use vigil_core::outcome::{FailureClass, NextUpstream};
 
 pub(super) const FAIL_TIMEOUT_VS_READ_TIMEOUT: &str = "fail-timeout-vs-read-timeout";
 pub(super) const NEXT_UPSTREAM_4XX: &str = "next-upstream-4xx";
@@ -78,7 +78,7 @@ pub(super) fn lint_upstream(cx: &Cx<'_>, up: &UpstreamConfig, out: &mut Vec<Posi
     // written, else the server line (both at nginx's defaults).
     let line = cx.server_line(up, index);
     let at = match line.and_then(|p| p.param("fail_timeout")) {
-        Some(a) => crate::config::nginx::origin(&a.span),
+        Some(a) => vigil_core::config::nginx::origin(&a.span),
         None => match cx.directive(&l, "proxy_read_timeout") {
             Some(d) => d.origin(),
             None => line.map_or_else(|| first.origin.clone(), |p| p.origin()),

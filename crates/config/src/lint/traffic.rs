@@ -2,8 +2,8 @@
 //! load but do nothing, or do more than they seem to.
 
 use super::{finding, Positioned, Severity};
-use crate::config::{Config, Location, UpstreamConfig};
-use crate::outcome::FailureClass;
+use vigil_core::config::{Config, Location, UpstreamConfig};
+use vigil_core::outcome::FailureClass;
 
 pub(super) const HEDGE_NEVER_SENT: &str = "hedge-never-sent";
 pub(super) const HEDGE_SINGLE_SERVER: &str = "hedge-single-server";

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::{finding, t, Cx, Positioned, Severity};
-use crate::config::{Location, UpstreamConfig};
+use vigil_core::config::{Location, UpstreamConfig};
 
 pub(super) const EJECT_SLOW_FEW_PEERS: &str = "eject-slow-few-peers";
 pub(super) const EJECT_SLOW_TWO_PEERS: &str = "eject-slow-two-peers";

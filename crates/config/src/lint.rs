@@ -1,7 +1,7 @@
 //! `vigil lint`: the traps of a configuration, explained.
 //!
 //! [`lint_loaded`] reads a lenient load of an nginx.conf
-//! ([`crate::config::nginx::lenient_file`]) whole: every directive that
+//! ([`vigil_core::config::nginx::lenient_file`]) whole: every directive that
 //! `vigil serve` refuses is its own finding (flagged
 //! [`Finding::serve_only`] when it is vigil's limit rather than a mistake
 //! nginx would reject too), and the traps of everything that was
@@ -32,8 +32,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::nginx::{Loaded, Placed, Sources};
-use crate::config::{Config, Location, Origin, SourcePos, UpstreamConfig};
+use vigil_core::config::nginx::{Loaded, Placed, Sources};
+use vigil_core::config::{Config, Location, Origin, SourcePos, UpstreamConfig};
 
 pub use error::lint_error;
 
@@ -141,7 +141,7 @@ pub fn lint_loaded(loaded: &Loaded) -> Vec<Finding> {
         found.push(finding(
             IGNORED_DIRECTIVE,
             Severity::Info,
-            &crate::config::Origin::at((*span.file).clone(), span.line, span.col),
+            &vigil_core::config::Origin::at((*span.file).clone(), span.line, span.col),
             match name.as_str() {
                 // Accepted, but only part of it is ignored.
                 "access_log" => {
@@ -300,7 +300,7 @@ impl<'a> Cx<'a> {
             .and_then(|d| d.param(key))
             .map_or_else(
                 || fallback.clone(),
-                |a| crate::config::nginx::origin(&a.span),
+                |a| vigil_core::config::nginx::origin(&a.span),
             )
     }
 }
@@ -352,7 +352,7 @@ fn times(d: Duration, n: u32) -> Duration {
 
 /// A duration as nginx.conf writes it.
 fn t(d: Duration) -> String {
-    crate::config::value::format_time(d)
+    vigil_core::config::value::format_time(d)
 }
 
 // === impl Severity ===

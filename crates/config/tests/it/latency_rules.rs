@@ -7,12 +7,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use vigil_config::convert::nginx_to_toml;
 use vigil_core::config::{literal_resolver, nginx, preset, EjectSlow, EjectStuck, Recovery};
-use vigil_core::convert::nginx_to_toml;
 
 use crate::support::{nginx_err, nginx_load, toml_load};
+use vigil_config::lint::lint_config;
 use vigil_core::event::EventBus;
-use vigil_core::lint::lint_config;
 use vigil_core::registry::Registry;
 use vigil_core::ManualClock;
 

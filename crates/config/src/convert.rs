@@ -1,17 +1,17 @@
 //! nginx.conf → `vigil.toml`: the model an nginx.conf builds, written in
 //! the native schema (what `vigil convert` prints). Loading the output with
-//! [`config::toml::load_str`](crate::config::toml::load_str) gives a
-//! [`Config`](crate::config::Config) equal to the one the nginx.conf gave.
+//! [`config::toml::load_str`](vigil_core::config::toml::load_str) gives a
+//! [`Config`](vigil_core::config::Config) equal to the one the nginx.conf gave.
 
-use crate::config::nginx::Loaded;
-use crate::config::toml::to_toml_string;
+use vigil_core::config::nginx::Loaded;
+use vigil_core::config::toml::to_toml_string;
 
 /// What the TOML schema cannot carry (`rewrite`, `set`, `map`,
 /// `error_page`, regex, named and nested locations, TLS listeners, the
 /// filters), each with its place: `vigil convert` refuses such a file
 /// rather than drop them.
-pub fn untranslatable(config: &crate::config::Config) -> Vec<String> {
-    use crate::config::{LocationMatch, RewriteStep};
+pub fn untranslatable(config: &vigil_core::config::Config) -> Vec<String> {
+    use vigil_core::config::{LocationMatch, RewriteStep};
     let mut out = Vec::new();
     for m in &config.maps {
         out.push(format!("{}: map ${}", m.origin, m.variable));
@@ -79,8 +79,8 @@ pub fn nginx_to_toml(loaded: &Loaded) -> String {
 /// allow/deny, real IP, proxy_redirect, hidden and passed headers, a
 /// `log_format`, `if=`), each as "DIRECTIVE in location PATH (at ORIGIN)"
 /// (a dropped `deny` would open the location).
-fn filters(config: &crate::config::Config) -> Vec<String> {
-    use crate::config::{LogFormat, ProxySettings};
+fn filters(config: &vigil_core::config::Config) -> Vec<String> {
+    use vigil_core::config::{LogFormat, ProxySettings};
     let base = ProxySettings::default();
     let mut out = Vec::new();
     for s in &config.servers {
@@ -121,12 +121,12 @@ fn one_line(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{literal_resolver, toml};
     use std::path::Path;
+    use vigil_core::config::{literal_resolver, toml};
 
     /// `src` as an nginx.conf named `nginx.conf`, names taken literally.
     fn load(src: &str) -> Loaded {
-        crate::config::nginx::load_str(
+        vigil_core::config::nginx::load_str(
             src,
             Path::new("nginx.conf"),
             Path::new("."),

@@ -8,11 +8,11 @@ use std::num::NonZeroU32;
 use std::path::Path;
 use std::time::Duration;
 
+use vigil_config::convert::nginx_to_toml;
 use vigil_core::config::{literal_resolver, nginx, HealthRules, PassiveCount, Penalty, Recovery};
-use vigil_core::convert::nginx_to_toml;
 
 use crate::support::{nginx_err, nginx_load, toml_err, toml_load};
-use vigil_core::lint::{lint_config, lint_error, Finding};
+use vigil_config::lint::{lint_config, lint_error, Finding};
 
 const RULES_NGINX: &str = "http {
   upstream api {

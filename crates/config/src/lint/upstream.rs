@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::{finding, t, times, Cx, Positioned, Severity};
-use crate::config::{InitialState, UpstreamConfig};
+use vigil_core::config::{InitialState, UpstreamConfig};
 
 pub(super) const MAX_FAILS_SINGLE_SERVER: &str = "max-fails-single-server";
 pub(super) const KEEPALIVE_IS_NOT_A_CAP: &str = "keepalive-is-not-a-cap";
@@ -59,7 +59,10 @@ fn single_server(cx: &Cx<'_>, up: &UpstreamConfig, out: &mut Vec<Positioned>) {
                 .iter()
                 .filter_map(|p| p.split_once('=').and_then(|(k, _)| line.param(k)))
                 .next()
-                .map_or_else(|| line.origin(), |a| crate::config::nginx::origin(&a.span))
+                .map_or_else(
+                    || line.origin(),
+                    |a| vigil_core::config::nginx::origin(&a.span),
+                )
         },
     );
     let params = params.join(" ");

@@ -6,11 +6,11 @@ use std::num::NonZeroU32;
 use std::path::Path;
 use std::time::Duration;
 
+use vigil_config::convert::nginx_to_toml;
 use vigil_core::config::{literal_resolver, nginx, Hedge, HedgeAfter, RetryBudget};
-use vigil_core::convert::nginx_to_toml;
 
 use crate::support::{nginx_load, toml_load};
-use vigil_core::lint::lint_config;
+use vigil_config::lint::lint_config;
 
 const NGINX: &str = "http {
   upstream api {
