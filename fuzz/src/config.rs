@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use vigil_config::convert::nginx_to_toml;
 use vigil_config::lint::{lint_config, lint_loaded};
-use vigil_core::config::nginx::{self, syntax::Includes};
-use vigil_core::config::{literal_resolver, toml};
+use vigil_config::nginx::{self, syntax::Includes};
+use vigil_config::{literal_resolver, toml};
 
 /// nginx.conf bytes → tokenizer, parser (with `include`) and model build, as
 /// `vigil serve --nginx-conf` runs them, and in the lenient mode of `vigil

@@ -19,7 +19,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use vigil_checker::{Checker, CheckerOptions};
-use vigil_core::config::{literal_resolver, nginx};
+use vigil_config::{literal_resolver, nginx};
 use vigil_core::event::EventBus;
 use vigil_core::registry::Registry;
 use vigil_core::Clock;

@@ -1,10 +1,10 @@
 //! nginx.conf → `vigil.toml`: the model an nginx.conf builds, written in
 //! the native schema (what `vigil convert` prints). Loading the output with
-//! [`config::toml::load_str`](vigil_core::config::toml::load_str) gives a
+//! [`config::toml::load_str`](crate::toml::load_str) gives a
 //! [`Config`](vigil_core::config::Config) equal to the one the nginx.conf gave.
 
-use vigil_core::config::nginx::Loaded;
-use vigil_core::config::toml::to_toml_string;
+use crate::nginx::Loaded;
+use crate::toml::to_toml_string;
 
 /// What the TOML schema cannot carry (`rewrite`, `set`, `map`,
 /// `error_page`, regex, named and nested locations, TLS listeners, the
@@ -121,12 +121,12 @@ fn one_line(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{literal_resolver, toml};
     use std::path::Path;
-    use vigil_core::config::{literal_resolver, toml};
 
     /// `src` as an nginx.conf named `nginx.conf`, names taken literally.
     fn load(src: &str) -> Loaded {
-        vigil_core::config::nginx::load_str(
+        crate::nginx::load_str(
             src,
             Path::new("nginx.conf"),
             Path::new("."),

@@ -1,7 +1,7 @@
 //! `vigil lint`: the traps of a configuration, explained.
 //!
 //! [`lint_loaded`] reads a lenient load of an nginx.conf
-//! ([`vigil_core::config::nginx::lenient_file`]) whole: every directive that
+//! ([`crate::nginx::lenient_file`]) whole: every directive that
 //! `vigil serve` refuses is its own finding (flagged
 //! [`Finding::serve_only`] when it is vigil's limit rather than a mistake
 //! nginx would reject too), and the traps of everything that was
@@ -32,7 +32,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use vigil_core::config::nginx::{Loaded, Placed, Sources};
+use crate::nginx::{Loaded, Placed, Sources};
 use vigil_core::config::{Config, Location, Origin, SourcePos, UpstreamConfig};
 
 pub use error::lint_error;
@@ -298,10 +298,7 @@ impl<'a> Cx<'a> {
     ) -> Origin {
         self.upstream_directive(up, name)
             .and_then(|d| d.param(key))
-            .map_or_else(
-                || fallback.clone(),
-                |a| vigil_core::config::nginx::origin(&a.span),
-            )
+            .map_or_else(|| fallback.clone(), |a| crate::nginx::origin(&a.span))
     }
 }
 

@@ -6,7 +6,8 @@
 //! - [`outcome`]: failure classes and the retry decision table;
 //! - [`health`]: active-check state (rise/fall);
 //! - [`event`]: the transition log;
-//! - [`config`]: the typed model and its TOML and nginx.conf front ends.
+//! - [`config`]: the typed model the runtime reads (its nginx.conf and TOML
+//!   front ends, lint and convert are the `vigil-config` crate).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]

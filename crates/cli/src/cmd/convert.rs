@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use vigil_core::config::{nginx, system_resolver};
+use vigil_config::{nginx, system_resolver};
 
 /// Arguments of `vigil convert`.
 #[derive(Debug, clap::Args)]

@@ -8,8 +8,8 @@
 //! in vigil looks at error texts.
 
 use super::{Finding, Severity};
-use vigil_core::config::nginx::syntax::SyntaxError;
-use vigil_core::config::ConfigError;
+use crate::nginx::syntax::SyntaxError;
+use crate::ConfigError;
 
 /// A directive or parameter `vigil serve` does not implement.
 pub const UNSUPPORTED_DIRECTIVE: &str = "unsupported-directive";

@@ -78,7 +78,7 @@ pub(super) fn lint_upstream(cx: &Cx<'_>, up: &UpstreamConfig, out: &mut Vec<Posi
     // written, else the server line (both at nginx's defaults).
     let line = cx.server_line(up, index);
     let at = match line.and_then(|p| p.param("fail_timeout")) {
-        Some(a) => vigil_core::config::nginx::origin(&a.span),
+        Some(a) => crate::nginx::origin(&a.span),
         None => match cx.directive(&l, "proxy_read_timeout") {
             Some(d) => d.origin(),
             None => line.map_or_else(|| first.origin.clone(), |p| p.origin()),

@@ -59,10 +59,7 @@ fn single_server(cx: &Cx<'_>, up: &UpstreamConfig, out: &mut Vec<Positioned>) {
                 .iter()
                 .filter_map(|p| p.split_once('=').and_then(|(k, _)| line.param(k)))
                 .next()
-                .map_or_else(
-                    || line.origin(),
-                    |a| vigil_core::config::nginx::origin(&a.span),
-                )
+                .map_or_else(|| line.origin(), |a| crate::nginx::origin(&a.span))
         },
     );
     let params = params.join(" ");

@@ -9,8 +9,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use vigil_config::lint::{lint_loaded, Finding, Severity};
-use vigil_core::config::nginx::syntax::{self, Directive, Includes};
-use vigil_core::config::nginx::{self, Loaded, Mode};
+use vigil_config::nginx::syntax::{self, Directive, Includes};
+use vigil_config::nginx::{self, Loaded, Mode};
 
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/confs")
@@ -18,7 +18,7 @@ fn dir() -> PathBuf {
 
 /// `*.example.com` names resolve without the network (`srvN` to 127.0.0.N).
 fn resolve(host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
-    if let Ok(v) = vigil_core::config::literal_resolver(host, port) {
+    if let Ok(v) = vigil_config::literal_resolver(host, port) {
         return Ok(v);
     }
     host.strip_prefix("srv")

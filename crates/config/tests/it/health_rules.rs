@@ -9,7 +9,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use vigil_config::convert::nginx_to_toml;
-use vigil_core::config::{literal_resolver, nginx, HealthRules, PassiveCount, Penalty, Recovery};
+use vigil_config::{literal_resolver, nginx};
+use vigil_core::config::{HealthRules, PassiveCount, Penalty, Recovery};
 
 use crate::support::{nginx_err, nginx_load, toml_err, toml_load};
 use vigil_config::lint::{lint_config, lint_error, Finding};

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use vigil_config::convert::nginx_to_toml;
-use vigil_core::config::{literal_resolver, nginx, preset, EjectSlow, EjectStuck, Recovery};
+use vigil_config::{literal_resolver, nginx, preset};
+use vigil_core::config::{EjectSlow, EjectStuck, Recovery};
 
 use crate::support::{nginx_err, nginx_load, toml_load};
 use vigil_config::lint::lint_config;
@@ -278,4 +279,19 @@ fn explain_says_what_the_preset_switched_on_and_what_was_written() {
     assert!(text.contains("p50 unknown (too few headers)"), "{text}");
     let json = serde_json::to_value(&doc).expect("json");
     assert_eq!(json["upstreams"][0]["rules"]["eject_stuck"]["min_ms"], 25);
+}
+
+#[test]
+fn the_preset_switches_every_latency_rule_on() {
+    let c = nginx_load(&up("health_preset recommended;")).expect("loads");
+    let up = vigil_core::Upstream::new(
+        c.upstreams[0].clone(),
+        Arc::new(EventBus::default()),
+        Arc::new(ManualClock::at(1_000)),
+    );
+    assert!(up.measures_latency());
+    assert!(up.stuck_now(vigil_core::Timestamp(1_000)).is_some());
+    assert!(up
+        .peer_header_figure(0, vigil_core::Timestamp(1_000))
+        .is_some());
 }

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use vigil_config::lint::{lint_config, lint_error, lint_loaded, Finding, Severity, CODES};
-use vigil_core::config::{literal_resolver, nginx, ConfigError};
+use vigil_config::{literal_resolver, nginx, ConfigError};
 
 /// Load nginx.conf text (as `t.conf`) and lint it as `vigil lint` does
 /// (the traps, at the directives; what serve ignores left out).

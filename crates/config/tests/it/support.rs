@@ -2,7 +2,8 @@
 
 use std::path::Path;
 
-use vigil_core::config::{literal_resolver, nginx, toml, Config, ConfigError};
+use vigil_config::{literal_resolver, nginx, toml, ConfigError};
+use vigil_core::config::Config;
 
 /// nginx.conf text loaded as `t.conf`.
 pub(crate) fn nginx_load(src: &str) -> Result<Config, ConfigError> {

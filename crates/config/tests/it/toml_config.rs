@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use vigil_config::convert::nginx_to_toml;
+use vigil_config::{literal_resolver, nginx, toml, ConfigError};
 use vigil_core::config::{
-    literal_resolver, nginx, toml, AccessLog, AddHeader, Balancer, CheckConfig, CheckKind,
-    ClientSettings, Config, ConfigError, HealthRules, HttpVersion, InitialState, Keepalive,
-    LocationMatch, LogFormat, PassiveCount, Penalty, ProxySettings, Recovery, ServerConfig,
-    SetHeader, StatusClass, UpstreamConfig,
+    AccessLog, AddHeader, Balancer, CheckConfig, CheckKind, ClientSettings, Config, HealthRules,
+    HttpVersion, InitialState, Keepalive, LocationMatch, LogFormat, PassiveCount, Penalty,
+    ProxySettings, Recovery, ServerConfig, SetHeader, StatusClass, UpstreamConfig,
 };
 use vigil_core::{FailureClass, NextUpstream};
 
@@ -698,7 +698,7 @@ fn round_trip_implicit_upstream_order_kept_when_written() {
 /// builds it) converts and loads back equal.
 #[test]
 fn round_trip_conformance_scenarios() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/tests/conformance");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("tests/conformance")
         .map(|e| e.expect("dir entry").path())
@@ -1152,10 +1152,10 @@ proptest! {
 fn the_admin_dashboard_can_be_switched_off_and_round_trips() {
     let c = load_ok("[admin]\ndashboard = false\n");
     assert!(!c.admin.dashboard);
-    let text = vigil_core::config::toml::to_toml_string(&c);
+    let text = vigil_config::toml::to_toml_string(&c);
     assert!(text.contains("dashboard = false"), "{text}");
     assert!(!load_ok(&text).admin.dashboard);
-    assert!(!vigil_core::config::toml::to_toml_string(&load_ok("")).contains("dashboard"));
+    assert!(!vigil_config::toml::to_toml_string(&load_ok("")).contains("dashboard"));
     assert!(load_err("[admin]\ndashboard = \"off\"\n").contains("dashboard"));
 }
 
@@ -1195,7 +1195,7 @@ fn worker_shutdown_timeout_bounds_a_graceful_stop_in_both_front_ends() {
 fn admin_hosts_are_names_made_canonical_and_round_trip() {
     let c = load_ok("[admin]\nhosts = [\"Vigil.Internal.\", \"ops_1\"]\n");
     assert_eq!(c.admin.hosts, ["vigil.internal", "ops_1"]);
-    let text = vigil_core::config::toml::to_toml_string(&c);
+    let text = vigil_config::toml::to_toml_string(&c);
     assert_eq!(load_ok(&text).admin.hosts, c.admin.hosts, "{text}");
     assert!(load_ok("").admin.hosts.is_empty());
     for (src, expected) in [

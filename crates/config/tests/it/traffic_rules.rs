@@ -7,7 +7,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use vigil_config::convert::nginx_to_toml;
-use vigil_core::config::{literal_resolver, nginx, Hedge, HedgeAfter, RetryBudget};
+use vigil_config::{literal_resolver, nginx};
+use vigil_core::config::{Hedge, HedgeAfter, RetryBudget};
 
 use crate::support::{nginx_load, toml_load};
 use vigil_config::lint::lint_config;

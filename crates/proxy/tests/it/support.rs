@@ -14,7 +14,7 @@ use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use vigil_core::config::{literal_resolver, nginx, Resolver};
+use vigil_config::{literal_resolver, nginx, Resolver};
 use vigil_core::event::EventBus;
 use vigil_core::Clock;
 use vigil_net::SystemClock;

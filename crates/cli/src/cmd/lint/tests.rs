@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use vigil_config::lint::{Finding, Severity};
-use vigil_core::config::nginx::syntax::{self, Directive, Includes};
-use vigil_core::config::nginx::{self, Mode};
-use vigil_core::config::ConfigError;
+use vigil_config::nginx::syntax::{self, Directive, Includes};
+use vigil_config::nginx::{self, Mode};
+use vigil_config::ConfigError;
 use vigil_core::event::EventBus;
 
 use super::{for_audience, lint_nginx, long_report, short_line, Audience};
@@ -23,7 +23,7 @@ fn corpus_dir() -> PathBuf {
 
 /// Names resolve without the network: `*.example.com` to 127.0.0.N.
 fn resolve(host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
-    if let Ok(v) = vigil_core::config::literal_resolver(host, port) {
+    if let Ok(v) = vigil_config::literal_resolver(host, port) {
         return Ok(v);
     }
     match host

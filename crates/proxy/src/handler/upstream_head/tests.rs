@@ -7,7 +7,7 @@ use std::sync::Arc;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{HeaderName, Method, Request, Uri, Version};
 use proptest::prelude::*;
-use vigil_core::config::{literal_resolver, nginx};
+use vigil_config::{literal_resolver, nginx};
 use vigil_core::event::EventBus;
 use vigil_core::registry::Registry;
 

@@ -6,7 +6,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http::{HeaderMap, HeaderValue, Uri, Version};
-use vigil_core::config::{literal_resolver, nginx, Config};
+use vigil_config::{literal_resolver, nginx};
+use vigil_core::config::Config;
 use vigil_core::event::EventBus;
 
 use super::*;
