@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use vigil_benches::upstream;
 use vigil_core::config::Balancer;
-use vigil_core::{Clock, RequestFacts, RetryPolicy, SelectKey, SystemClock, Upstream};
+use vigil_core::{Clock, RequestFacts, RetryPolicy, SelectKey, Upstream};
+use vigil_net::SystemClock;
 
 fn pick_report(up: &Arc<Upstream>, now: vigil_core::Timestamp, key: &[u8]) {
     let key = if key.is_empty() {

@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use vigil_core::config::{Balancer, ServerConfig, UpstreamConfig};
 use vigil_core::event::EventBus;
-use vigil_core::{SystemClock, Upstream};
+use vigil_core::Upstream;
+use vigil_net::SystemClock;
 
 /// An upstream of `n` peers with weights 1..=3, on the real clock.
 pub fn upstream(n: usize, balancer: Balancer) -> Arc<Upstream> {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use http::{Method, Request};
 use vigil::admin::{self, Admin, Route};
 use vigil_checker::status::StatusPage;
-use vigil_core::config::{literal_resolver, nginx};
+use vigil_config::{literal_resolver, nginx};
 use vigil_core::event::EventBus;
 use vigil_core::registry::Registry;
 use vigil_core::ManualClock;

@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use vigil_core::config::nginx::{self, syntax::Includes};
-use vigil_core::config::{literal_resolver, toml};
-use vigil_core::convert::nginx_to_toml;
-use vigil_core::lint::{lint_config, lint_loaded};
+use vigil_config::convert::nginx_to_toml;
+use vigil_config::lint::{lint_config, lint_loaded};
+use vigil_config::nginx::{self, syntax::Includes};
+use vigil_config::{literal_resolver, toml};
 
 /// nginx.conf bytes → tokenizer, parser (with `include`) and model build, as
 /// `vigil serve --nginx-conf` runs them, and in the lenient mode of `vigil
@@ -72,7 +72,7 @@ pub fn nginx_conf(data: &[u8]) {
     };
     let _ = lint_config(&loaded.config);
     // `vigil convert` refuses what the TOML schema cannot carry.
-    if !vigil_core::convert::untranslatable(&loaded.config).is_empty() {
+    if !vigil_config::convert::untranslatable(&loaded.config).is_empty() {
         return;
     }
     let text = nginx_to_toml(&loaded);

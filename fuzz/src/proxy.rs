@@ -14,9 +14,10 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::runtime::Runtime;
-use vigil_core::config::{literal_resolver, nginx};
+use vigil_config::{literal_resolver, nginx};
 use vigil_core::event::EventBus;
-use vigil_core::{Clock, SystemClock};
+use vigil_core::Clock;
+use vigil_net::SystemClock;
 use vigil_proxy::{Generation, Proxy};
 
 /// The address the conf listens on (never bound: connections come in

@@ -11,7 +11,8 @@ use std::net::SocketAddr;
 use std::sync::OnceLock;
 
 use http::{HeaderMap, HeaderValue, Uri, Version};
-use vigil_core::config::{literal_resolver, nginx, pattern, Config, LocationMatch};
+use vigil_config::{literal_resolver, nginx, pattern};
+use vigil_core::config::{Config, LocationMatch};
 use vigil_proxy::route::{upstream_target, Refusal, Router};
 use vigil_proxy::uri::{escape_uri, RequestUri};
 

@@ -19,10 +19,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use vigil_checker::{Checker, CheckerOptions};
-use vigil_core::config::{literal_resolver, nginx};
+use vigil_config::{literal_resolver, nginx};
 use vigil_core::event::EventBus;
 use vigil_core::registry::Registry;
-use vigil_core::{Clock, SystemClock};
+use vigil_core::Clock;
+use vigil_net::SystemClock;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();

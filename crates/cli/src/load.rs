@@ -3,7 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use vigil_core::config::{nginx, system_resolver, Config};
+use vigil_config::{nginx, system_resolver};
+use vigil_core::config::Config;
 
 /// Which front end a file is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,7 +30,7 @@ impl Kind {
 }
 
 /// Load `path` with the given front end.
-pub(crate) fn load(path: &Path, kind: Kind) -> Result<Loaded, vigil_core::config::ConfigError> {
+pub(crate) fn load(path: &Path, kind: Kind) -> Result<Loaded, vigil_config::ConfigError> {
     match kind {
         Kind::Nginx => {
             let l = nginx::load_file(path, &system_resolver)?;
@@ -39,7 +40,7 @@ pub(crate) fn load(path: &Path, kind: Kind) -> Result<Loaded, vigil_core::config
             })
         }
         Kind::Toml => Ok(Loaded {
-            config: vigil_core::config::toml::load_file(path, &system_resolver)?,
+            config: vigil_config::toml::load_file(path, &system_resolver)?,
             ignored: Vec::new(),
         }),
     }

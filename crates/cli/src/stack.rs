@@ -11,7 +11,8 @@ use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 use vigil_core::config::Config;
 use vigil_core::event::{Event, EventBus};
-use vigil_core::{Clock, SystemClock};
+use vigil_core::Clock;
+use vigil_net::SystemClock;
 use vigil_proxy::{Generation, Proxy, ProxyMetrics, Telemetry};
 
 use crate::admin::Admin;

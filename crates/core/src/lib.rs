@@ -6,8 +6,8 @@
 //! - [`outcome`]: failure classes and the retry decision table;
 //! - [`health`]: active-check state (rise/fall);
 //! - [`event`]: the transition log;
-//! - [`config`]: the typed model and its TOML and nginx.conf front ends;
-//! - [`lint`]: the traps of a configuration, explained.
+//! - [`config`]: the typed model the runtime reads (its nginx.conf and TOML
+//!   front ends, lint and convert are the `vigil-config` crate).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
@@ -16,16 +16,14 @@ pub mod api;
 pub mod balancer;
 pub mod clock;
 pub mod config;
-pub mod convert;
 pub mod event;
 pub mod health;
-pub mod lint;
 pub mod outcome;
 pub mod peer;
 pub mod registry;
 pub mod upstream;
 
-pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
+pub use clock::{Clock, ManualClock, Timestamp};
 pub use outcome::{FailureClass, NextUpstream, RequestFacts, TransportFailure};
 pub use upstream::{
     Accounting, FailureVerdict, NoLiveUpstreams, RetryDenied, RetryPolicy, SelectKey, Selection,

@@ -50,5 +50,5 @@ pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 
 /// A file's bytes: a regular file of bounded size only (not a device or FIFO).
 fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
-    vigil_core::config::read::read_regular_file(path).map_err(|e| TlsError::file(path, e))
+    vigil_config::read::read_regular_file(path).map_err(|e| TlsError::file(path, e))
 }

@@ -25,8 +25,8 @@ use std::time::Duration;
 use futures_util::task::AtomicWaker;
 use http::Version;
 use tokio::time::Instant;
-use vigil_core::clock::Tick;
 use vigil_core::config::{ProxySettings, ServerBlock};
+use vigil_net::clock::Tick;
 
 use crate::wire::request_check::HeadLimits;
 
@@ -140,7 +140,7 @@ impl ConnState {
     /// for events (or its last 32 cached readings, on a loop that does not
     /// wait).
     fn now_ms(&self) -> u64 {
-        vigil_core::clock::coarse_tick().millis_since(self.origin_tick)
+        vigil_net::clock::coarse_tick().millis_since(self.origin_tick)
     }
 
     fn after(&self, timeout_ms: u64) -> u64 {

@@ -15,7 +15,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use vigil_core::clock::{coarse_tick, Tick};
+use vigil_net::clock::{coarse_tick, Tick};
 
 use http::request::Parts;
 use http::StatusCode;

@@ -1,7 +1,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use vigil_core::config::{literal_resolver, nginx};
+use vigil_config::{literal_resolver, nginx};
 use vigil_core::event::EventBus;
 use vigil_core::health::ProbePhase;
 use vigil_core::registry::Registry;

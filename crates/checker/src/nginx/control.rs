@@ -230,7 +230,7 @@ impl Nginx for NginxControl {
 /// The `pid` directive of an nginx.conf (relative paths against its
 /// directory), if the file parses and has one.
 pub fn pid_file_of(conf: &Path) -> Option<PathBuf> {
-    let directives = vigil_core::config::nginx::syntax::parse_file(conf).ok()?;
+    let directives = vigil_config::nginx::syntax::parse_file(conf).ok()?;
     let d = directives.iter().find(|d| d.name == "pid")?;
     let p = PathBuf::from(&d.args.first()?.value);
     Some(if p.is_absolute() {

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 pub enum SyncError {
     /// The upstreams source file is invalid.
     #[error("upstreams source: {0}")]
-    Source(#[from] vigil_core::config::ConfigError),
+    Source(#[from] vigil_config::ConfigError),
     /// A source upstream cannot be rendered to a file (bad name).
     #[error("upstream \"{name}\": {message}")]
     Render {

@@ -30,11 +30,13 @@ use arc_swap::ArcSwap;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use vigil_config::system_resolver;
 use vigil_core::api::{NginxView, UpstreamView};
-use vigil_core::config::{system_resolver, CheckConfig};
+use vigil_core::config::CheckConfig;
 use vigil_core::event::{EventBus, EventKind};
 use vigil_core::registry::Registry;
-use vigil_core::{Clock, SystemClock};
+use vigil_core::Clock;
+use vigil_net::SystemClock;
 
 use crate::status::StatusPage;
 use crate::{Checker, CheckerOptions, UpdateSummary};

@@ -6,11 +6,10 @@
 
 use std::path::{Path, PathBuf};
 
-use vigil_core::config::nginx::syntax::{self, Arg, Directive};
+use vigil_config::nginx::syntax::{self, Arg, Directive};
+use vigil_config::{nginx, Resolver};
 use vigil_core::config::value::format_time;
-use vigil_core::config::{
-    nginx, Balancer, CheckConfig, Config, InitialState, Resolver, UpstreamConfig,
-};
+use vigil_core::config::{Balancer, CheckConfig, Config, InitialState, UpstreamConfig};
 use vigil_core::peer::PeerId;
 
 use super::SyncError;
@@ -72,7 +71,7 @@ pub fn load(
 ) -> Result<Source, SyncError> {
     let is_toml = path.extension().is_some_and(|e| e == "toml");
     let (mut config, blocks): (Config, Vec<Block>) = if is_toml {
-        let config = vigil_core::config::toml::load_file(path, resolve)?;
+        let config = vigil_config::toml::load_file(path, resolve)?;
         let blocks = config
             .upstreams
             .iter()
@@ -84,7 +83,7 @@ pub fn load(
             .collect();
         (config, blocks)
     } else {
-        let directives = syntax::parse_file(path).map_err(vigil_core::config::ConfigError::from)?;
+        let directives = syntax::parse_file(path).map_err(vigil_config::ConfigError::from)?;
         let mut ups = Vec::new();
         for d in &directives {
             match (d.name.as_str(), &d.block) {

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 
 use vigil_checker::nginx::render::{render, Mark};
 use vigil_checker::nginx::source::{self, Line};
-use vigil_core::config::{literal_resolver, CheckKind};
+use vigil_config::literal_resolver;
+use vigil_core::config::CheckKind;
 use vigil_core::peer::PeerId;
 
 fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {

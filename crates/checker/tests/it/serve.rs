@@ -12,7 +12,8 @@ use hyper_util::rt::TokioIo;
 use tokio_util::sync::CancellationToken;
 use vigil_checker::{Checker, CheckerOptions, TlsPolicy};
 use vigil_core::event::EventBus;
-use vigil_core::{Clock, SystemClock};
+use vigil_core::Clock;
+use vigil_net::SystemClock;
 use vigil_proxy::{Generation, Proxy};
 
 use crate::support::{eventually, load, Behaviour, Raw};

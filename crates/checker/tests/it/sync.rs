@@ -16,9 +16,9 @@ use vigil_checker::nginx::control::NginxFuture;
 use vigil_checker::nginx::{
     source, Annotator, Guard, Nginx, Snapshot, SyncError, SyncOptions, SyncStatus, Syncer,
 };
+use vigil_config::literal_resolver;
 use vigil_core::api::{self, NginxGiven, NginxView};
 use vigil_core::clock::Timestamp;
-use vigil_core::config::literal_resolver;
 use vigil_core::event::{EventBus, EventKind, Timing};
 use vigil_core::health::ProbeReport;
 use vigil_core::peer::PeerId;

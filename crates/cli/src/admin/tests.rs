@@ -6,7 +6,7 @@ use bytes::Bytes;
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use vigil_checker::status::StatusPage;
-use vigil_core::config::{literal_resolver, nginx};
+use vigil_config::{literal_resolver, nginx};
 use vigil_core::event::EventBus;
 use vigil_core::peer::AdminState;
 use vigil_core::registry::Registry;

@@ -15,7 +15,8 @@ use vigil_checker::nginx::{
     render_once, CheckOnly, CheckOnlyOptions, CommandLine, Guard, NginxControl, SyncOptions,
 };
 use vigil_checker::{CheckerOptions, TlsOptions, TlsPolicy};
-use vigil_core::config::{literal_resolver, nginx, CheckConfig};
+use vigil_config::{literal_resolver, nginx};
+use vigil_core::config::CheckConfig;
 
 /// Arguments of `vigil check`.
 #[derive(Debug, clap::Args)]

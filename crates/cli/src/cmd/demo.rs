@@ -18,7 +18,7 @@ use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
-use vigil_core::config::{literal_resolver, nginx};
+use vigil_config::{literal_resolver, nginx};
 
 use crate::stack;
 

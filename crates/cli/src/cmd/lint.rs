@@ -14,12 +14,12 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use vigil_core::config::nginx::{self, Loaded};
-use vigil_core::config::{system_resolver, ConfigError};
-use vigil_core::lint::{
+use vigil_config::lint::{
     lint_config, lint_error, lint_loaded, Finding, Severity, IGNORED_DIRECTIVE,
     UNSUPPORTED_VARIABLE, UNSUPPORTED_VARIABLE_TEXT,
 };
+use vigil_config::nginx::{self, Loaded};
+use vigil_config::{system_resolver, ConfigError};
 
 use crate::load::Kind;
 
@@ -119,7 +119,7 @@ fn collect(path: &Path, kind: Kind) -> Result<Vec<Finding>, ConfigError> {
             Err(e) if unreadable(&e) => Err(e),
             Err(e) => Ok(vec![lint_error(&e)]),
         },
-        Kind::Toml => match vigil_core::config::toml::load_file(path, &system_resolver) {
+        Kind::Toml => match vigil_config::toml::load_file(path, &system_resolver) {
             Ok(config) => Ok(lint_config(&config)),
             Err(e) if unreadable(&e) => Err(e),
             Err(e) => Ok(vec![lint_error(&e)]),

@@ -1,8 +1,9 @@
 //! nginx 1.22.1's recorded behaviour, replayed against `vigil serve`.
 //!
-//! `crates/core/tests/conformance/*.json` are the scenarios recorded from
+//! `crates/config/tests/conformance/*.json` are the scenarios recorded from
 //! stock nginx by the project's conformance harness, kept exactly as
-//! recorded (core replays them on simulated time; this runs the binary).
+//! recorded (vigil-config replays them through core on simulated time;
+//! this runs the binary).
 //! Each file holds its conf (`upstreams`, `locations`), its peers, the
 //! steps played and, per client request, what nginx did. This runner plays
 //! the same steps against the `vigil` binary with backends that behave as
@@ -32,7 +33,7 @@ use tokio::time::Instant;
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(20);
 
 fn golden_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/tests/conformance")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/tests/conformance")
 }
 
 /// The harness's conf skeleton (`run.py`, `CONF_FULL`, bonus headers on).
@@ -735,7 +736,7 @@ fn run(golden: &Value) -> Vec<String> {
 #[test]
 fn vigil_serve_does_what_nginx_1_22_did_in_every_recorded_scenario() {
     let mut files: Vec<PathBuf> = std::fs::read_dir(golden_dir())
-        .expect("crates/core/tests/conformance")
+        .expect("crates/config/tests/conformance")
         .map(|e| e.expect("entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "json"))
         .collect();

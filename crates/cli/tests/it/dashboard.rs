@@ -21,7 +21,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use vigil::admin::Admin;
 use vigil_checker::status::StatusPage;
-use vigil_core::config::{literal_resolver, nginx};
+use vigil_config::{literal_resolver, nginx};
 use vigil_core::event::EventBus;
 use vigil_core::health::ProbeReport;
 use vigil_core::peer::{AdminState, PeerId};

@@ -1,50 +1,13 @@
-//! Configuration: one typed model ([`model`]), two front ends
-//! ([`toml`](mod@self::toml) and [`nginx`]), and the shared value parsers.
+//! Configuration: one typed model ([`model`]) that both front ends
+//! (nginx.conf and `vigil.toml`, in the `vigil-config` crate) build and the
+//! runtime reads, and the value parsers and formatters it shares with
+//! them ([`value`]).
 
-mod addr;
-mod error;
+mod cidr;
 pub mod model;
-pub mod nginx;
-pub mod pattern;
-pub mod preset;
-pub mod read;
 mod routing;
-pub mod toml;
-mod traffic;
-mod validate;
 pub mod value;
 
-pub use addr::Cidr;
-pub use error::ConfigError;
+pub use cidr::Cidr;
 pub use model::*;
 pub use routing::*;
-
-use std::net::{SocketAddr, ToSocketAddrs};
-
-/// Turns a host name and port into addresses. The front ends never look
-/// names up themselves (core does no I/O); the binary passes [`system_resolver`].
-pub type Resolver<'a> = &'a dyn Fn(&str, u16) -> std::io::Result<Vec<SocketAddr>>;
-
-/// Accepts only IP literals and `localhost` (tests, and configs that must not depend on DNS).
-pub fn literal_resolver(host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    if host.eq_ignore_ascii_case("localhost") {
-        return Ok(vec![SocketAddr::from(([127, 0, 0, 1], port))]);
-    }
-    host.parse::<std::net::IpAddr>()
-        .map(|ip| vec![SocketAddr::new(ip, port)])
-        .map_err(|_| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!("\"{host}\" is not an IP address (name lookup is off)"),
-            )
-        })
-}
-
-/// Looks names up with the system resolver.
-pub fn system_resolver(host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
-    if let Ok(v) = literal_resolver(host, port) {
-        return Ok(v);
-    }
-    Ok((host, port).to_socket_addrs()?.collect())
-}

@@ -125,3 +125,17 @@ pub struct ErrorPage {
     /// Where the directive is.
     pub origin: Origin,
 }
+
+// === impl MapKey ===
+
+/// The key as written in a `map` block.
+impl std::fmt::Display for MapKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MapKey::Exact(k) => f.write_str(k),
+            MapKey::Regex { pattern, caseless } => {
+                write!(f, "~{}{pattern}", if *caseless { "*" } else { "" })
+            }
+        }
+    }
+}

@@ -1,14 +1,4 @@
 //! vigil-core integration tests: one binary, one module per subject.
 
-mod addresses;
-mod conf_files;
-mod conformance;
-mod corpus;
 mod golden_balancers;
-mod health_rules;
-mod latency_rules;
-mod lint;
-mod refusals;
 mod support;
-mod toml_config;
-mod traffic_rules;

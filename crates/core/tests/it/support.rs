@@ -4,11 +4,7 @@ use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
-use std::path::Path;
-
-use vigil_core::config::{
-    literal_resolver, nginx, toml, Balancer, Config, ConfigError, ServerConfig, UpstreamConfig,
-};
+use vigil_core::config::{Balancer, ServerConfig, UpstreamConfig};
 use vigil_core::event::EventBus;
 use vigil_core::{ManualClock, Upstream};
 
@@ -37,30 +33,4 @@ pub(crate) fn upstream(
         clock.clone(),
     ));
     (up, clock)
-}
-
-/// nginx.conf text loaded as `t.conf`.
-pub(crate) fn nginx_load(src: &str) -> Result<Config, ConfigError> {
-    nginx::load_str(src, Path::new("t.conf"), Path::new("."), &literal_resolver).map(|l| l.config)
-}
-
-/// TOML text loaded as `vigil.toml`.
-pub(crate) fn toml_load(src: &str) -> Result<Config, ConfigError> {
-    toml::load_str(src, Path::new("vigil.toml"), &literal_resolver)
-}
-
-/// The error nginx.conf text must give.
-pub(crate) fn nginx_err(src: &str) -> String {
-    match nginx_load(src) {
-        Ok(_) => panic!("loads but should not:\n{src}"),
-        Err(e) => e.to_string(),
-    }
-}
-
-/// The error TOML text must give.
-pub(crate) fn toml_err(src: &str) -> String {
-    match toml_load(src) {
-        Ok(_) => panic!("loads but should not:\n{src}"),
-        Err(e) => e.to_string(),
-    }
 }

@@ -202,8 +202,8 @@ fn run(i: usize, proxy: Arc<Proxy>, mut inbox: mpsc::UnboundedReceiver<Order>, s
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         // The worker's cached clock, read once per event-loop iteration
-        // as nginx does (vigil_core::clock::coarse_now).
-        .on_thread_unpark(vigil_core::clock::refresh)
+        // as nginx does (vigil_net::clock::coarse_now).
+        .on_thread_unpark(vigil_net::clock::refresh)
         .build()
     {
         Ok(rt) => rt,

@@ -16,10 +16,10 @@ use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::BodyExt;
 use smallvec::SmallVec;
 use tokio::time::Instant;
-use vigil_core::clock::{coarse_tick, Tick};
 use vigil_core::peer::Peer;
 use vigil_core::upstream::PeerGuard;
 use vigil_core::{FailureVerdict, StatusVerdict};
+use vigil_net::clock::{coarse_tick, Tick};
 
 use super::ledger::Ledger;
 use super::{outgoing, Cx, ReqBody};
@@ -258,7 +258,7 @@ fn hedge_due(flights: &[Flight<'_>], ledger: &Ledger<'_, '_>) -> Option<Instant>
         .map(|(t0, after)| {
             // Due `after` the latest start: from one reading of the clock,
             // what is left of it (none: at once).
-            let now = vigil_core::clock::coarse_now();
+            let now = vigil_net::clock::coarse_now();
             now + after.saturating_sub(Tick::of(now).since(t0))
         })
 }

@@ -7,10 +7,10 @@
 use std::sync::Arc;
 
 use smallvec::SmallVec;
-use vigil_core::clock::{coarse_tick, Tick};
 use vigil_core::peer::Peer;
 use vigil_core::upstream::{PeerGuard, Selection, Upstream};
 use vigil_core::{Clock, FailureVerdict, StatusVerdict};
+use vigil_net::clock::{coarse_tick, Tick};
 
 use crate::handler::record::AttemptRecord;
 use crate::obs::metrics::Outcome;

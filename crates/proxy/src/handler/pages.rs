@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use vigil_core::clock::Tick;
+use vigil_net::clock::Tick;
 
 use http::request::Parts;
 use http::{Response, StatusCode};

@@ -12,8 +12,8 @@ use http::request::Parts;
 use http::StatusCode;
 use http_body_util::BodyExt;
 use hyper::{Request, Response};
-use vigil_core::clock::{coarse_tick, Tick};
 use vigil_core::upstream::PeerGuard;
+use vigil_net::clock::{coarse_tick, Tick};
 
 use super::intake::{content_length, Intake};
 use super::ledger::Ledger;

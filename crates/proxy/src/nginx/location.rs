@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use vigil_core::config::pattern::Regex;
+use vigil_config::pattern::Regex;
 use vigil_core::config::{Location, LocationMatch};
 
 /// One server block's locations, ready to match.
@@ -81,7 +81,7 @@ enum Rc {
 }
 
 /// The groups of the regex that matched: group 0 first.
-pub(crate) type Captures = vigil_core::config::pattern::Groups;
+pub(crate) type Captures = vigil_config::pattern::Groups;
 
 // === impl Locations ===
 
@@ -100,7 +100,7 @@ impl Locations {
                 .push(loc.matcher == LocationMatch::PrefixNoRegex);
             out.regexes.push(match loc.matcher {
                 LocationMatch::Regex | LocationMatch::RegexCaseless => {
-                    Some(vigil_core::config::pattern::compile(
+                    Some(vigil_config::pattern::compile(
                         &loc.path,
                         loc.matcher == LocationMatch::RegexCaseless,
                     )?)
@@ -260,7 +260,7 @@ impl Locations {
         self.regexes
             .iter()
             .flatten()
-            .flat_map(vigil_core::config::pattern::group_names)
+            .flat_map(vigil_config::pattern::group_names)
     }
 }
 

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
 use http::request::Parts;
-use vigil_core::config::pattern::Regex;
+use vigil_config::pattern::Regex;
 use vigil_core::config::{Location, MapBlock, MapKey, RewriteFlag, RewriteStep};
 
 use crate::nginx::reply::Reply;
@@ -90,8 +90,8 @@ pub(crate) fn scope(config: &vigil_core::config::Config) -> Result<Scope, RouteE
                 RewriteStep::Set(v) if v.name == "args" => {}
                 RewriteStep::Set(v) => scope.declare(&v.name),
                 RewriteStep::Rewrite(r) => {
-                    if let Ok(re) = vigil_core::config::pattern::compile(&r.regex, false) {
-                        for n in vigil_core::config::pattern::group_names(&re) {
+                    if let Ok(re) = vigil_config::pattern::compile(&r.regex, false) {
+                        for n in vigil_config::pattern::group_names(&re) {
                             scope.declare(n);
                         }
                     }
@@ -104,8 +104,8 @@ pub(crate) fn scope(config: &vigil_core::config::Config) -> Result<Scope, RouteE
         // ngx_http_core_server_name: caseless with an upper-case letter.
         for p in s.server_names.iter().filter_map(|n| n.strip_prefix('~')) {
             let caseless = p.bytes().any(|b| b.is_ascii_uppercase());
-            if let Ok(re) = vigil_core::config::pattern::compile(p, caseless) {
-                for n in vigil_core::config::pattern::group_names(&re) {
+            if let Ok(re) = vigil_config::pattern::compile(p, caseless) {
+                for n in vigil_config::pattern::group_names(&re) {
                     scope.declare(n);
                 }
             }
@@ -118,8 +118,8 @@ pub(crate) fn scope(config: &vigil_core::config::Config) -> Result<Scope, RouteE
     for m in &config.maps {
         for e in &m.entries {
             if let MapKey::Regex { pattern, caseless } = &e.key {
-                if let Ok(re) = vigil_core::config::pattern::compile(pattern, *caseless) {
-                    for n in vigil_core::config::pattern::group_names(&re) {
+                if let Ok(re) = vigil_config::pattern::compile(pattern, *caseless) {
+                    for n in vigil_config::pattern::group_names(&re) {
                         scope.declare(n);
                     }
                 }
@@ -161,7 +161,7 @@ impl Script {
                         message,
                     };
                     Step::Rewrite {
-                        re: vigil_core::config::pattern::compile(&r.regex, false).map_err(err)?,
+                        re: vigil_config::pattern::compile(&r.regex, false).map_err(err)?,
                         replacement: Template::parse_with(&r.replacement, scope)
                             .map_err(|e| err(e.to_string()))?,
                         drop_args: r.drop_args,
@@ -356,10 +356,9 @@ impl MapTable {
         for e in &m.entries {
             let value = tpl(&e.value)?;
             match &e.key {
-                MapKey::Regex { pattern, caseless } => t.regexes.push((
-                    vigil_core::config::pattern::compile(pattern, *caseless)?,
-                    value,
-                )),
+                MapKey::Regex { pattern, caseless } => t
+                    .regexes
+                    .push((vigil_config::pattern::compile(pattern, *caseless)?, value)),
                 MapKey::Exact(k) => {
                     let k = k.to_ascii_lowercase();
                     if m.hostnames {

@@ -502,7 +502,7 @@ fn group_indices(loc: &Location) -> GroupNames {
         LocationMatch::RegexCaseless => true,
         _ => return Vec::new(),
     };
-    let Ok(re) = vigil_core::config::pattern::compile(&loc.path, caseless) else {
+    let Ok(re) = vigil_config::pattern::compile(&loc.path, caseless) else {
         return Vec::new();
     };
     re.capture_names()

@@ -122,8 +122,8 @@ pub(crate) struct RequestVars {
     pub(crate) named: HashMap<Arc<str>, Vec<u8>>,
 }
 
-/// A regex's groups (vigil_core's, bytes).
-pub(crate) type Captures = vigil_core::config::pattern::Groups;
+/// A regex's groups (vigil_config's, bytes).
+pub(crate) type Captures = vigil_config::pattern::Groups;
 
 /// `fmt::Write` into bytes, for the variables written as numbers, addresses and times.
 pub(crate) struct Text<'a>(pub(crate) &'a mut Vec<u8>);

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use vigil_core::config::pattern::{self, Groups, MatchError, Regex};
+use vigil_config::pattern::{self, Groups, MatchError, Regex};
 
 /// The `server_name`s of the blocks on one address.
 #[derive(Debug, Default)]

@@ -19,8 +19,8 @@ use bytes::Bytes;
 use http::request::Parts;
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, SizeHint};
-use vigil_core::clock::Tick;
 use vigil_core::config::{AccessLog, LogEscape, LogFormat};
+use vigil_net::clock::Tick;
 
 use crate::nginx::vars::VarContext;
 use crate::wire::payload::{BoxError, UpBody};
@@ -172,7 +172,7 @@ impl AccessLogWriter {
             Compiled::Format(f) => f.render(cx),
             Compiled::Json => Rendered::of(json(cx, parts).into_bytes()),
         };
-        let start = vigil_core::clock::coarse_tick()
+        let start = vigil_net::clock::coarse_tick()
             .minus(Duration::try_from_secs_f64(cx.request_time).unwrap_or_default());
         Some(Pending {
             file: self.file.clone(),
@@ -217,7 +217,7 @@ impl Pending {
     pub(crate) fn write(self, sent: u64) {
         let end = End {
             now: SystemTime::now(),
-            request_time: vigil_core::clock::coarse_tick()
+            request_time: vigil_net::clock::coarse_tick()
                 .since(self.start)
                 .as_secs_f64(),
             body_bytes_sent: sent,

@@ -79,7 +79,7 @@ where
     F: FnOnce(HeadOut<'_>) -> (Written, UpBody),
 {
     async move {
-        let start = vigil_core::clock::coarse_tick();
+        let start = vigil_net::clock::coarse_tick();
         let settings = &route.location.proxy;
         let (mut conn, cached) = match route.pool.checkout(peer.id()) {
             Some(c) => (c, true),
@@ -103,7 +103,7 @@ where
                 }
             }
         };
-        let connect_time = secs(vigil_core::clock::coarse_tick().since(start));
+        let connect_time = secs(vigil_net::clock::coarse_tick().since(start));
         if let Some(race) = race.as_deref() {
             race.connected.store(true, Ordering::Release);
             if let Some(once) = once.as_deref() {

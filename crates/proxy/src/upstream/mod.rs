@@ -261,7 +261,7 @@ impl H1 {
                 rest = Box::pin(self.send_body(&mut body, framing, &mut sent, t.send)).await?;
             }
             drop(body);
-            let deadline = vigil_core::clock::coarse_now() + t.read;
+            let deadline = vigil_net::clock::coarse_now() + t.read;
             let head = loop {
                 if !self.buf.is_empty() {
                     match head::parse_with(&mut self.buf, hidden, raw)? {

@@ -15,7 +15,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use vigil_core::clock::Tick;
+use vigil_net::clock::Tick;
 
 use crossbeam_utils::CachePadded;
 use vigil_core::config::UpstreamConfig;
@@ -138,7 +138,7 @@ impl Pool {
 impl Shard {
     fn checkout(&self, peer: PeerId) -> Option<Conn> {
         let mut q = self.idle.lock().ok()?;
-        let now = vigil_core::clock::coarse_tick();
+        let now = vigil_net::clock::coarse_tick();
         // The oldest go first when they expire; the newest is reused first.
         while q
             .front()
@@ -163,7 +163,7 @@ impl Shard {
         {
             return;
         }
-        conn.idle_since = vigil_core::clock::coarse_tick();
+        conn.idle_since = vigil_net::clock::coarse_tick();
         if let Ok(mut q) = self.idle.lock() {
             if q.len() >= self.cap {
                 q.pop_front();

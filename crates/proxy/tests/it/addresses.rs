@@ -72,7 +72,7 @@ async fn start(conf: &str) -> Both {
             "multi" => Ok((1..=3)
                 .map(|i| SocketAddr::from(([127, 0, 0, i], port)))
                 .collect()),
-            _ => vigil_core::config::literal_resolver(host, port),
+            _ => vigil_config::literal_resolver(host, port),
         }
     };
     let running = start_proxy_with(&format!("http {{\n{conf}\n}}"), &resolve).await;

@@ -14,7 +14,8 @@ use hyper::Response;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 use vigil_core::event::EventBus;
-use vigil_core::{Clock, SystemClock};
+use vigil_core::Clock;
+use vigil_net::SystemClock;
 use vigil_proxy::{Generation, Proxy, ProxyMetrics};
 
 use crate::support::{eventually, load, request, send, Backend, Got};

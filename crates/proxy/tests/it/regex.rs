@@ -1,7 +1,7 @@
 //! nginx's regular expressions as PCRE reads them, each conf served by
 //! vigil and by a stock nginx: `$` before a final newline in a location,
 //! a `rewrite`, a `map`; the PCRE constructs of
-//! crates/core/src/config/pattern/tests.rs's table through `map` keys;
+//! crates/config/src/pattern/tests.rs's table through `map` keys;
 //! `server_name` regexes and their groups; a runaway match.
 
 use crate::locations::{get, same, same_uris};

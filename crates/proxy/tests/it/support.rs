@@ -14,9 +14,10 @@ use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use vigil_core::config::{literal_resolver, nginx, Resolver};
+use vigil_config::{literal_resolver, nginx, Resolver};
 use vigil_core::event::EventBus;
-use vigil_core::{Clock, SystemClock};
+use vigil_core::Clock;
+use vigil_net::SystemClock;
 use vigil_proxy::{Generation, Proxy};
 
 /// What a backend saw.

@@ -23,7 +23,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use vigil_core::config::TelemetryConfig;
 use vigil_core::event::EventBus;
-use vigil_core::{Clock, SystemClock};
+use vigil_core::Clock;
+use vigil_net::SystemClock;
 use vigil_proxy::{Generation, Proxy, ProxyMetrics, Telemetry, TelemetryError};
 
 use crate::support::{eventually, get, load, Backend};

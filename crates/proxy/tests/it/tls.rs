@@ -140,7 +140,7 @@ fn a_trusted_certificate_that_is_not_a_regular_file_is_refused_at_load() {
            server { listen 127.0.0.1:1; location / { proxy_pass https://u;
              proxy_ssl_trusted_certificate /dev/zero; } } }",
     );
-    let clock: Arc<dyn vigil_core::Clock> = Arc::new(vigil_core::SystemClock::new());
+    let clock: Arc<dyn vigil_core::Clock> = Arc::new(vigil_net::SystemClock::new());
     let events = Arc::new(vigil_core::event::EventBus::default());
     let err = vigil_proxy::Generation::build(config, None, events, clock)
         .err()

@@ -202,7 +202,7 @@ async fn plain_http_to_a_tls_port_is_answered_400() {
 /// Build a generation of `text`: the error's text, if any.
 fn build(text: &str) -> Result<(), String> {
     let clock: std::sync::Arc<dyn vigil_core::Clock> =
-        std::sync::Arc::new(vigil_core::SystemClock::new());
+        std::sync::Arc::new(vigil_net::SystemClock::new());
     let events = std::sync::Arc::new(vigil_core::event::EventBus::default());
     vigil_proxy::Generation::build(load(text), None, events, clock)
         .map(drop)

@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use vigil_config::literal_resolver;
 use vigil_core::clock::{Clock, ManualClock, Timestamp};
-use vigil_core::config::literal_resolver;
 use vigil_core::event::EventBus;
 use vigil_core::health::ProbeReport;
 use vigil_core::peer::{AdminState, PeerId};

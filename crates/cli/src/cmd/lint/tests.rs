@@ -1,5 +1,5 @@
 //! `vigil lint` against `vigil serve`'s own startup: for every conf of the
-//! corpus (crates/core/tests/data/confs) and a few more, each error that
+//! corpus (crates/config/tests/data/confs) and a few more, each error that
 //! serve's startup stops at, round after round as an operator would fix
 //! them one at a time, is among the findings of one `vigil lint --for
 //! serve` run. And the report formats.
@@ -9,21 +9,21 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use vigil_core::config::nginx::syntax::{self, Directive, Includes};
-use vigil_core::config::nginx::{self, Mode};
-use vigil_core::config::ConfigError;
+use vigil_config::lint::{Finding, Severity};
+use vigil_config::nginx::syntax::{self, Directive, Includes};
+use vigil_config::nginx::{self, Mode};
+use vigil_config::ConfigError;
 use vigil_core::event::EventBus;
-use vigil_core::lint::{Finding, Severity};
 
 use super::{for_audience, lint_nginx, long_report, short_line, Audience};
 
 fn corpus_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/tests/data/confs")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/tests/data/confs")
 }
 
 /// Names resolve without the network: `*.example.com` to 127.0.0.N.
 fn resolve(host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
-    if let Ok(v) = vigil_core::config::literal_resolver(host, port) {
+    if let Ok(v) = vigil_config::literal_resolver(host, port) {
         return Ok(v);
     }
     match host
@@ -159,7 +159,7 @@ fn serve_stops_at(tree: &[Directive], logs: &Path) -> Option<Stop> {
             }
         }
     }
-    let clock: Arc<dyn vigil_core::Clock> = Arc::new(vigil_core::SystemClock::new());
+    let clock: Arc<dyn vigil_core::Clock> = Arc::new(vigil_net::SystemClock::new());
     match vigil_proxy::Generation::build(loaded.config, None, Arc::new(EventBus::default()), clock)
     {
         Ok(_) => None,

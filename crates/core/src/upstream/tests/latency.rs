@@ -4,7 +4,7 @@
 
 use super::rules::{ruled, up_check};
 use super::*;
-use crate::config::{preset, EjectSlow, EjectStuck, HealthRules, Penalty, Recovery};
+use crate::config::{EjectSlow, EjectStuck, HealthRules, Penalty, Recovery};
 
 pub(super) fn stuck_rules(min_ms: u64) -> HealthRules {
     HealthRules {
@@ -440,19 +440,4 @@ fn a_single_server_is_never_stuck_or_slow() {
     let (_s, _g) = f.hold(0);
     f.advance(5_000);
     assert!(f.reasons(0).is_empty(), "nginx's single-server rule");
-}
-
-#[test]
-fn the_preset_switches_every_latency_rule_on() {
-    let mut cfg = UpstreamConfig::new("u");
-    cfg.servers = servers(3);
-    preset::expand(&mut cfg, crate::config::Preset::Recommended, |_| false);
-    let up = Upstream::new(
-        cfg,
-        Arc::new(EventBus::default()),
-        Arc::new(ManualClock::at(1_000)),
-    );
-    assert!(up.measures_latency());
-    assert!(up.stuck_now(Timestamp(1_000)).is_some());
-    assert!(up.peer_header_figure(0, Timestamp(1_000)).is_some());
 }

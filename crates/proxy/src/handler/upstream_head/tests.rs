@@ -7,7 +7,7 @@ use std::sync::Arc;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{HeaderName, Method, Request, Uri, Version};
 use proptest::prelude::*;
-use vigil_core::config::{literal_resolver, nginx};
+use vigil_config::{literal_resolver, nginx};
 use vigil_core::event::EventBus;
 use vigil_core::registry::Registry;
 
@@ -20,7 +20,7 @@ fn route(conf: &str) -> Arc<Route> {
     let config = nginx::load_str(conf, "t.conf".as_ref(), ".".as_ref(), &literal_resolver)
         .expect("conf")
         .config;
-    let clock: Arc<dyn vigil_core::Clock> = Arc::new(vigil_core::SystemClock::new());
+    let clock: Arc<dyn vigil_core::Clock> = Arc::new(vigil_net::SystemClock::new());
     let reg = Registry::build(&config, None, Arc::new(EventBus::default()), clock);
     let pools = reg
         .upstreams()

@@ -6,7 +6,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http::{HeaderMap, HeaderValue, Uri, Version};
-use vigil_core::config::{literal_resolver, nginx, Config};
+use vigil_config::{literal_resolver, nginx};
+use vigil_core::config::Config;
 use vigil_core::event::EventBus;
 
 use super::*;
@@ -20,7 +21,7 @@ fn config(conf: &str) -> Config {
 
 fn routes(conf: &str) -> Routes {
     let config = config(conf);
-    let clock: Arc<dyn vigil_core::Clock> = Arc::new(vigil_core::SystemClock::new());
+    let clock: Arc<dyn vigil_core::Clock> = Arc::new(vigil_net::SystemClock::new());
     let reg = Registry::build(&config, None, Arc::new(EventBus::default()), clock);
     let pools = reg
         .upstreams()
@@ -305,7 +306,7 @@ fn configurations_nginx_refuses_are_route_errors() {
 fn an_error_page_that_proxies_is_served_and_a_missing_one_refused() {
     let build = |text: &str| {
         let config = config(text);
-        let clock: Arc<dyn vigil_core::Clock> = Arc::new(vigil_core::SystemClock::new());
+        let clock: Arc<dyn vigil_core::Clock> = Arc::new(vigil_net::SystemClock::new());
         let reg = Registry::build(&config, None, Arc::new(EventBus::default()), clock);
         let pools = reg
             .upstreams()

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-use vigil_core::clock::Tick;
+use vigil_net::clock::Tick;
 
 use http::Method;
 use opentelemetry::trace::{Span as _, SpanKind, Status, TraceContextExt, Tracer as _};
@@ -143,7 +143,7 @@ impl<'a> RequestObserver<'a> {
 
     /// The client is answered with `status`.
     pub(crate) fn finish(self, status: u16) {
-        let elapsed = vigil_core::clock::coarse_tick().since(self.start);
+        let elapsed = vigil_net::clock::coarse_tick().since(self.start);
         if let Some(s) = &self.stats {
             s.request(status, elapsed);
         }

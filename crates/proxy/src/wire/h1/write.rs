@@ -75,12 +75,12 @@ thread_local! {
 
 /// The `Date` of a response, written in place. As nginx's
 /// `ngx_cached_http_time`, it follows the worker's cached clock
-/// (`vigil_core::clock::coarse_now`): the wall clock itself is read only
+/// (`vigil_net::clock::coarse_now`): the wall clock itself is read only
 /// when a new second is formatted, not once per response.
 fn extend_date(dst: &mut BytesMut) {
     DATE.with(|c| {
         let mut c = c.borrow_mut();
-        let now = vigil_core::clock::coarse_now();
+        let now = vigil_net::clock::coarse_now();
         if c.until.is_none_or(|until| now >= until) {
             let wall = SystemTime::now();
             let text = httpdate::fmt_http_date(wall);
@@ -789,7 +789,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_date_follows_the_worker_clock_not_the_clock() {
         let until = || DATE.with(|c| c.borrow().until).expect("formatted");
-        vigil_core::clock::refresh();
+        vigil_net::clock::refresh();
         extend_date(&mut BytesMut::new());
         let first = until();
         // The clock passes the second, the worker's reading does not (no
@@ -797,7 +797,7 @@ mod tests {
         tokio::time::advance(Duration::from_secs(2)).await;
         extend_date(&mut BytesMut::new());
         assert_eq!(until(), first, "the cached reading, not the clock");
-        vigil_core::clock::refresh();
+        vigil_net::clock::refresh();
         extend_date(&mut BytesMut::new());
         assert!(until() > first, "after the next wake-up: the next second");
     }
