@@ -209,7 +209,9 @@ impl RequestUri {
     }
 
     /// `ngx_http_parse_complex_uri`, state for state; the index where the
-    /// query starts, if there is one.
+    /// query starts, if there is one. (Long: one match arm per nginx state,
+    /// kept in nginx's order so the two read side by side; split, the
+    /// states would lose their one loop.)
     fn complex(
         &mut self,
         src: &[u8],

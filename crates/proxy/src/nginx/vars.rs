@@ -329,6 +329,8 @@ impl Var {
         })
     }
 
+    /// Write the variable's value. (Long: one arm per variable nginx
+    /// names, a table read as one.)
     fn write(&self, cx: &VarContext<'_>, out: &mut Vec<u8>) {
         let p = cx.parts;
         match self {

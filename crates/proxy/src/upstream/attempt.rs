@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use vigil_core::peer::Peer;
 use vigil_core::{FailureClass, TransportFailure};
+use vigil_net::clock::Tick;
 
 use crate::nginx::route::Route;
 use crate::upstream::connect::{connect, ConnectError, TlsSettings};
@@ -81,80 +82,31 @@ where
     async move {
         let start = vigil_net::clock::coarse_tick();
         let settings = &route.location.proxy;
-        let (mut conn, cached) = match route.pool.checkout(peer.id()) {
-            Some(c) => (c, true),
-            None => {
-                let addr = peer.config().peer_addr();
-                let tls = tls.map(|t| (t, route.proxy_host.as_str()));
-                let link = Box::pin(connect(&addr, settings.connect_timeout, tls))
-                    .await
-                    .map(|io| Link::H1(H1::new(io)));
-                match link {
-                    Ok(link) => (
-                        Conn {
-                            peer: peer.id(),
-                            link,
-                            idle_since: start,
-                            requests: 0,
-                        },
-                        false,
-                    ),
-                    Err(e) => return Err(connect_failed(e)),
-                }
-            }
-        };
+        let (mut conn, cached) = connection(route, peer, tls, start).await?;
         let connect_time = secs(vigil_net::clock::coarse_tick().since(start));
-        if let Some(race) = race.as_deref() {
-            race.connected.store(true, Ordering::Release);
-            if let Some(once) = once.as_deref() {
-                if once.swap(true, Ordering::AcqRel) {
-                    race.lost.store(true, Ordering::Release);
-                    route.pool.checkin(conn);
-                    return Err(Failed {
-                        failure: TransportFailure {
-                            class: FailureClass::Error,
-                            request_sent: false,
-                            cached_connection: cached,
-                        },
-                        detail: format!(
-                            "connected to {} after another attempt had the request",
-                            peer.name()
-                        ),
-                        connect_time: Some(connect_time),
-                    });
-                }
-                race.claimed.store(true, Ordering::Release);
-            }
-        }
-        let timed_out = |phase: Phase| {
-            let (what, limit) = match phase {
-                Phase::Sending => ("sending the request", settings.send_timeout),
-                Phase::Waiting => ("reading response header", settings.read_timeout),
-            };
-            Failed {
-                failure: TransportFailure {
-                    class: FailureClass::Timeout,
-                    request_sent: true,
-                    cached_connection: cached,
-                },
-                detail: format!(
-                    "upstream {} timed out ({}) while {what}",
-                    peer.name(),
-                    fmt_duration(limit)
-                ),
-                connect_time: Some(connect_time),
-            }
+        let failed = |class, request_sent, detail| Failed {
+            failure: TransportFailure {
+                class,
+                request_sent,
+                cached_connection: cached,
+            },
+            detail,
+            connect_time: Some(connect_time),
         };
+        if !claim(race.as_deref(), once.as_deref()) {
+            route.pool.checkin(conn);
+            return Err(failed(
+                FailureClass::Error,
+                false,
+                format!(
+                    "connected to {} after another attempt had the request",
+                    peer.name()
+                ),
+            ));
+        }
         let Link::H1(mut h1) = std::mem::replace(&mut conn.link, Link::Lent) else {
-            return Err(Failed {
-                failure: TransportFailure {
-                    class: FailureClass::Error,
-                    request_sent: false,
-                    cached_connection: cached,
-                },
-                detail: format!("connection to {} is in use", peer.name()),
-                connect_time: Some(connect_time),
-            });
+            let detail = format!("connection to {} is in use", peer.name());
+            return Err(failed(FailureClass::Error, false, detail));
         };
         let (written, body) = make_request(h1.head_out());
         conn.requests += 1;
@@ -175,25 +127,29 @@ where
         .await;
         let (response, raw) = match sent {
             Ok(r) => (r.response, r.raw),
-            Err(upstream::Error::Timeout(phase)) => return Err(timed_out(phase)),
+            Err(upstream::Error::Timeout(phase)) => {
+                let (what, limit) = match phase {
+                    Phase::Sending => ("sending the request", settings.send_timeout),
+                    Phase::Waiting => ("reading response header", settings.read_timeout),
+                };
+                let detail = format!(
+                    "upstream {} timed out ({}) while {what}",
+                    peer.name(),
+                    fmt_duration(limit)
+                );
+                return Err(failed(FailureClass::Timeout, true, detail));
+            }
             Err(e) => return Err(classify(e, cached, replayable, peer, connect_time)),
         };
         // A switch the request did not ask for: the response is not HTTP
         // any more, and nothing can be relayed (nginx would relay bytes
         // raw if its client had sent Upgrade, even unasked upstream).
         if response.status() == http::StatusCode::SWITCHING_PROTOCOLS && !asked_upgrade {
-            return Err(Failed {
-                failure: TransportFailure {
-                    class: FailureClass::InvalidHeader,
-                    request_sent: true,
-                    cached_connection: cached,
-                },
-                detail: format!(
+            let detail = format!(
                 "upstream {} sent 101 Switching Protocols to a request that did not ask to upgrade",
                 peer.name()
-            ),
-                connect_time: Some(connect_time),
-            });
+            );
+            return Err(failed(FailureClass::InvalidHeader, true, detail));
         }
         // Boxed: the answer is moved from the attempt's future through the
         // race to the handler, 456 bytes at each step unboxed.
@@ -204,6 +160,50 @@ where
             raw,
         }))
     }
+}
+
+/// A kept-alive connection to `peer` from the pool, else a new one (the
+/// connect boxed: see [`run`]); whether it was kept.
+async fn connection(
+    route: &Route,
+    peer: &Peer,
+    tls: Option<&TlsSettings>,
+    start: Tick,
+) -> Result<(Conn, bool), Failed> {
+    if let Some(c) = route.pool.checkout(peer.id()) {
+        return Ok((c, true));
+    }
+    let addr = peer.config().peer_addr();
+    let tls = tls.map(|t| (t, route.proxy_host.as_str()));
+    let io = Box::pin(connect(&addr, route.location.proxy.connect_timeout, tls))
+        .await
+        .map_err(connect_failed)?;
+    let conn = Conn {
+        peer: peer.id(),
+        link: Link::H1(H1::new(io)),
+        idle_since: start,
+        requests: 0,
+    };
+    Ok((conn, false))
+}
+
+/// Whether an attempt whose connection is ready may send: always without
+/// a race; in one, tell the handler it connected, and for a request that
+/// goes once (`once`, shared by its attempts) only the first to connect
+/// may (a later one is marked `lost`).
+fn claim(race: Option<&Race>, once: Option<&AtomicBool>) -> bool {
+    let Some(race) = race else {
+        return true;
+    };
+    race.connected.store(true, Ordering::Release);
+    if let Some(once) = once {
+        if once.swap(true, Ordering::AcqRel) {
+            race.lost.store(true, Ordering::Release);
+            return false;
+        }
+        race.claimed.store(true, Ordering::Release);
+    }
+    true
 }
 
 fn connect_failed(e: ConnectError) -> Failed {

@@ -20,7 +20,8 @@ use crate::obs::metrics::{
     COUNT_RULES, EJECTION_RULES, PEER_STATES, STATUS_CLASSES,
 };
 
-/// Register every instrument on `meter`.
+/// Register every instrument on `meter`. (Long: a list, one registration
+/// an instrument, read as the table of what vigil exports.)
 pub(crate) fn register(meter: &Meter, metrics: &Arc<ProxyMetrics>) {
     counter(
         meter,

@@ -182,7 +182,9 @@ pub(crate) struct RespHead<'a> {
 
 /// Encode `head` to `asked`, whose body announced `body`. `Err` where
 /// hyper refuses the head (it then closes the connection without a
-/// response).
+/// response). (Long: the status line, the framing decision and one pass
+/// over the fields, on every response's path; the pieces share the
+/// decisions they make, which split functions would pass around.)
 pub(crate) fn encode(
     head: RespHead<'_>,
     mut body: BodyLength,
