@@ -108,56 +108,7 @@ where
             buf.starts_with(b"HTTP/1.0"),
         )
         .map_err(|e| protocol(&e.to_string()))?;
-    let mut raw = buf.split_off(head_end);
-    let mut decoder = Decoder::new(framing);
-    let mut body = Vec::new();
-    'read: loop {
-        loop {
-            match decoder.decode(&mut raw) {
-                Ok(Some(Decoded::Data(d))) => {
-                    body.extend_from_slice(&d);
-                    if body.len() >= BODY_LIMIT {
-                        break 'read;
-                    }
-                }
-                Ok(Some(Decoded::Trailers(_) | Decoded::End)) => break 'read,
-                Ok(None) => break,
-                Err(what) => {
-                    return Err(ProbeFailure::new(
-                        ProbePhase::Body,
-                        FailureKind::Protocol,
-                        format!("invalid chunked body: {what}"),
-                    ))
-                }
-            }
-        }
-        // A read error here (a reset mid-body) fails the probe.
-        let n = read_more(
-            &mut s,
-            &mut raw,
-            deadline,
-            ProbePhase::Body,
-            "reading the body",
-        )
-        .await?;
-        if n == 0 {
-            if decoder.closed().is_ok() {
-                break;
-            }
-            let expected = match framing {
-                Framing::Length(n) => format!(" of {n}"),
-                _ => String::new(),
-            };
-            return Err(ProbeFailure::new(
-                ProbePhase::Body,
-                FailureKind::Io,
-                format!(
-                    "connection closed before the end of the body ({} bytes{expected} read)",
-                    body.len()
-                ),
-            ));
-        }
-    }
+    let body = read_body(&mut s, buf.split_off(head_end), framing, deadline).await?;
     let body = &body[..body.len().min(BODY_LIMIT)];
     let Some(needle) = t.http.body_contains.as_deref() else {
         return Ok(format!("HTTP {status}"));
@@ -242,6 +193,60 @@ impl AsyncWrite for Replay<'_> {
     fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Poll::Ready(Ok(()))
     }
+}
+
+/// The body as `framing` frames it, decoded from `raw` (what came after
+/// the head) and what more is read, up to [`BODY_LIMIT`]: a body cut
+/// short or malformed fails the probe.
+async fn read_body<S: AsyncRead + Unpin>(
+    s: &mut S,
+    mut raw: BytesMut,
+    framing: Framing,
+    deadline: &Deadline,
+) -> Result<Vec<u8>, ProbeFailure> {
+    let mut decoder = Decoder::new(framing);
+    let mut body = Vec::new();
+    'read: loop {
+        loop {
+            match decoder.decode(&mut raw) {
+                Ok(Some(Decoded::Data(d))) => {
+                    body.extend_from_slice(&d);
+                    if body.len() >= BODY_LIMIT {
+                        break 'read;
+                    }
+                }
+                Ok(Some(Decoded::Trailers(_) | Decoded::End)) => break 'read,
+                Ok(None) => break,
+                Err(what) => {
+                    return Err(ProbeFailure::new(
+                        ProbePhase::Body,
+                        FailureKind::Protocol,
+                        format!("invalid chunked body: {what}"),
+                    ))
+                }
+            }
+        }
+        // A read error here (a reset mid-body) fails the probe.
+        let n = read_more(s, &mut raw, deadline, ProbePhase::Body, "reading the body").await?;
+        if n == 0 {
+            if decoder.closed().is_ok() {
+                break;
+            }
+            let expected = match framing {
+                Framing::Length(n) => format!(" of {n}"),
+                _ => String::new(),
+            };
+            return Err(ProbeFailure::new(
+                ProbePhase::Body,
+                FailureKind::Io,
+                format!(
+                    "connection closed before the end of the body ({} bytes{expected} read)",
+                    body.len()
+                ),
+            ));
+        }
+    }
+    Ok(body)
 }
 
 fn protocol(detail: &str) -> ProbeFailure {
