@@ -5,6 +5,7 @@ use super::syntax::{Arg, Directive};
 use super::{args, origin};
 use crate::ConfigError;
 use vigil_core::config::value::{parse_size, parse_time};
+use vigil_core::config::vars::{scan, ScanError, Syntax};
 use vigil_core::config::{AccessLog, LogEscape, LogFormat, LogFormatDef};
 
 /// `log_format NAME [escape=default|json|none] STRING...;` (http level).
@@ -146,39 +147,15 @@ pub(super) fn access_log(
 
 /// nginx's checks of a format string: a `$` needs a name, `${` its `}`.
 fn check_text(s: &Arg) -> Result<(), ConfigError> {
-    let b = s.value.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] != b'$' {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        i += 1;
-        let bracket = b.get(i) == Some(&b'{');
-        if bracket {
-            i += 1;
-        }
-        let name_start = i;
-        while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
-            i += 1;
-        }
-        let name = &s.value[name_start..i];
-        if bracket {
-            if b.get(i) != Some(&b'}') {
-                return Err(ConfigError::invalid(
-                    &s.span,
-                    format!("the closing bracket in \"{name}\" variable is missing"),
-                ));
-            }
-            i += 1;
-        }
-        if name.is_empty() {
-            return Err(ConfigError::invalid(
-                &s.span,
-                format!("invalid parameter \"{}\"", &s.value[start..]),
-            ));
-        }
+    match scan(&s.value, Syntax::LogFormat) {
+        Ok(_) => Ok(()),
+        Err(ScanError::Unclosed { name, .. }) => Err(ConfigError::invalid(
+            &s.span,
+            format!("the closing bracket in \"{name}\" variable is missing"),
+        )),
+        Err(ScanError::NoName(rest)) => Err(ConfigError::invalid(
+            &s.span,
+            format!("invalid parameter \"{rest}\""),
+        )),
     }
-    Ok(())
 }

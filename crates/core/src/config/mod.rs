@@ -7,6 +7,7 @@ mod cidr;
 pub mod model;
 mod routing;
 pub mod value;
+pub mod vars;
 
 pub use cidr::Cidr;
 pub use model::*;

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::request::Parts;
 use http::HeaderValue;
+use vigil_core::config::vars::{scan, Piece, ScanError, Syntax};
 
 use crate::conn::wallclock::{self, Wall};
 
@@ -164,54 +165,29 @@ impl Template {
     pub fn parse_with(value: &str, scope: &Scope) -> Result<Self, UnknownVariable> {
         let mut parts = Vec::new();
         let mut lit = String::new();
-        let b = value.as_bytes();
-        let mut i = 0;
         let flush = |lit: &mut String, parts: &mut Vec<Part>| {
             if !lit.is_empty() {
                 parts.push(Part::Lit(std::mem::take(lit).into_bytes().into()));
             }
         };
-        while i < b.len() {
-            if b[i] != b'$' {
-                let start = i;
-                while i < b.len() && b[i] != b'$' {
-                    i += 1;
+        let pieces = scan(value, Syntax::Template).map_err(|e| match e {
+            ScanError::Unclosed { rest, .. } | ScanError::NoName(rest) => UnknownVariable(rest),
+        })?;
+        for piece in pieces {
+            let var = match piece {
+                Piece::Text(t) => {
+                    lit.push_str(t);
+                    continue;
                 }
-                lit.push_str(&value[start..i]);
-                continue;
-            }
-            i += 1;
-            // nginx: `$1`..`$9` is one digit, a capture.
-            if let Some(d @ b'1'..=b'9') = b.get(i).copied() {
-                flush(&mut lit, &mut parts);
-                parts.push(Part::Var(Var::Capture(usize::from(d - b'0'))));
-                i += 1;
-                continue;
-            }
-            let (name, next) = if b.get(i) == Some(&b'{') {
-                match value[i + 1..].find('}') {
-                    Some(end) => (&value[i + 1..i + 1 + end], i + end + 2),
-                    None => return Err(UnknownVariable(value[i..].to_string())),
-                }
-            } else {
-                let start = i;
-                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
-                    i += 1;
-                }
-                (&value[start..i], i)
+                Piece::Capture(n) => Var::Capture(n),
+                Piece::Name(name) => match (scope.named.get(name), scope.maps.get(name)) {
+                    (_, Some(m)) => Var::Map(m.clone()),
+                    (Some(n), None) => Var::Named(n.clone()),
+                    (None, None) => Var::parse(name)?,
+                },
             };
-            if name.is_empty() {
-                lit.push('$');
-                continue;
-            }
             flush(&mut lit, &mut parts);
-            let var = match (scope.named.get(name), scope.maps.get(name)) {
-                (_, Some(m)) => Var::Map(m.clone()),
-                (Some(n), None) => Var::Named(n.clone()),
-                (None, None) => Var::parse(name)?,
-            };
             parts.push(Part::Var(var));
-            i = next;
         }
         flush(&mut lit, &mut parts);
         Ok(Self { parts })

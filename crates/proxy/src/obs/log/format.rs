@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use std::time::SystemTime;
 
 use http::request::Parts;
+use vigil_core::config::vars::{scan, Piece, ScanError, Syntax};
 use vigil_core::config::LogEscape;
 
 use crate::conn::wallclock::{self, Wall};
@@ -79,34 +80,17 @@ impl Format {
         scope: &Scope,
     ) -> Result<Self, UnknownVariable> {
         let mut ops = Vec::new();
-        let b = text.as_bytes();
-        let mut i = 0;
-        while i < b.len() {
-            if b[i] != b'$' {
-                let start = i;
-                while i < b.len() && b[i] != b'$' {
-                    i += 1;
-                }
-                ops.push(Op::Lit(text[start..i].to_string()));
-                continue;
-            }
-            i += 1;
-            let bracket = b.get(i) == Some(&b'{');
-            if bracket {
-                i += 1;
-            }
-            let start = i;
-            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
-                i += 1;
-            }
-            let name = &text[start..i];
-            if bracket && b.get(i) == Some(&b'}') {
-                i += 1;
-            }
-            if name.is_empty() {
-                return Err(UnknownVariable(String::new()));
-            }
-            ops.push(Op::of(name, scope)?);
+        let pieces = scan(text, Syntax::LogFormat).map_err(|e| match e {
+            ScanError::Unclosed { name, .. } => UnknownVariable(name),
+            ScanError::NoName(_) => UnknownVariable(String::new()),
+        })?;
+        for piece in pieces {
+            ops.push(match piece {
+                Piece::Text(t) => Op::Lit(t.to_string()),
+                Piece::Name(name) => Op::of(name, scope)?,
+                // (Not in a log format's syntax.)
+                Piece::Capture(n) => Op::of(&n.to_string(), scope)?,
+            });
         }
         Ok(Self { ops, escape })
     }
