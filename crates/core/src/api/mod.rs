@@ -189,7 +189,8 @@ pub struct PenaltyView {
 pub struct MaxEjectedView {
     /// P.
     pub percent: u8,
-    /// Primaries in service (not `down`, admin state up).
+    /// Primaries in service ([`crate::upstream::policy::in_service`]: not
+    /// `down`, admin state up).
     pub in_service: u32,
     /// Of those, how many a health rule ejects (kept ones included).
     pub ejected: u32,

@@ -30,7 +30,7 @@ mod halving;
 mod hedge;
 mod latency;
 mod pick;
-mod policy;
+pub mod policy;
 mod selection;
 mod slot;
 mod status;

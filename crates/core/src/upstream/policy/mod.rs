@@ -7,9 +7,9 @@
 //! the precomputed cycle. [`weight`] and [`nominal`] are the weights a peer
 //! has now (slow start, [`ramp`]). What a failure or a success does to the
 //! record is decided in [`passive`] (exclusion, penalty growth, recovery),
-//! and [`ejection`] holds `max_ejected`. Nothing else in vigil tests
-//! `fails >= max_fails` or reads the admin and probe states to decide
-//! routing.
+//! and [`ejection`] holds `max_ejected`, over the peers [`in_service`].
+//! Nothing else in vigil tests `fails >= max_fails` or reads the admin and
+//! probe states to decide routing.
 //!
 //! With none of the vigil-only rules configured every function here is
 //! nginx 1.22's rule, and the extra state in [`Slot`] stays at zero.
@@ -329,8 +329,7 @@ impl<'a> Gate<'a> {
     ///
     /// Under `eject_stuck` every peer is walked (the tier scans anyway).
     pub(crate) fn eligible(&self, peer: &Peer, i: usize, s: &Slot) -> bool {
-        let clear = !peer.config().down
-            && peer.admin() == AdminState::Up
+        let clear = in_service(peer)
             && peer.health().allows_traffic()
             && !failed_out(peer, s)
             && !peer.is_full()
@@ -381,6 +380,17 @@ impl<'a> Gate<'a> {
         });
         (out, waived)
     }
+}
+
+/// In service: neither `down` in the config nor set down or draining
+/// through the admin API, whatever its probes and passive record say. The
+/// peers `max_ejected` takes its percentage of (and `vigil check
+/// --min-healthy` its count), the backups in service that the count form
+/// counts (when their probes pass too), and what checker-only mode leaves
+/// to the health rules rather than render down for an operator.
+#[inline]
+pub fn in_service(peer: &Peer) -> bool {
+    !peer.config().down && peer.admin() == AdminState::Up
 }
 
 /// nginx's passive threshold: `max_fails != 0 && fails >= max_fails`, or
