@@ -52,7 +52,7 @@ use crate::peer::{AdminState, Peer, PeerId};
 
 pub use budget::{BudgetNow, GovernorClock};
 pub use latency::{PeerFigure, MIN_SAMPLES, UPSTREAM_WINDOW};
-pub use policy::Ineligible;
+pub use policy::{Ineligible, PeerState, Rule};
 pub use status::{Ejection, MaxEjectedNow, PeerStatus, ProbeWanted, StuckNow, WaitingNow};
 pub use tier::PassiveView;
 use tier::Tier;

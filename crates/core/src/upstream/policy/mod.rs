@@ -9,7 +9,8 @@
 //! record is decided in [`passive`] (exclusion, penalty growth, recovery),
 //! and [`ejection`] holds `max_ejected`, over the peers [`in_service`].
 //! Nothing else in vigil tests `fails >= max_fails` or reads the admin and
-//! probe states to decide routing.
+//! probe states to decide routing. [`Rule`] and [`PeerState`] name the
+//! rules for the admin API and whoever reads it.
 //!
 //! With none of the vigil-only rules configured every function here is
 //! nginx 1.22's rule, and the extra state in [`Slot`] stays at zero.
@@ -18,6 +19,7 @@ pub(crate) mod ejection;
 pub(crate) mod halve;
 pub(crate) mod passive;
 pub(crate) mod ramp;
+mod rule;
 pub(crate) mod slow;
 
 use std::ops::ControlFlow;
@@ -30,6 +32,8 @@ use crate::peer::{AdminState, Peer};
 use super::latency::Latency;
 use super::slot::Slot;
 use super::Tried;
+
+pub use rule::{PeerState, Rule};
 
 /// Why a peer gets no new requests right now.
 #[derive(Clone, Debug, PartialEq)]
@@ -154,25 +158,6 @@ impl Ineligible {
                 | Ineligible::Slow { .. }
                 | Ineligible::Stuck { .. }
         )
-    }
-
-    /// The word `vigil status` and the API use for the rule.
-    pub fn state(&self) -> &'static str {
-        match self {
-            Ineligible::ConfigDown => "down",
-            Ineligible::Admin {
-                state: AdminState::Drain,
-                ..
-            } => "draining",
-            Ineligible::Admin { .. } => "admin_down",
-            Ineligible::ProbeDown { .. } => "probe_down",
-            Ineligible::Excluded { .. } => "excluded",
-            Ineligible::AwaitingProbe { .. } => "awaiting_probe",
-            Ineligible::Probation { .. } => "probation",
-            Ineligible::Slow { .. } => "slow",
-            Ineligible::Stuck { .. } => "stuck",
-            Ineligible::Full { .. } => "full",
-        }
     }
 }
 
