@@ -10,7 +10,8 @@
 //! and [`ejection`] holds `max_ejected`, over the peers [`in_service`].
 //! Nothing else in vigil tests `fails >= max_fails` or reads the admin and
 //! probe states to decide routing. [`Rule`] and [`PeerState`] name the
-//! rules for the admin API and whoever reads it.
+//! rules for the admin API and whoever reads it; [`remote_ejection`] is
+//! what a fleet member's passive ejection does here (`share_passive`).
 //!
 //! With none of the vigil-only rules configured every function here is
 //! nginx 1.22's rule, and the extra state in [`Slot`] stays at zero.
@@ -20,6 +21,7 @@ pub(crate) mod halve;
 pub(crate) mod passive;
 pub(crate) mod ramp;
 mod rule;
+mod share;
 pub(crate) mod slow;
 
 use std::ops::ControlFlow;
@@ -34,6 +36,7 @@ use super::slot::Slot;
 use super::Tried;
 
 pub use rule::{PeerState, Rule};
+pub use share::{remote_ejection, PeerHere, RemoteAnswer, RemoteEjection};
 
 /// Why a peer gets no new requests right now.
 #[derive(Clone, Debug, PartialEq)]
