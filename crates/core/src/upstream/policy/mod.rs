@@ -1,20 +1,21 @@
 //! Every rule that decides whether a peer takes new requests, in one place.
 //!
-//! [`Gate::admit`] answers "may this peer take a new request now, and if
+//! `Gate::admit` answers "may this peer take a new request now, and if
 //! not, why, since when, until when". The balancers ask it (stopping at the
 //! first reason), `status`/`explain` ask it (collecting every reason), and
-//! the round-robin fast path asks [`at_rest`] whether a peer can be left to
-//! the precomputed cycle. [`weight`] and [`nominal`] are the weights a peer
-//! has now (slow start, [`ramp`]). What a failure or a success does to the
-//! record is decided in [`passive`] (exclusion, penalty growth, recovery),
-//! and [`ejection`] holds `max_ejected`, over the peers [`in_service`].
+//! the round-robin fast path asks `at_rest` whether a peer can be left to
+//! the precomputed cycle. `Gate::weight` and `Gate::nominal` are the
+//! weights a peer has now (slow start, `ramp.rs`). What a failure or a
+//! success does to the record is decided in `passive.rs` (exclusion,
+//! penalty growth, recovery), and `ejection.rs` holds `max_ejected`, over
+//! the peers [`in_service`].
 //! Nothing else in vigil tests `fails >= max_fails` or reads the admin and
 //! probe states to decide routing. [`Rule`] and [`PeerState`] name the
 //! rules for the admin API and whoever reads it; [`remote_ejection`] is
 //! what a fleet member's passive ejection does here (`share_passive`).
 //!
 //! With none of the vigil-only rules configured every function here is
-//! nginx 1.22's rule, and the extra state in [`Slot`] stays at zero.
+//! nginx 1.22's rule, and the extra state in `Slot` stays at zero.
 
 pub(crate) mod ejection;
 pub(crate) mod halve;

@@ -132,7 +132,7 @@ impl PeerState {
     ];
 
     /// The state of a peer with `reasons` in force (in the order
-    /// [`Gate::admit`](super::Gate::admit) walks them): the first one.
+    /// `Gate::admit` walks them): the first one.
     pub fn of(reasons: &[Ineligible]) -> Self {
         reasons
             .first()
