@@ -368,6 +368,11 @@ impl Checker {
         true
     }
 
+    /// Whether `id` is a target here (a peer it probes).
+    pub fn has_target(&self, id: &str) -> bool {
+        self.state.lock().is_ok_and(|s| s.by_id.contains_key(id))
+    }
+
     /// Probe the target `id` as soon as its loop is free, whoever owns it
     /// (a fleet member heard that another ejected the peer passively), and
     /// go on with the regular schedule after. Returns whether `id` is a

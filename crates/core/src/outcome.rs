@@ -115,6 +115,15 @@ impl RequestFacts {
     pub fn sends_twice(&self) -> bool {
         self.hedgeable && self.body_replayable && !self.non_idempotent
     }
+
+    /// Whether the request, on an upstream with `hedge` (`hedged`), is sent
+    /// once only: its attempts may race while connecting, and the first
+    /// connection ready sends it (the others are cancelled before they send
+    /// anything). False without a hedge, where attempts never overlap, and
+    /// for a request that [`sends_twice`](Self::sends_twice).
+    pub fn sends_once(&self, hedged: bool) -> bool {
+        hedged && !self.sends_twice()
+    }
 }
 
 /// RFC 9110's safe methods (§9.2.1), which nginx's `proxy_next_upstream`
@@ -364,6 +373,21 @@ mod tests {
         // Retries after a failure keep nginx's rule: only POST, LOCK, PATCH
         // need `non_idempotent`.
         assert!(!RequestFacts::new("DELETE", true).non_idempotent);
+    }
+
+    #[test]
+    fn under_a_hedge_only_what_cannot_be_sent_twice_is_sent_once() {
+        let get = RequestFacts::new("GET", true);
+        let put = RequestFacts::new("PUT", true);
+        let get_body = RequestFacts::new("GET", true).with_body(true);
+        let streamed = RequestFacts::new("GET", false);
+        for f in [get, put, get_body, streamed] {
+            assert!(!f.sends_once(false), "no hedge, no race: {f:?}");
+        }
+        assert!(!get.sends_once(true), "a hedged GET may go to two peers");
+        for f in [put, get_body, streamed] {
+            assert!(f.sends_once(true), "hedged, sent once: {f:?}");
+        }
     }
 
     #[test]

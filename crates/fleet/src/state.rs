@@ -12,10 +12,11 @@ use tokio::sync::mpsc;
 use vigil_checker::{Checker, Sharing};
 use vigil_core::event::{Event, EventBus, EventKind};
 use vigil_core::health::ProbeReport;
+use vigil_core::upstream::policy::{self, PeerHere, RemoteAnswer, RemoteEjection};
 use vigil_core::Clock;
 
 use crate::rendezvous;
-use crate::trust::{self, Ignored, Why};
+use crate::trust::{Ignored, Why};
 use crate::view::{FleetView, HistoryView, TargetView, VerdictView};
 use crate::wire::{self, PassiveValue, ResultValue};
 use crate::FleetOptions;
@@ -45,7 +46,7 @@ pub(crate) struct Shared {
     joined: AtomicBool,
     status: Mutex<Status>,
     verdicts: Mutex<HashMap<String, VerdictView>>,
-    /// Writes under the prefix not believed ([`trust`]).
+    /// Writes under the prefix not believed ([`crate::trust`]).
     ignored: Mutex<Ignored>,
     outbox: mpsc::Sender<Outgoing>,
     checker: OnceLock<Weak<Checker>>,
@@ -267,10 +268,11 @@ impl Shared {
     }
 
     /// Another member ejected a peer passively (the session checked it is
-    /// believed): a peer with a check here is probed now (the result
-    /// decides, as any probe's); one without has its weight halved for
-    /// what is left of that member's penalty, at most the longest
-    /// exclusion this member's own config gives the peer.
+    /// believed): core decides what that does here
+    /// ([`policy::remote_ejection`]: a peer with a check here is probed
+    /// now, one without has its weight halved for what is left of that
+    /// member's penalty); this reads what this member has of the peer and
+    /// applies the answer.
     pub(crate) fn remote_ejection(&self, member: &str, target: &str, value: &PassiveValue) {
         if member == self.me() || !self.opts.share_passive {
             return;
@@ -278,35 +280,42 @@ impl Shared {
         let Some(checker) = self.checker.get().and_then(Weak::upgrade) else {
             return;
         };
-        let local = checker.target_of(&value.upstream, &value.peer);
-        if checker.probe_now(target) || local.as_deref().is_some_and(|t| checker.probe_now(t)) {
-            tracing::info!(target: "vigil::fleet", %member, upstream = %value.upstream, peer = %value.peer, "fleet: member {member} ejected upstream {} server {} on its traffic; probing it here now instead of ejecting it blindly", value.upstream, value.peer);
-            return;
-        }
-        if local.is_some() {
-            return;
-        }
-        let Some((_, clock)) = self.events.get() else {
-            return;
-        };
+        // The target that probes it here: the sender's, or this member's
+        // own for the upstream's server of that name.
+        let probed = std::iter::once(target.to_string())
+            .chain(checker.target_of(&value.upstream, &value.peer))
+            .find(|t| checker.has_target(t));
         let registry = checker.registry();
-        let Some(up) = registry.get(&value.upstream) else {
+        let found = registry
+            .get(&value.upstream)
+            .and_then(|up| Some((up, up.peer_by_name(&value.peer)?)));
+        let here = match (&probed, found) {
+            (Some(_), _) => PeerHere::Checked,
+            (None, Some((up, peer))) => PeerHere::Unchecked {
+                fail_timeout: peer.config().fail_timeout,
+                penalty: up.config().rules.penalty,
+            },
+            (None, None) => PeerHere::Absent,
+        };
+        // The members' wall clocks are assumed within trust::MAX_SKEW.
+        let heard = RemoteEjection {
+            penalty_ms: value.penalty_ms,
+            at_unix_ms: value.at_unix_ms,
+        };
+        let left = match policy::remote_ejection(heard, here, unix_ms()) {
+            RemoteAnswer::Ignore => return,
+            RemoteAnswer::ProbeNow => {
+                if let Some(t) = probed {
+                    checker.probe_now(&t);
+                }
+                tracing::info!(target: "vigil::fleet", %member, upstream = %value.upstream, peer = %value.peer, "fleet: member {member} ejected upstream {} server {} on its traffic; probing it here now instead of ejecting it blindly", value.upstream, value.peer);
+                return;
+            }
+            RemoteAnswer::Halve { ms } => ms,
+        };
+        let (Some((up, peer)), Some((_, clock))) = (found, self.events.get()) else {
             return;
         };
-        let Some(peer) = up.peer_by_name(&value.peer) else {
-            return;
-        };
-        // What is left of the penalty (the members' wall clocks are assumed
-        // within trust::MAX_SKEW); an ejection whose penalty is over when
-        // heard is ignored.
-        let longest = trust::longest_exclusion_ms(
-            peer.config().fail_timeout,
-            up.config().rules.penalty.as_ref(),
-        );
-        let left = trust::halving_ms(value.penalty_ms, value.at_unix_ms, unix_ms(), longest);
-        if left == 0 {
-            return;
-        }
         let id = peer.id();
         let now = clock.now();
         if !up.halve_weight(id, now.after(Duration::from_millis(left)), member, now) {

@@ -11,8 +11,9 @@
 //!   targets that rendezvous assigns to their writer, as this member
 //!   computes it (same member list, this member's `replicas`);
 //! - times within [`MAX_SKEW`] of this member's clock; a result older than
-//!   the TTL plus [`MAX_SKEW`] is stale; a halving lasts no longer than
-//!   this member's own config could exclude the peer ([`halving_ms`]).
+//!   the TTL plus [`MAX_SKEW`] is stale. What a believed ejection does here
+//!   (a halving no longer than this member's own config could exclude the
+//!   peer) is core's `policy::remote_ejection`.
 //!
 //! A write that is not believed is counted and logged once per key
 //! ([`Ignored`]). This is hygiene, not authentication: lease ids are
@@ -21,8 +22,6 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
-
-use vigil_core::config::Penalty;
 
 use crate::rendezvous;
 
@@ -135,8 +134,8 @@ impl Roster {
     }
 
     /// A passive ejection of `member` stamped `at_unix_ms`, heard at
-    /// `now_unix_ms` under `lease` (whether it is over is
-    /// [`halving_ms`]'s business).
+    /// `now_unix_ms` under `lease` (whether it is over is core's
+    /// `policy::remote_ejection`'s business).
     pub(crate) fn check_ejection(
         &self,
         member: &str,
@@ -155,35 +154,6 @@ fn check_time(at_unix_ms: u64, now_unix_ms: u64) -> Result<(), Why> {
         return Err(Why::Future(ahead));
     }
     Ok(())
-}
-
-/// How long to halve a peer's weight for an ejection stamped `at_unix_ms`
-/// with `penalty_ms`, heard at `now_unix_ms`: what is left of the penalty,
-/// the penalty capped at `longest_ms` (the longest exclusion this member's
-/// own config gives the peer, [`longest_exclusion_ms`]) and a time ahead
-/// of now (within [`MAX_SKEW`]) taken as now. 0: nothing to halve.
-pub(crate) fn halving_ms(
-    penalty_ms: Option<u64>,
-    at_unix_ms: u64,
-    now_unix_ms: u64,
-    longest_ms: u64,
-) -> u64 {
-    let Some(penalty) = penalty_ms else {
-        return 0;
-    };
-    let elapsed = now_unix_ms.saturating_sub(at_unix_ms);
-    penalty.min(longest_ms).saturating_sub(elapsed)
-}
-
-/// The longest passive exclusion a peer with `fail_timeout` under
-/// `passive_penalty` (if any) can get: `fail_timeout`, or the penalty's
-/// `max` plus its jitter (core's `pause_ms` never exceeds it).
-pub(crate) fn longest_exclusion_ms(fail_timeout: Duration, penalty: Option<&Penalty>) -> u64 {
-    let grown = penalty.map_or(0, |p| {
-        let max = ms(p.max);
-        max.saturating_add(max / 100 * u64::from(p.jitter_percent) + u64::from(p.jitter_percent))
-    });
-    ms(fail_timeout).max(grown)
 }
 
 fn ms(d: Duration) -> u64 {

@@ -360,7 +360,8 @@ fn proxy_request<'a, 'o>(
             upgrade: intake.on_upgrade.is_some(),
             replayable: facts.body_replayable,
             hedged,
-            once: (hedged && !facts.sends_twice())
+            once: facts
+                .sends_once(hedged)
                 .then(|| Arc::new(std::sync::atomic::AtomicBool::new(false))),
         };
         let settled = attempts::run(&job, &mut ledger, intake.fault.as_deref()).await;

@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 
 use vigil_core::clock::Timestamp;
 use vigil_core::peer::{AdminState, PeerId};
-use vigil_core::upstream::{Ineligible, Upstream};
+use vigil_core::upstream::{policy, Ineligible, Upstream};
 
 use super::source::{Block, Line};
 
@@ -79,11 +79,17 @@ impl Rendered {
 /// time, so the text changes only when a decision does.
 pub fn decide(up: &Upstream, now: Timestamp) -> BTreeMap<PeerId, Mark> {
     let mut out = BTreeMap::new();
-    for p in up.peers().iter().filter(|p| !p.config().down) {
-        let note = match p.admin() {
-            AdminState::Up => continue,
-            AdminState::Down => "set down through the admin API",
-            AdminState::Drain => "draining through the admin API (nginx has no drain)",
+    // Out of service through the admin API (a server `down` in the source
+    // stays as written).
+    for p in up
+        .peers()
+        .iter()
+        .filter(|p| !p.config().down && !policy::in_service(p))
+    {
+        let note = if p.admin() == AdminState::Drain {
+            "draining through the admin API (nginx has no drain)"
+        } else {
+            "set down through the admin API"
         };
         out.insert(p.id(), Mark::Down(note.into()));
     }

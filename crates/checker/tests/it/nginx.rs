@@ -22,6 +22,7 @@ use vigil_checker::CheckerOptions;
 use vigil_core::api::{self, NginxGiven, UpstreamView};
 use vigil_core::event::{EventKind, Timing};
 use vigil_core::health::HealthState;
+use vigil_core::upstream::{PeerState, Rule};
 
 use crate::stock::{free_port, get, nginx_bin, Nginx};
 use crate::support::{eventually, Behaviour, Raw};
@@ -387,10 +388,10 @@ async fn two_of_two_failing_their_probes_nginx_keeps_the_least_bad_and_explain_s
         Some(NginxGiven::Down)
     );
     // Status: the kept one is eligible by core's rules, its ejection waived.
-    assert_eq!(kept.state, "eligible");
+    assert_eq!(kept.state, PeerState::Eligible);
     assert_eq!(kept.waived.len(), 1, "{kept:?}");
-    assert_eq!(kept.waived[0].rule, "probe_down");
-    assert_eq!(down.state, "probe_down");
+    assert_eq!(kept.waived[0].rule, Rule::ProbeDown);
+    assert_eq!(down.state, PeerState::ProbeDown);
     let m = view
         .rules
         .max_ejected

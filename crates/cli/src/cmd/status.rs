@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use vigil_core::api::{NginxSyncView, PeerView, ReloadView, StatusDoc};
+use vigil_core::upstream::PeerState;
 
 use crate::client;
 
@@ -240,7 +241,7 @@ fn table(peers: &[PeerView], colour: bool, checker: bool) -> String {
             *w = (*w).max(c.chars().count());
         }
     }
-    let line = |cells: &[String], state: Option<&str>| {
+    let line = |cells: &[String], state: Option<PeerState>| {
         let last = cells.len() - 1;
         let mut out = String::from(" ");
         for (i, c) in cells.iter().enumerate() {
@@ -248,8 +249,8 @@ fn table(peers: &[PeerView], colour: bool, checker: bool) -> String {
             let text = match (i, state) {
                 (1, Some(st)) if colour => {
                     let code = match st {
-                        "eligible" => "32",
-                        "draining" | "full" => "33",
+                        PeerState::Eligible => "32",
+                        PeerState::Draining | PeerState::Full => "33",
                         _ => "31",
                     };
                     format!("\x1b[{code}m{c}\x1b[0m")
@@ -274,7 +275,7 @@ fn table(peers: &[PeerView], colour: bool, checker: bool) -> String {
         None,
     );
     for (p, r) in peers.iter().zip(&rows) {
-        s.push_str(&line(r, Some(&p.state)));
+        s.push_str(&line(r, Some(p.state)));
     }
     s
 }
@@ -318,10 +319,10 @@ fn weight(p: &PeerView) -> String {
 }
 
 fn cells(p: &PeerView, checker: bool) -> Vec<String> {
-    let state = if p.backup && p.state == "eligible" {
+    let state = if p.backup && p.state == PeerState::Eligible {
         "backup".to_string()
     } else {
-        p.state.clone()
+        p.state.to_string()
     };
     let probe = p
         .active

@@ -2,6 +2,8 @@
 //! one per rule in force, with times.
 
 use super::{EventView, PeerView, UpstreamView};
+use crate::peer::AdminState;
+use crate::upstream::Rule;
 
 /// Sentences about `peer` of `up`, newest events last in `events`.
 pub fn explain(up: &UpstreamView, peer: &PeerView, events: &[EventView]) -> Vec<String> {
@@ -12,20 +14,20 @@ pub fn explain(up: &UpstreamView, peer: &PeerView, events: &[EventView]) -> Vec<
         .rev()
         .find(|e| e.upstream == up.name && &e.peer == addr && e.kind == "excluded");
     for r in &peer.reasons {
-        let s = match r.rule.as_str() {
-            "down" => format!("{addr} gets no traffic: it is marked `down` in the configuration."),
-            "admin" if r.detail == "drain" => format!(
+        let s = match r.rule {
+            Rule::Down => format!("{addr} gets no traffic: it is marked `down` in the configuration."),
+            Rule::Admin if r.detail == AdminState::Drain.as_str() => format!(
                 "{addr} gets no new requests: an operator set it to drain{}; the {} request(s) in flight finish. `vigil peer up {} {addr}` undoes it.",
                 at(r.since_unix_ms),
                 peer.conns,
                 up.name
             ),
-            "admin" => format!(
+            Rule::Admin => format!(
                 "{addr} gets no traffic: an operator set it down{}. `vigil peer up {} {addr}` undoes it.",
                 at(r.since_unix_ms),
                 up.name
             ),
-            "probe_down" => {
+            Rule::ProbeDown => {
                 let probe = peer
                     .active
                     .as_ref()
@@ -43,7 +45,7 @@ pub fn explain(up: &UpstreamView, peer: &PeerView, events: &[EventView]) -> Vec<
                 };
                 format!("{addr} gets no traffic: active checks say down{since}: {}{probe}; it comes back after passing probes{check}.", r.detail)
             }
-            "excluded" => {
+            Rule::Excluded => {
                 let cause = last_exclusion
                     .map(|e| format!(" (last: {} at {})", cause_of(&e.text), clock(e.at_unix_ms)))
                     .unwrap_or_default();
@@ -75,7 +77,7 @@ pub fn explain(up: &UpstreamView, peer: &PeerView, events: &[EventView]) -> Vec<
                     recovery_text(&up.rules.passive_recovery)
                 )
             }
-            "awaiting_probe" => {
+            Rule::AwaitingProbe => {
                 let probe = peer
                     .active
                     .as_ref()
@@ -87,15 +89,15 @@ pub fn explain(up: &UpstreamView, peer: &PeerView, events: &[EventView]) -> Vec<
                     at(r.since_unix_ms)
                 )
             }
-            "probation" => format!(
+            Rule::Probation => format!(
                 "{addr} is on probation (passive_recovery {}): {}; it takes one request at a time, and that one is in flight.",
                 up.rules.passive_recovery, r.detail
             ),
-            "full" => format!(
+            Rule::Full => format!(
                 "{addr} is skipped while at max_conns: {}; it gets requests again as soon as one finishes.",
                 r.detail
             ),
-            "slow" => {
+            Rule::Slow => {
                 let rule = up
                     .rules
                     .eject_slow
@@ -122,7 +124,7 @@ pub fn explain(up: &UpstreamView, peer: &PeerView, events: &[EventView]) -> Vec<
                     recovery_text(&up.rules.passive_recovery)
                 )
             }
-            "stuck" => {
+            Rule::Stuck => {
                 let p99 = up
                     .rules
                     .header_time
@@ -141,7 +143,7 @@ pub fn explain(up: &UpstreamView, peer: &PeerView, events: &[EventView]) -> Vec<
                     r.detail
                 )
             }
-            _ => format!("{addr}: {} ({})", r.rule, r.detail),
+            Rule::Unknown => format!("{addr}: {} ({})", r.rule, r.detail),
         };
         out.push(s);
     }

@@ -13,7 +13,7 @@ use crate::config::{Balancer, CheckKind, HealthRules};
 use crate::event::{Event, EventKind};
 use crate::health::HealthState;
 use crate::registry::Registry;
-use crate::upstream::{Ineligible, PeerStatus, Upstream};
+use crate::upstream::{Ineligible, PeerState, PeerStatus, Rule, Upstream};
 
 pub use explain::{explain, explain_rules};
 pub use nginx::{NginxGiven, NginxSyncView, NginxView};
@@ -189,7 +189,8 @@ pub struct PenaltyView {
 pub struct MaxEjectedView {
     /// P.
     pub percent: u8,
-    /// Primaries in service (not `down`, admin state up).
+    /// Primaries in service ([`crate::upstream::policy::in_service`]: not
+    /// `down`, admin state up).
     pub in_service: u32,
     /// Of those, how many a health rule ejects (kept ones included).
     pub ejected: u32,
@@ -242,8 +243,9 @@ pub struct PeerView {
     /// A backup server.
     pub backup: bool,
     /// `eligible`, or the first rule that keeps it out: `down`, `admin_down`,
-    /// `draining`, `probe_down`, `excluded`, `awaiting_probe`, `probation`, `full`.
-    pub state: String,
+    /// `draining`, `probe_down`, `excluded`, `awaiting_probe`, `probation`,
+    /// `slow`, `stuck`, `full`.
+    pub state: PeerState,
     /// Configured weight.
     pub weight: u32,
     /// The weight it has now (lower while `slow_start` ramps).
@@ -354,8 +356,9 @@ pub struct ProbeView {
 /// A rule keeping a peer out.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ReasonView {
-    /// `down`, `admin`, `probe_down`, `excluded`, `awaiting_probe`, `probation`, `full`.
-    pub rule: String,
+    /// `down`, `admin`, `probe_down`, `excluded`, `awaiting_probe`,
+    /// `probation`, `slow`, `stuck`, `full`.
+    pub rule: Rule,
     /// Since when, ms since the epoch.
     pub since_unix_ms: Option<u64>,
     /// Until when (passive exclusion), ms since the epoch.
@@ -521,7 +524,7 @@ fn written(r: &HealthRules, name: &str) -> bool {
 pub fn reason_view(r: &Ineligible, clock: &dyn Clock) -> ReasonView {
     let ms = |t: Timestamp| (t != Timestamp(0)).then(|| clock.unix_ms(t));
     let view = |since: Option<u64>, until: Option<u64>, detail: String| ReasonView {
-        rule: r.state().into(),
+        rule: r.rule(),
         since_unix_ms: since,
         until_unix_ms: until,
         detail,
@@ -529,10 +532,7 @@ pub fn reason_view(r: &Ineligible, clock: &dyn Clock) -> ReasonView {
     };
     match r {
         Ineligible::ConfigDown => view(None, None, "marked down in the configuration".into()),
-        Ineligible::Admin { state, since } => ReasonView {
-            rule: "admin".into(),
-            ..view(ms(*since), None, state.to_string())
-        },
+        Ineligible::Admin { state, since } => view(ms(*since), None, state.to_string()),
         Ineligible::ProbeDown {
             since,
             fail_streak,
@@ -617,7 +617,7 @@ fn peer_view(s: &PeerStatus, clock: &dyn Clock) -> PeerView {
     let cfg = s.peer.config();
     let ms = |t: Timestamp| (t != Timestamp(0)).then(|| clock.unix_ms(t));
     let reasons: Vec<ReasonView> = s.reasons.iter().map(|r| reason_view(r, clock)).collect();
-    let state = s.reasons.first().map_or("eligible", Ineligible::state);
+    let state = PeerState::of(&s.reasons);
     let ramp = s.peer.ramp_until();
     let halved = s.peer.halved_until();
     let halved = (halved != Timestamp(0) && clock.now() < halved).then_some(halved);
@@ -626,7 +626,7 @@ fn peer_view(s: &PeerStatus, clock: &dyn Clock) -> PeerView {
         server: (**s.peer.name() != *cfg.address).then(|| cfg.address.clone()),
         addr: s.peer.addr_text().to_string(),
         backup: s.backup,
-        state: state.into(),
+        state,
         weight: cfg.weight.get(),
         weight_now: s.weight_now,
         slow_start_ms: cfg.slow_start.map(duration_ms),

@@ -13,7 +13,8 @@
 //! A request that cannot be sent twice (any other method, or a body) is
 //! still hedged while every attempt of it is connecting: a
 //! connect race. The request then goes out once, on the first connection
-//! that is ready; the proxy cancels the others before they send anything.
+//! that is ready ([`crate::RequestFacts::sends_once`]); the proxy cancels
+//! the others before they send anything.
 //!
 //! While two attempts race, a failure of one (a transport failure, or a
 //! status `proxy_next_upstream` lists) is charged as usual and the request

@@ -30,7 +30,7 @@ mod halving;
 mod hedge;
 mod latency;
 mod pick;
-mod policy;
+pub mod policy;
 mod selection;
 mod slot;
 mod status;
@@ -52,7 +52,7 @@ use crate::peer::{AdminState, Peer, PeerId};
 
 pub use budget::{BudgetNow, GovernorClock};
 pub use latency::{PeerFigure, MIN_SAMPLES, UPSTREAM_WINDOW};
-pub use policy::Ineligible;
+pub use policy::{Ineligible, PeerState, Rule};
 pub use status::{Ejection, MaxEjectedNow, PeerStatus, ProbeWanted, StuckNow, WaitingNow};
 pub use tier::PassiveView;
 use tier::Tier;

@@ -91,7 +91,8 @@ pub struct Ejection {
 pub struct MaxEjectedNow {
     /// The configured percentage.
     pub percent: u8,
-    /// Primaries in service (not `down`, admin state up).
+    /// Primaries in service ([`crate::upstream::policy::in_service`]: not
+    /// `down`, admin state up).
     pub in_service: u32,
     /// Of those, how many a health rule ejects (the kept ones included).
     pub ejected: u32,

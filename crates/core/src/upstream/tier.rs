@@ -374,11 +374,7 @@ impl Tier {
         let spare = match (&up.config.rules.keep_in_service, &up.backup) {
             (Some(_), Some(b)) => up.peers[b.offset..b.offset + b.len()]
                 .iter()
-                .filter(|p| {
-                    !p.config().down
-                        && p.admin() == crate::peer::AdminState::Up
-                        && p.health().allows_traffic()
-                })
+                .filter(|p| policy::in_service(p) && p.health().allows_traffic())
                 .count(),
             _ => 0,
         };

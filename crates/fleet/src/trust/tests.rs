@@ -99,41 +99,6 @@ fn an_ejection_counts_only_from_a_member_under_its_lease_and_not_from_the_future
 }
 
 #[test]
-fn a_halving_never_outlasts_the_longest_exclusion_of_this_members_config() {
-    let longest = 10_000;
-    assert_eq!(halving_ms(Some(10_000), NOW - 4_000, NOW, longest), 6_000);
-    assert_eq!(halving_ms(Some(10_000), NOW - 10_000, NOW, longest), 0);
-    assert_eq!(
-        halving_ms(None, NOW, NOW, longest),
-        0,
-        "no penalty: nothing"
-    );
-    assert_eq!(
-        halving_ms(Some(u64::MAX), NOW, NOW, longest),
-        longest,
-        "a penalty of for ever is capped"
-    );
-    assert_eq!(
-        halving_ms(Some(u64::MAX), NOW + 5_000, NOW, longest),
-        longest,
-        "a time ahead (within the skew) is taken as now"
-    );
-}
-
-#[test]
-fn the_longest_exclusion_is_fail_timeout_or_the_grown_penalty_with_its_jitter() {
-    let s = Duration::from_secs;
-    assert_eq!(longest_exclusion_ms(s(10), None), 10_000);
-    let p = Penalty {
-        base: s(5),
-        max: s(60),
-        jitter_percent: 20,
-    };
-    assert_eq!(longest_exclusion_ms(s(10), Some(&p)), 60_000 + 12_000 + 20);
-    assert_eq!(longest_exclusion_ms(s(120), Some(&p)), 120_000);
-}
-
-#[test]
 fn each_ignored_key_is_logged_once_and_every_write_is_counted() {
     let mut i = Ignored::default();
     for _ in 0..100 {

@@ -5,6 +5,7 @@
 //! log and the buttons.
 
 use vigil_core::api::{ActiveView, EventView, NginxSyncView, PeerView, UpstreamView};
+use vigil_core::upstream::PeerState;
 
 use super::html::{clock_time, esc, micros, put};
 use super::{Page, UpstreamPage, ENDPOINTS};
@@ -207,12 +208,16 @@ fn upstream_into(
     o.push_str("</tbody>\n</table>\n</section>\n");
 }
 
-fn badge(state: &str) -> &'static str {
+fn badge(state: PeerState) -> &'static str {
     match state {
-        "eligible" => "ok",
-        "draining" | "admin_down" | "down" => "admin",
-        "full" | "probation" | "awaiting_probe" => "warn",
-        _ => "bad",
+        PeerState::Eligible => "ok",
+        PeerState::Draining | PeerState::AdminDown | PeerState::Down => "admin",
+        PeerState::Full | PeerState::Probation | PeerState::AwaitingProbe => "warn",
+        PeerState::ProbeDown
+        | PeerState::Excluded
+        | PeerState::Slow
+        | PeerState::Stuck
+        | PeerState::Unknown => "bad",
     }
 }
 
@@ -241,7 +246,7 @@ fn peer_into(
         format_args!(
             "<tr class=\"peer\" data-peer=\"{}\" data-state=\"{}\" data-admin=\"{}\" data-latency-us=\"{}\" data-latency-kind=\"{}\" data-latency-at=\"{}\">\n",
             esc(&p.address),
-            esc(&p.state),
+            esc(p.state.as_str()),
             esc(&p.admin),
             latency_us.map(|u| u.to_string()).unwrap_or_default(),
             latency_kind,
@@ -265,8 +270,8 @@ fn peer_into(
         o,
         format_args!(
             "<td class=\"state\"><span class=\"badge {}\">{}</span>",
-            badge(&p.state),
-            esc(&p.state)
+            badge(p.state),
+            esc(p.state.as_str())
         ),
     );
     if !p.reasons.is_empty() || !p.waived.is_empty() {
@@ -276,7 +281,7 @@ fn peer_into(
                 o,
                 format_args!(
                     "<li>{}: {}{}</li>",
-                    esc(&r.rule),
+                    esc(r.rule.as_str()),
                     esc(&r.detail),
                     r.until_unix_ms
                         .map(|t| format!(", until {}", clock_time(t)))
@@ -289,7 +294,7 @@ fn peer_into(
                 o,
                 format_args!(
                     "<li class=\"waived\">waived by max_ejected: {}: {}</li>",
-                    esc(&r.rule),
+                    esc(r.rule.as_str()),
                     esc(&r.detail)
                 ),
             );

@@ -3,8 +3,9 @@
 //! recovery probe, probes down, `eject_slow`, `eject_stuck`; not `down`,
 //! not the admin states, not `max_conns`).
 //!
-//! In service: a primary that is neither `down` in the config nor set down
-//! or draining through the admin API. Of the n in service at most
+//! In service ([`super::in_service`]): a primary that is neither `down` in
+//! the config nor set down or draining through the admin API. Of the n in
+//! service at most
 //! `min(floor(n × P / 100), n − 1)` may be ejected, so at least one primary
 //! always remains. The count form, [`HealthRules::keep_in_service`] = K
 //! (what `vigil check --min-healthy K` sets), keeps at least K: at most
@@ -32,7 +33,7 @@ use std::sync::Arc;
 
 use crate::clock::Timestamp;
 use crate::config::HealthRules;
-use crate::peer::{AdminState, Peer};
+use crate::peer::Peer;
 
 use super::super::latency::Latency;
 use super::super::slot::Slot;
@@ -57,7 +58,7 @@ pub(crate) fn kept(
     // (tier index, failures, since)
     let mut ejected: Vec<(usize, u64, Timestamp)> = Vec::new();
     for (i, (peer, s)) in peers.iter().zip(slots).enumerate() {
-        if peer.config().down || peer.admin() != AdminState::Up {
+        if !super::in_service(peer) {
             continue;
         }
         in_service += 1;

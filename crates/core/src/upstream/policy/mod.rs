@@ -1,23 +1,28 @@
 //! Every rule that decides whether a peer takes new requests, in one place.
 //!
-//! [`Gate::admit`] answers "may this peer take a new request now, and if
+//! `Gate::admit` answers "may this peer take a new request now, and if
 //! not, why, since when, until when". The balancers ask it (stopping at the
 //! first reason), `status`/`explain` ask it (collecting every reason), and
-//! the round-robin fast path asks [`at_rest`] whether a peer can be left to
-//! the precomputed cycle. [`weight`] and [`nominal`] are the weights a peer
-//! has now (slow start, [`ramp`]). What a failure or a success does to the
-//! record is decided in [`passive`] (exclusion, penalty growth, recovery),
-//! and [`ejection`] holds `max_ejected`. Nothing else in vigil tests
-//! `fails >= max_fails` or reads the admin and probe states to decide
-//! routing.
+//! the round-robin fast path asks `at_rest` whether a peer can be left to
+//! the precomputed cycle. `Gate::weight` and `Gate::nominal` are the
+//! weights a peer has now (slow start, `ramp.rs`). What a failure or a
+//! success does to the record is decided in `passive.rs` (exclusion,
+//! penalty growth, recovery), and `ejection.rs` holds `max_ejected`, over
+//! the peers [`in_service`].
+//! Nothing else in vigil tests `fails >= max_fails` or reads the admin and
+//! probe states to decide routing. [`Rule`] and [`PeerState`] name the
+//! rules for the admin API and whoever reads it; [`remote_ejection`] is
+//! what a fleet member's passive ejection does here (`share_passive`).
 //!
 //! With none of the vigil-only rules configured every function here is
-//! nginx 1.22's rule, and the extra state in [`Slot`] stays at zero.
+//! nginx 1.22's rule, and the extra state in `Slot` stays at zero.
 
 pub(crate) mod ejection;
 pub(crate) mod halve;
 pub(crate) mod passive;
 pub(crate) mod ramp;
+mod rule;
+mod share;
 pub(crate) mod slow;
 
 use std::ops::ControlFlow;
@@ -30,6 +35,9 @@ use crate::peer::{AdminState, Peer};
 use super::latency::Latency;
 use super::slot::Slot;
 use super::Tried;
+
+pub use rule::{PeerState, Rule};
+pub use share::{remote_ejection, PeerHere, RemoteAnswer, RemoteEjection};
 
 /// Why a peer gets no new requests right now.
 #[derive(Clone, Debug, PartialEq)]
@@ -154,25 +162,6 @@ impl Ineligible {
                 | Ineligible::Slow { .. }
                 | Ineligible::Stuck { .. }
         )
-    }
-
-    /// The word `vigil status` and the API use for the rule.
-    pub fn state(&self) -> &'static str {
-        match self {
-            Ineligible::ConfigDown => "down",
-            Ineligible::Admin {
-                state: AdminState::Drain,
-                ..
-            } => "draining",
-            Ineligible::Admin { .. } => "admin_down",
-            Ineligible::ProbeDown { .. } => "probe_down",
-            Ineligible::Excluded { .. } => "excluded",
-            Ineligible::AwaitingProbe { .. } => "awaiting_probe",
-            Ineligible::Probation { .. } => "probation",
-            Ineligible::Slow { .. } => "slow",
-            Ineligible::Stuck { .. } => "stuck",
-            Ineligible::Full { .. } => "full",
-        }
     }
 }
 
@@ -329,8 +318,7 @@ impl<'a> Gate<'a> {
     ///
     /// Under `eject_stuck` every peer is walked (the tier scans anyway).
     pub(crate) fn eligible(&self, peer: &Peer, i: usize, s: &Slot) -> bool {
-        let clear = !peer.config().down
-            && peer.admin() == AdminState::Up
+        let clear = in_service(peer)
             && peer.health().allows_traffic()
             && !failed_out(peer, s)
             && !peer.is_full()
@@ -381,6 +369,17 @@ impl<'a> Gate<'a> {
         });
         (out, waived)
     }
+}
+
+/// In service: neither `down` in the config nor set down or draining
+/// through the admin API, whatever its probes and passive record say. The
+/// peers `max_ejected` takes its percentage of (and `vigil check
+/// --min-healthy` its count), the backups in service that the count form
+/// counts (when their probes pass too), and what checker-only mode leaves
+/// to the health rules rather than render down for an operator.
+#[inline]
+pub fn in_service(peer: &Peer) -> bool {
+    !peer.config().down && peer.admin() == AdminState::Up
 }
 
 /// nginx's passive threshold: `max_fails != 0 && fails >= max_fails`, or

@@ -117,11 +117,11 @@ fn servers(n: u16) -> Vec<ServerConfig> {
     (1..=n).map(srv).collect()
 }
 
-fn has(f: &Fixture, i: usize, rule: &str) -> bool {
+fn has(f: &Fixture, i: usize, rule: Rule) -> bool {
     f.up.status(f.now())[i]
         .reasons
         .iter()
-        .any(|r| r.state() == rule)
+        .any(|r| r.rule() == rule)
 }
 
 fn count(f: &Fixture, name: &str) -> usize {
@@ -133,7 +133,7 @@ fn count(f: &Fixture, name: &str) -> usize {
 fn until_slow(f: &Fixture, slow: usize, slow_us: u64) -> usize {
     let mut served = 0;
     for _ in 0..2_000 {
-        if has(f, slow, "slow") {
+        if has(f, slow, Rule::Slow) {
             return served;
         }
         if f.answered(|i| if i == slow { slow_us } else { 1_000 }) == Some(slow) {
@@ -150,7 +150,7 @@ fn a_stuck_peer_takes_no_new_requests_until_its_attempt_ends() {
     let f = ruled(servers(3), stuck_rules(200), None, Balancer::RoundRobin);
     let (mut sel, g) = f.hold(0);
     f.advance(200);
-    assert!(!has(&f, 0, "stuck"), "at the threshold, not over it");
+    assert!(!has(&f, 0, Rule::Stuck), "at the threshold, not over it");
     f.advance(1);
     match &f.reasons(0)[..] {
         [Ineligible::Stuck {
@@ -168,7 +168,7 @@ fn a_stuck_peer_takes_no_new_requests_until_its_attempt_ends() {
     // The attempt then fails: charged as usual (max_fails=1 excludes it).
     let _ = sel.on_failure(g, error(), f.now());
     assert_eq!(count(&f, "stuck_ended"), 1);
-    assert!(f.excluded(0) && !has(&f, 0, "stuck"));
+    assert!(f.excluded(0) && !has(&f, 0, Rule::Stuck));
 }
 
 #[test]
@@ -176,7 +176,7 @@ fn a_stuck_peer_is_back_when_its_header_comes() {
     let f = ruled(servers(2), stuck_rules(200), None, Balancer::RoundRobin);
     let (mut sel, g) = f.hold(1);
     f.advance(500);
-    assert!(has(&f, 1, "stuck"));
+    assert!(has(&f, 1, Rule::Stuck));
     assert_eq!(
         f.get(|_| Be::Ok).1,
         vec![0],
@@ -193,7 +193,7 @@ fn a_stuck_peer_is_back_when_its_header_comes() {
     // A cancelled attempt (the guard dropped) ends the wait too.
     let (_sel, g) = f.hold(0);
     f.advance(300);
-    assert!(has(&f, 0, "stuck"));
+    assert!(has(&f, 0, Rule::Stuck));
     assert_eq!(f.get(|_| Be::Ok).1, vec![1]);
     drop(g);
     assert!(f.reasons(0).is_empty());
@@ -216,9 +216,9 @@ fn the_stuck_threshold_follows_k_times_the_recent_p99() {
     );
     let (_sel, _g) = f.hold(0);
     f.advance(110);
-    assert!(!has(&f, 0, "stuck"), "110 ms is under 3 × 40 ms");
+    assert!(!has(&f, 0, Rule::Stuck), "110 ms is under 3 × 40 ms");
     f.advance(30);
-    assert!(has(&f, 0, "stuck"));
+    assert!(has(&f, 0, Rule::Stuck));
 }
 
 #[test]
@@ -300,7 +300,7 @@ fn a_slow_peer_is_ejected_and_judged_afresh_on_its_return() {
     for _ in 0..200 {
         f.answered(|_| 1_000);
     }
-    assert!(!has(&f, 1, "slow"));
+    assert!(!has(&f, 1, Rule::Slow));
     assert_eq!(count(&f, "slow_ejected"), 1);
 }
 
@@ -323,7 +323,7 @@ fn a_slow_peer_returns_through_a_probe_and_penalties_grow() {
     };
     assert_eq!(pause(&f), (2_000, 1));
     f.advance(2_001);
-    assert!(has(&f, 2, "awaiting_probe"), "{:?}", f.reasons(2));
+    assert!(has(&f, 2, Rule::AwaitingProbe), "{:?}", f.reasons(2));
     f.probe(2, true);
     assert!(f.reasons(2).is_empty(), "a passing probe readmits it");
     // Still slow: ejected again, in a row, for twice as long.
@@ -429,7 +429,7 @@ fn the_fast_path_leaves_the_cycle_while_a_peer_is_slow_ejected() {
     for _ in 0..300 {
         assert_eq!(f.answered(lat), g.answered(lat));
     }
-    assert!(has(&f, 0, "slow") && has(&g, 0, "slow"));
+    assert!(has(&f, 0, Rule::Slow) && has(&g, 0, Rule::Slow));
 }
 
 #[test]

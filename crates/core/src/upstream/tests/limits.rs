@@ -175,6 +175,31 @@ fn probe_down(f: &Fixture, i: u32) {
 }
 
 #[test]
+fn in_service_is_the_config_and_the_admin_state_not_the_health_rules() {
+    let f = ejecting(
+        vec![with(srv(1), |s| s.down = true), srv(2), srv(3), srv(4)],
+        50,
+        Recovery::Window,
+    );
+    f.up.set_admin(PeerId(1), AdminState::Down, f.now());
+    f.up.set_admin(PeerId(2), AdminState::Drain, f.now());
+    probe_down(&f, 3);
+    let in_service: Vec<bool> = f.up.peers().iter().map(|p| policy::in_service(p)).collect();
+    assert_eq!(
+        in_service,
+        vec![false, false, false, true],
+        "probes down is in service"
+    );
+    f.up.set_admin(PeerId(2), AdminState::Up, f.now());
+    assert!(policy::in_service(&f.up.peers()[2]));
+    assert_eq!(
+        f.up.max_ejected_now(f.now()).map(|m| m.in_service),
+        Some(2),
+        "max_ejected counts the same peers"
+    );
+}
+
+#[test]
 fn max_ejected_keeps_one_primary_of_one() {
     // A single primary and a backup (so not nginx's single server): probes
     // down, but it is the last primary in service.

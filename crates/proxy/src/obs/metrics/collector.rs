@@ -17,23 +17,25 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType::{self, Counter, Gauge, Histogram};
 
 use vigil_core::peer::AdminState;
-use vigil_core::upstream::{Ineligible, PeerStatus};
+use vigil_core::upstream::{Ineligible, PeerState, PeerStatus};
 use vigil_core::{FailureClass, RetryDenied};
 
 use super::stats::{class_index, Outcome, STATUS_CLASSES};
 use super::{GenerationStats, PeerStats, BUCKETS};
 
-/// The values of `vigil_peer_state`'s `state` label.
-pub(crate) const STATES: [&str; 9] = [
-    "eligible",
-    "excluded",
-    "probe_down",
-    "admin_down",
-    "draining",
-    "down",
-    "full",
-    "slow",
-    "stuck",
+/// The values of `vigil_peer_state`'s `state` label (core's names;
+/// `awaiting_probe` and `probation` are counted as `excluded` and `full`,
+/// [`state_index`]).
+pub(crate) const STATES: [PeerState; 9] = [
+    PeerState::Eligible,
+    PeerState::Excluded,
+    PeerState::ProbeDown,
+    PeerState::AdminDown,
+    PeerState::Draining,
+    PeerState::Down,
+    PeerState::Full,
+    PeerState::Slow,
+    PeerState::Stuck,
 ];
 
 /// The values of `vigil_ejections_total`'s `rule` label, by
@@ -269,7 +271,7 @@ fn gauges(enc: &mut DescriptorEncoder<'_>, g: &GenerationStats) -> fmt::Result {
     for (s, p) in peers() {
         let current = state_index(s);
         for (i, name) in STATES.iter().enumerate() {
-            let labels = peer_labels(p, "state", name);
+            let labels = peer_labels(p, "state", name.as_str());
             gauge(&mut m, &labels, u64::from(i == current))?;
         }
     }

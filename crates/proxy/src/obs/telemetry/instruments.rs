@@ -234,7 +234,11 @@ fn gauges(meter: &Meter, metrics: &Arc<ProxyMetrics>) {
             for (i, state) in PEER_STATES.iter().enumerate() {
                 o.observe(
                     u64::from(i == current),
-                    &[up(up_name), peer(stats), KeyValue::new("state", *state)],
+                    &[
+                        up(up_name),
+                        peer(stats),
+                        KeyValue::new("state", state.as_str()),
+                    ],
                 );
             }
         }
