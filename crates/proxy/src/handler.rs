@@ -175,13 +175,17 @@ pub(crate) fn handle<'a>(
             response: resp,
             mut raw,
         } = proxy_request(
-            proxy,
-            &route,
-            net,
+            Cx {
+                proxy,
+                route: &route,
+                target: target.as_ref(),
+                local: net.local,
+                client: net.client,
+                conn: net.conn,
+                start,
+            },
             &mut parts,
-            target.as_ref(),
             &mut body,
-            start,
             &mut obs,
         )
         .await;
@@ -286,27 +290,14 @@ impl<'a> Cx<'a> {
     clippy::manual_async_fn,
     reason = "an async fn would hold its arguments twice"
 )]
-#[allow(clippy::too_many_arguments)]
 fn proxy_request<'a, 'o>(
-    proxy: &'a Proxy,
-    route: &'a Route,
-    down: Downstream<'a>,
+    mut cx: Cx<'a>,
     parts: &'a mut Parts,
-    target: Option<&'a Target>,
     client_body: &'a mut ClientRequestBody,
-    start: Tick,
     obs: &'a mut RequestObserver<'o>,
 ) -> impl Future<Output = Handled> + use<'a, 'o> {
     async move {
-        let mut cx = Cx {
-            proxy,
-            route,
-            target,
-            local: down.local,
-            client: down.client,
-            conn: down.conn,
-            start,
-        };
+        let (proxy, route, target) = (cx.proxy, cx.route, cx.target);
         let intake = match intake::intake(&mut cx, parts, client_body).await {
             Ok(i) => i,
             Err(answered) => return answered,

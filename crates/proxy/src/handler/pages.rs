@@ -103,20 +103,19 @@ pub(super) async fn error_paged(
             }
             // The page's upstream counts (and traces) its own attempts.
             let mut obs = super::observer(proxy, page.generation, &route, &parts, start);
+            let cx = super::Cx {
+                proxy,
+                route: &route,
+                target: Some(&target),
+                local: down.local,
+                client: down.client,
+                conn: down.conn,
+                start,
+            };
             let super::Handled {
                 response: resp,
                 raw: fields,
-            } = Box::pin(proxy_request(
-                proxy,
-                &route,
-                down,
-                &mut parts,
-                Some(&target),
-                body,
-                start,
-                &mut obs,
-            ))
-            .await;
+            } = Box::pin(proxy_request(cx, &mut parts, body, &mut obs)).await;
             *raw = fields;
             obs.finish(resp.status().as_u16());
             resp
