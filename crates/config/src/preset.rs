@@ -76,6 +76,7 @@ pub const SLOW: EjectSlow = EjectSlow {
     window: Duration::from_secs(1),
     min_requests: 10,
     min: Duration::from_millis(10),
+    max: None,
 };
 
 /// The `passive_penalty` of the preset.

@@ -148,6 +148,15 @@ pub(crate) fn slow_window(w: std::time::Duration) -> Result<(), String> {
     Ok(())
 }
 
+/// `max=T` of `eject_slow`: above zero (a bound of 0 would eject every
+/// peer that answered at all).
+pub(crate) fn slow_max(t: std::time::Duration) -> Result<(), String> {
+    if t.is_zero() {
+        return Err("\"eject_slow\" max=0 would eject every peer, expected a time above 0".into());
+    }
+    Ok(())
+}
+
 /// Which rule of an upstream cannot work, for the front end to point at.
 #[derive(Debug)]
 pub(crate) enum RuleProblem {

@@ -120,8 +120,10 @@ pub enum EventKind {
     SlowEjected {
         /// Its figure, µs.
         figure_us: u64,
-        /// The other peers' median, µs.
+        /// The other peers' median, µs (0 when none had a figure).
         median_us: u64,
+        /// `max=`, µs, when that bound alone made it slow.
+        max_us: Option<u64>,
         /// Headers its figure was taken over.
         requests: u64,
         /// End of the exclusion (`passive_penalty` length or `fail_timeout`).
@@ -413,16 +415,25 @@ impl fmt::Display for EventKind {
             EventKind::SlowEjected {
                 figure_us,
                 median_us,
+                max_us,
                 requests,
                 nth,
                 ..
             } => {
-                write!(
-                    f,
-                    "slow: median time-to-header {} over {requests} request(s), the other peers' median {} (eject_slow)",
-                    micros(*figure_us),
-                    micros(*median_us)
-                )?;
+                match max_us {
+                    Some(max) => write!(
+                        f,
+                        "slow: median time-to-header {} over {requests} request(s), above eject_slow max={}",
+                        micros(*figure_us),
+                        micros(*max)
+                    )?,
+                    None => write!(
+                        f,
+                        "slow: median time-to-header {} over {requests} request(s), the other peers' median {} (eject_slow)",
+                        micros(*figure_us),
+                        micros(*median_us)
+                    )?,
+                }
                 if *nth > 0 {
                     write!(f, "; exclusion {nth} in a row (passive_penalty)")?;
                 }

@@ -154,6 +154,7 @@ fn upstream(u: &UpstreamConfig) -> RawUpstream {
             window: Some(format_time(s.window)),
             min_requests: Some(s.min_requests),
             min: Some(format_time(s.min)),
+            max: s.max.map(format_time),
         }),
         health_preset: rules.preset.map(|p| p.preset.word().to_string()),
     };

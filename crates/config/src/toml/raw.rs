@@ -138,8 +138,8 @@ pub(crate) struct RawEjectStuck {
     pub(crate) min: Option<String>,
 }
 
-/// `eject_slow = { factor, window, min_requests, min }`: each key defaults
-/// to the preset's value.
+/// `eject_slow = { factor, window, min_requests, min, max }`: each key
+/// defaults to the preset's value (`max`: none).
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawEjectSlow {
@@ -155,6 +155,9 @@ pub(crate) struct RawEjectSlow {
     /// The figure at or below which a peer is never slow, a time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) min: Option<String>,
+    /// The figure above which a peer is slow whatever the others', a time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) max: Option<String>,
 }
 
 /// `retry_budget = { ratio, min }`.

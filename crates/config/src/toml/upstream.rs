@@ -238,6 +238,12 @@ fn ejection(raw: &RawUpstream, at: &At<'_>, r: &mut HealthRules) -> Result<(), C
         if let Some(t) = &raw.min {
             s.min = at.key("min").time(t)?;
         }
+        if let Some(t) = &raw.max {
+            let at = at.key("max");
+            let max = at.time(t)?;
+            validate::slow_max(max).map_err(|m| at.err(m))?;
+            s.max = Some(max);
+        }
         r.eject_slow = Some(s);
     }
     if let Some(word) = &raw.health_preset {

@@ -37,7 +37,7 @@ const PRESET_NGINX: &str = "http {
 #[test]
 fn the_latency_rules_load_in_both_front_ends() {
     let c = nginx_load(&up(
-        "eject_stuck factor=2.5 min=150ms;\n  eject_slow factor=4 window=30s min_requests=50 min=5ms;",
+        "eject_stuck factor=2.5 min=150ms;\n  eject_slow factor=4 window=30s min_requests=50 min=5ms max=2s;",
     ))
     .expect("loads");
     let r = &c.upstreams[0].rules;
@@ -54,7 +54,8 @@ fn the_latency_rules_load_in_both_front_ends() {
             factor: 4.0,
             window: Duration::from_secs(30),
             min_requests: 50,
-            min: Duration::from_millis(5)
+            min: Duration::from_millis(5),
+            max: Some(Duration::from_secs(2)),
         })
     );
     let t = toml_load(
@@ -62,7 +63,7 @@ fn the_latency_rules_load_in_both_front_ends() {
 [upstream.u]
 server = [{ address = "127.0.0.1:1" }, { address = "127.0.0.1:2" }]
 eject_stuck = { factor = 2.5, min = "150ms" }
-eject_slow = { factor = 4, window = "30s", min_requests = 50, min = "5ms" }
+eject_slow = { factor = 4, window = "30s", min_requests = 50, min = "5ms", max = "2s" }
 "#,
     )
     .expect("toml");
@@ -93,6 +94,10 @@ fn latency_rule_errors_name_the_place_and_what_was_expected() {
         (
             up("eject_slow window=50ms;"),
             "t.conf:4:14: \"eject_slow\" window=50ms is too short, expected at least 100ms",
+        ),
+        (
+            up("eject_slow max=0;"),
+            "t.conf:4:14: \"eject_slow\" max=0 would eject every peer, expected a time above 0",
         ),
         (
             up("eject_slow min_requests=0;"),
@@ -212,7 +217,7 @@ fn convert_writes_the_preset_and_only_the_overrides() {
     assert_eq!(back, loaded.config, "{text}");
     // Without a preset every rule is written out.
     let loaded = nginx::load_str(
-        &up("eject_stuck factor=2 min=1s;\n  eject_slow;"),
+        &up("eject_stuck factor=2 min=1s;\n  eject_slow max=750ms;"),
         Path::new("t.conf"),
         Path::new("."),
         &literal_resolver,
@@ -220,6 +225,7 @@ fn convert_writes_the_preset_and_only_the_overrides() {
     .expect("loads");
     let text = nginx_to_toml(&loaded);
     assert!(text.contains("eject_stuck"), "{text}");
+    assert!(text.contains("max = \"750ms\""), "{text}");
     let back = toml_load(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     assert_eq!(back, loaded.config, "{text}");
 }

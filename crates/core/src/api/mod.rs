@@ -572,6 +572,7 @@ pub fn reason_view(r: &Ineligible, clock: &dyn Clock) -> ReasonView {
         Ineligible::Slow {
             figure,
             median,
+            max,
             since,
             until,
             nth,
@@ -580,11 +581,18 @@ pub fn reason_view(r: &Ineligible, clock: &dyn Clock) -> ReasonView {
             ..view(
                 ms(*since),
                 Some(clock.unix_ms(*until)),
-                format!(
-                    "median time-to-header {} against the other peers' {}",
-                    micros_text(*figure),
-                    micros_text(*median)
-                ),
+                match max {
+                    Some(max) => format!(
+                        "median time-to-header {} above eject_slow max={}",
+                        micros_text(*figure),
+                        micros_text(*max)
+                    ),
+                    None => format!(
+                        "median time-to-header {} against the other peers' {}",
+                        micros_text(*figure),
+                        micros_text(*median)
+                    ),
+                },
             )
         },
         Ineligible::Stuck {

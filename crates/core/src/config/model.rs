@@ -282,6 +282,10 @@ pub struct EjectSlow {
     /// `min=`: a figure at or below this is never slow, whatever the
     /// others' (default 0).
     pub min: Duration,
+    /// `max=`: a figure above this is slow whatever the others' (an
+    /// absolute bound, for a tier whose peers are all slow, or where no
+    /// other peer has a figure); None: no bound (the default).
+    pub max: Option<Duration>,
 }
 
 /// A `health_preset` and what it set.

@@ -31,6 +31,8 @@ pub(crate) struct Slot {
     /// `eject_slow`: its figure and the others' median when ejected, µs.
     pub(crate) slow_figure_us: u32,
     pub(crate) slow_median_us: u32,
+    /// `eject_slow`: `max=` alone made it slow (not the others' median).
+    pub(crate) slow_by_max: bool,
 }
 
 /// The peer's `fails_hint`: nonzero while a success may change its record

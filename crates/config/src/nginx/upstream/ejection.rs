@@ -1,6 +1,6 @@
 //! vigil's latency rules and the preset, inside `upstream {}`:
 //! `eject_stuck factor=K min=T;`, `eject_slow factor=K window=T
-//! min_requests=N [min=T];` and `health_preset recommended;`. Every
+//! min_requests=N [min=T] [max=T];` and `health_preset recommended;`. Every
 //! parameter left out takes the preset's value ([`preset`]). Stock nginx
 //! does not know them (`vigil check` leaves them out of the files it
 //! renders).
@@ -31,8 +31,8 @@ pub(super) fn directive(rules: &mut HealthRules, d: &Directive) -> Result<(), Co
         "eject_slow" => {
             let mut r = preset::SLOW;
             let mut seen = Vec::new();
-            let expected = "factor=K, window=T, min_requests=N and min=T";
-            for a in args(d, 0, 4)? {
+            let expected = "factor=K, window=T, min_requests=N, min=T and max=T";
+            for a in args(d, 0, 5)? {
                 let (key, value) = split(a, d, &mut seen, expected)?;
                 match key {
                     "factor" => r.factor = factor(a, d, value, true)?,
@@ -47,6 +47,11 @@ pub(super) fn directive(rules: &mut HealthRules, d: &Directive) -> Result<(), Co
                         })?
                     }
                     "min" => r.min = time(d, &super::value_arg(a, value))?,
+                    "max" => {
+                        let t = time(d, &super::value_arg(a, value))?;
+                        validate::slow_max(t).map_err(|m| ConfigError::invalid(&a.span, m))?;
+                        r.max = Some(t);
+                    }
                     _ => return Err(bad(a, d, &format!("{expected}, each once"))),
                 }
             }

@@ -99,8 +99,11 @@ pub enum Ineligible {
     Slow {
         /// Its figure when ejected.
         figure: Duration,
-        /// The median of the other peers' figures then.
+        /// The median of the other peers' figures then (zero when none
+        /// had a figure).
         median: Duration,
+        /// `max=`, when that bound alone made it slow.
+        max: Option<Duration>,
         /// When it was ejected (or its trial request picked).
         since: Timestamp,
         /// When the exclusion ends.
@@ -446,6 +449,10 @@ pub(crate) fn passive_reason(
             return Some(Ineligible::Slow {
                 figure: Duration::from_micros(u64::from(s.slow_figure_us)),
                 median: Duration::from_micros(u64::from(s.slow_median_us)),
+                max: rules
+                    .eject_slow
+                    .and_then(|r| r.max)
+                    .filter(|_| s.slow_by_max),
                 since: s.checked,
                 until,
                 nth: u32::from(s.nth),

@@ -168,6 +168,7 @@ impl Record<'_> {
         &mut self,
         figure_us: u64,
         median_us: u64,
+        by_max: bool,
         requests: u64,
         now: Timestamp,
         jitter: impl FnOnce() -> u64,
@@ -177,6 +178,7 @@ impl Record<'_> {
         s.slow = true;
         s.slow_figure_us = u32::try_from(figure_us).unwrap_or(u32::MAX);
         s.slow_median_us = u32::try_from(median_us).unwrap_or(u32::MAX);
+        s.slow_by_max = by_max;
         s.accessed = now;
         s.checked = now;
         s.trial = false;
@@ -184,9 +186,11 @@ impl Record<'_> {
         if let Some(p) = &self.rules.penalty {
             penalize(p, s, was_over, now, jitter());
         }
+        let max = self.rules.eject_slow.and_then(|r| r.max);
         let kind = EventKind::SlowEjected {
             figure_us,
             median_us,
+            max_us: max.filter(|_| by_max).map(crate::clock::duration_us),
             requests,
             until: Timestamp(now.0.saturating_add(window_ms(self.peer, self.s))),
             nth: u32::from(self.s.nth),

@@ -1,4 +1,4 @@
-//! `eject_slow factor=K window=T min_requests=N [min=T]`: which peers of a
+//! `eject_slow factor=K window=T min_requests=N [min=T] [max=T]`: which peers of a
 //! tier are slow, judged on core's time-to-header figures
 //! ([`super::super::latency`]).
 //!
@@ -6,8 +6,10 @@
 //! T/2 to T). It is judged when it has at least N headers in the window,
 //! against the median of the figures of the *other* peers of its tier that
 //! have N too (so with 2 peers, against the other one; with fewer than 2
-//! such peers nobody is judged). It is slow when its figure is above both
-//! K × that median and `min`. A slow peer is ejected as a passive exclusion
+//! such peers nobody is judged by it). It is slow when its figure is above
+//! both K × that median and `min`, or, with `max=`, above `max` whatever
+//! the others' (a peer with N headers is judged by `max` alone where it
+//! has no sibling to compare with). A slow peer is ejected as a passive exclusion
 //! ([`super::passive::Record::slow`]) and its figure forgotten, so on its
 //! return it is judged on new requests only, never on the samples that
 //! had it ejected (a figure is forgotten again when it is readmitted: the
@@ -23,8 +25,9 @@ use super::super::Upstream;
 use super::over_max_fails;
 use super::passive::Record;
 
-/// One peer's verdict: (tier index, its figure µs, the others' median µs).
-pub(crate) type Verdict = (usize, u64, u64);
+/// One peer's verdict: (tier index, its figure µs, the others' median µs
+/// (0 when none had a figure), whether `max=` alone made it slow).
+pub(crate) type Verdict = (usize, u64, u64, bool);
 
 /// The slow peers among `figures` (per tier index: median µs and count,
 /// None for a peer that is out or has no figure).
@@ -43,12 +46,12 @@ pub(crate) fn judge(rule: &EjectSlow, figures: &[Option<(u64, u64)>]) -> Vec<Ver
             .filter(|(j, _)| *j != i)
             .map(|(_, m)| *m)
             .collect();
-        let Some(median) = median(&mut others) else {
-            continue;
-        };
-        let bar = (median as f64 * rule.factor).max(floor as f64);
-        if figure as f64 > bar {
-            out.push((i, figure, median));
+        let median = median(&mut others);
+        let outlier =
+            median.is_some_and(|m| figure as f64 > (m as f64 * rule.factor).max(floor as f64));
+        let over_max = rule.max.is_some_and(|t| figure > duration_us(t));
+        if outlier || over_max {
+            out.push((i, figure, median.unwrap_or(0), !outlier));
         }
     }
     out
@@ -100,7 +103,7 @@ impl Upstream {
                     Some((duration_us(f.median?), f.requests))
                 })
                 .collect();
-            for (i, figure, median) in judge(rule, &figures) {
+            for (i, figure, median, by_max) in judge(rule, &figures) {
                 let g = tier.offset + i;
                 let peer = &self.peers[g];
                 let requests = figures[i].map_or(0, |(_, c)| c);
@@ -111,7 +114,7 @@ impl Upstream {
                     global: g,
                     events: &mut events,
                 }
-                .slow(figure, median, requests, now, || self.jitter());
+                .slow(figure, median, by_max, requests, now, || self.jitter());
                 peer.set_fails_hint(super::super::slot::hint(&st[i]));
                 tier.refresh(&mut st, i, peer);
                 forget.push(g);
@@ -143,6 +146,7 @@ mod tests {
             window: Duration::from_secs(10),
             min_requests: 20,
             min: Duration::from_millis(10),
+            max: None,
         }
     }
 
@@ -152,10 +156,13 @@ mod tests {
         // 300 ms among 1 ms peers.
         assert_eq!(
             judge(&rule(), &[ms(1), ms(300), ms(1), ms(1)]),
-            vec![(1, 300_000, 1_000)]
+            vec![(1, 300_000, 1_000, false)]
         );
         // Two peers: each is judged against the other.
-        assert_eq!(judge(&rule(), &[ms(1), ms(300)]), vec![(1, 300_000, 1_000)]);
+        assert_eq!(
+            judge(&rule(), &[ms(1), ms(300)]),
+            vec![(1, 300_000, 1_000, false)]
+        );
         // Three peers, two slow: the median of each one's others is the
         // other slow one or the mean of slow and fast, so nobody is ejected.
         assert!(judge(&rule(), &[ms(300), ms(300), ms(1)]).is_empty());
@@ -175,6 +182,35 @@ mod tests {
         );
         assert!(judge(&rule(), &[Some((300_000, 20)), None]).is_empty());
         assert_eq!(median(&mut [1, 4]), Some(2));
+        assert_eq!(median(&mut []), None);
         assert_eq!(median(&mut [u64::MAX, u64::MAX]), Some(u64::MAX));
+    }
+
+    #[test]
+    fn max_makes_a_peer_slow_whatever_the_others_figures() {
+        let ms = |m: u64| Some((m * 1000, 50));
+        let max = EjectSlow {
+            max: Some(Duration::from_millis(200)),
+            ..rule()
+        };
+        // All three equally slow: no outlier, but all above max.
+        assert_eq!(
+            judge(&max, &[ms(300), ms(300), ms(150)]),
+            vec![(0, 300_000, 225_000, true), (1, 300_000, 225_000, true)]
+        );
+        // An outlier is told as one, above max or not.
+        assert_eq!(
+            judge(&max, &[ms(1), ms(300), ms(1)]),
+            vec![(1, 300_000, 1_000, false)]
+        );
+        // No sibling with enough requests to compare with: max alone
+        // judges; a figure at max is not above it.
+        assert_eq!(
+            judge(&max, &[ms(300), Some((1_000, 3)), None]),
+            vec![(0, 300_000, 0, true)]
+        );
+        assert!(judge(&max, &[ms(200), None]).is_empty());
+        // Still not without its N requests.
+        assert!(judge(&max, &[Some((900_000, 19)), ms(1)]).is_empty());
     }
 }

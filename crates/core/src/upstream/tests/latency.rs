@@ -23,6 +23,7 @@ pub(super) fn slow_rules() -> HealthRules {
             window: Duration::from_secs(10),
             min_requests: 20,
             min: Duration::from_millis(10),
+            max: None,
         }),
         ..HealthRules::default()
     }
@@ -141,6 +142,51 @@ fn until_slow(f: &Fixture, slow: usize, slow_us: u64) -> usize {
         }
     }
     panic!("peer {slow} never ejected as slow");
+}
+
+#[test]
+fn with_max_a_tier_of_equally_slow_peers_loses_them_to_max_ejected_only() {
+    let mut r = slow_rules();
+    if let Some(s) = r.eject_slow.as_mut() {
+        s.max = Some(Duration::from_millis(20));
+    }
+    r.max_ejected = Some(34);
+    let f = ruled(servers(3), r, None, Balancer::RoundRobin);
+    // Every peer answers in 50 ms: none is an outlier among the others,
+    // every one is above max=20ms.
+    for _ in 0..200 {
+        f.answered(|_| 50_000);
+    }
+    let slow: Vec<usize> = (0..3).filter(|&i| has(&f, i, Rule::Slow)).collect();
+    assert!(!slow.is_empty(), "max ejects where the median cannot");
+    match f.reasons(slow[0]).first() {
+        Some(Ineligible::Slow { max, figure, .. }) => {
+            assert_eq!(*max, Some(Duration::from_millis(20)));
+            assert!(*figure >= Duration::from_millis(50), "{figure:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let text = f
+        .events
+        .since(0, 1000)
+        .events
+        .iter()
+        .find(|e| e.kind.name() == "slow_ejected")
+        .map(|e| e.kind.to_string())
+        .expect("an event");
+    assert!(text.contains("above eject_slow max=20"), "{text}");
+    // max_ejected=34%: one of three may be out at a time; the others keep
+    // serving.
+    let serving = (0..60)
+        .filter_map(|_| f.answered(|_| 50_000))
+        .collect::<std::collections::BTreeSet<_>>();
+    assert!(serving.len() >= 2, "{serving:?}");
+    // Without max the same tier keeps all three.
+    let f = ruled(servers(3), slow_rules(), None, Balancer::RoundRobin);
+    for _ in 0..200 {
+        f.answered(|_| 50_000);
+    }
+    assert!((0..3).all(|i| !has(&f, i, Rule::Slow)));
 }
 
 // === eject_stuck ===
@@ -272,6 +318,7 @@ fn a_slow_peer_is_ejected_and_judged_afresh_on_its_return() {
         [Ineligible::Slow {
             figure,
             median,
+            max: None,
             since,
             until,
             nth,

@@ -354,6 +354,7 @@ fn exclusion_events_are_counted() {
     m.on_event(&event(EventKind::SlowEjected {
         figure_us: 300_000,
         median_us: 1_000,
+        max_us: None,
         requests: 20,
         until: Timestamp(5_001),
         nth: 1,
