@@ -31,6 +31,9 @@ enum State {
     Chunked(Chunk),
     /// Until the peer closes.
     Close,
+    /// Malformed: every call gives this again (a reader that holds an
+    /// error back a turn finds it still there).
+    Broken(&'static str),
 }
 
 /// Where a chunked body's decoder stands.
@@ -88,7 +91,7 @@ impl Decoder {
         match self.state {
             State::Done => Some(0),
             State::Length(n) => Some(n),
-            State::Chunked(_) | State::Close => None,
+            State::Chunked(_) | State::Close | State::Broken(_) => None,
         }
     }
 
@@ -115,13 +118,19 @@ impl Decoder {
                 }
                 Ok(Some(Decoded::Data(buf.split().freeze())))
             }
-            State::Chunked(chunk) => {
-                let step = chunked(chunk, buf)?;
-                if matches!(step, Some(Decoded::Trailers(_) | Decoded::End)) {
-                    self.state = State::Done;
+            State::Chunked(chunk) => match chunked(chunk, buf) {
+                Ok(step) => {
+                    if matches!(step, Some(Decoded::Trailers(_) | Decoded::End)) {
+                        self.state = State::Done;
+                    }
+                    Ok(step)
                 }
-                Ok(step)
-            }
+                Err(what) => {
+                    self.state = State::Broken(what);
+                    Err(what)
+                }
+            },
+            State::Broken(what) => Err(what),
         }
     }
 
@@ -134,7 +143,7 @@ impl Decoder {
                 self.state = State::Done;
                 Ok(())
             }
-            State::Length(_) | State::Chunked(_) => Err(Premature),
+            State::Length(_) | State::Chunked(_) | State::Broken(_) => Err(Premature),
         }
     }
 }
@@ -150,6 +159,9 @@ fn chunked(state: &mut Chunk, buf: &mut BytesMut) -> Result<Option<Decoded>, &'s
                     }
                     return Ok(None);
                 };
+                if lf > SIZE_LINE_LIMIT {
+                    return Err("chunk size line too long");
+                }
                 let size = chunk_size(&buf[..lf])?;
                 buf.advance(lf + 1);
                 *state = if size == 0 {
@@ -191,12 +203,14 @@ fn chunked(state: &mut Chunk, buf: &mut BytesMut) -> Result<Option<Decoded>, &'s
 }
 
 /// A chunk-size line (without its LF; a CR before it is taken off): hex
-/// digits, then nothing, or whitespace or `;` and an extension.
+/// digits, then nothing, or whitespace or `;` and an extension. The size
+/// may not pass nginx's bound (`NGX_MAX_OFF_T_VALUE / 16` before each
+/// digit); leading zeros are no digits of it.
 fn chunk_size(line: &[u8]) -> Result<u64, &'static str> {
+    const BOUND: u64 = (i64::MAX as u64) / 16;
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
-    // 15 hex digits: nginx's NGX_MAX_OFF_T_VALUE / 16 check, in effect.
-    if digits == 0 || digits > 15 {
+    if digits == 0 {
         return Err("invalid chunk size");
     }
     if !matches!(line.get(digits), None | Some(b';' | b' ' | b'\t')) {
@@ -209,6 +223,9 @@ fn chunk_size(line: &[u8]) -> Result<u64, &'static str> {
             b'a'..=b'f' => b - b'a' + 10,
             _ => b - b'A' + 10,
         };
+        if size > BOUND {
+            return Err("invalid chunk size");
+        }
         size = size * 16 + u64::from(d);
     }
     Ok(size)
@@ -239,16 +256,22 @@ fn trailers(buf: &mut BytesMut) -> Result<Option<Decoded>, &'static str> {
     if at <= 2 {
         return Ok(Some(Decoded::End));
     }
+    // nginx reads trailer lines without judging them: a section that is
+    // not header fields ends the body as well, its lines dropped.
     let mut fields = [httparse::EMPTY_HEADER; MAX_TRAILERS];
-    let parsed = match httparse::parse_headers(&section, &mut fields) {
-        Ok(httparse::Status::Complete((_, f))) => f,
-        _ => return Err("invalid trailers"),
+    let Ok(httparse::Status::Complete((_, parsed))) =
+        httparse::parse_headers(&section, &mut fields)
+    else {
+        return Ok(Some(Decoded::End));
     };
     let mut map = HeaderMap::with_capacity(parsed.len());
     for f in parsed {
-        let name = HeaderName::from_bytes(f.name.as_bytes()).map_err(|_| "invalid trailers")?;
-        let value = HeaderValue::from_maybe_shared(section.slice_ref(f.value))
-            .map_err(|_| "invalid trailers")?;
+        let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(f.name.as_bytes()),
+            HeaderValue::from_maybe_shared(section.slice_ref(f.value)),
+        ) else {
+            return Ok(Some(Decoded::End));
+        };
         map.append(name, value);
     }
     if map.is_empty() {
@@ -324,15 +347,42 @@ mod tests {
             b"3\r\nabcX\r\n",
             b"3\r\nabc\rX",
             b"FFFFFFFFFFFFFFFF\r\n",
-            b"0\r\nno colon\r\n\r\n",
         ] {
             assert!(feed(Framing::Chunked, bad, 1, false).is_err(), "{bad:?}");
         }
+        // Leading zeros are no digits of the size (nginx bounds the value).
+        let (d, _, _) = feed(
+            Framing::Chunked,
+            b"00000000000000000003\r\nabc\r\n0\r\n\r\n",
+            7,
+            false,
+        )
+        .unwrap();
+        assert_eq!(d, b"abc");
+        // A trailer section that is not header fields ends the body, its
+        // lines dropped, as nginx reads it.
+        let (d, t, rest) = feed(
+            Framing::Chunked,
+            b"1\r\nx\r\n0\r\nno colon\r\n\r\nNEXT",
+            1,
+            false,
+        )
+        .unwrap();
+        assert_eq!((d, t, rest), (b"x".to_vec(), None, b"NEXT".to_vec()));
+        // An error is given again on every call after it.
+        let mut d = Decoder::new(Framing::Chunked);
+        let mut buf = BytesMut::from(&b"zz\r\n"[..]);
+        assert_eq!(d.decode(&mut buf), Err("invalid chunk size"));
+        assert_eq!(d.decode(&mut BytesMut::new()), Err("invalid chunk size"));
         let long = [b"1;".to_vec(), vec![b'x'; SIZE_LINE_LIMIT]].concat();
-        assert_eq!(
-            feed(Framing::Chunked, &long, 4096, false),
-            Err("chunk size line too long".to_owned())
-        );
+        for step in [1, 4096, 10_000] {
+            let with_lf = [long.clone(), b"\r\nx\r\n0\r\n\r\n".to_vec()].concat();
+            assert_eq!(
+                feed(Framing::Chunked, &with_lf, step, false),
+                Err("chunk size line too long".to_owned()),
+                "{step}-byte reads"
+            );
+        }
     }
 
     #[test]

@@ -105,7 +105,7 @@ impl Framed {
     ) -> Result<(Framing, bool), FramingError> {
         match status {
             101 => return Ok((Framing::Empty, true)),
-            204 | 304 => return Ok((Framing::Empty, false)),
+            100..=199 | 204 | 304 => return Ok((Framing::Empty, false)),
             _ => {}
         }
         if head {
@@ -259,6 +259,17 @@ mod tests {
             both.response(200, false, false, true),
             Err(FramingError::TransferEncodingInHttp10)
         );
+    }
+
+    #[test]
+    fn an_interim_status_has_no_body() {
+        let cl = framed(&[("content-length", "5")]);
+        for status in [100, 102, 103, 199] {
+            assert_eq!(
+                cl.response(status, false, false, false),
+                Ok((Framing::Empty, false))
+            );
+        }
     }
 
     #[test]

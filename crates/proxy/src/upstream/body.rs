@@ -105,6 +105,15 @@ impl RespBody {
                     Poll::Ready(_) => break Pumped::Failed,
                 }
             }
+            // TLS: what rustls took but the socket did not goes before
+            // more is asked of the client (and before the body is done).
+            if conn.io.unflushed() {
+                match Pin::new(&mut conn.io).poll_flush(cx) {
+                    Poll::Ready(Ok(())) => {}
+                    Poll::Pending => break Pumped::Waiting,
+                    Poll::Ready(Err(_)) => break Pumped::Failed,
+                }
+            }
             let Some(body) = rest.body.as_mut() else {
                 break Pumped::Sent;
             };

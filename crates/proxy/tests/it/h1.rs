@@ -347,8 +347,9 @@ fn unchunk(mut b: &[u8]) -> (Vec<u8>, bool) {
 }
 
 /// An upstream's chunked body read by nginx's rules (`ngx_http_parse_chunked`):
-/// bare LFs and whitespace before an extension pass; a bad size line or data
-/// not followed by its line end cut the client's body short, on both.
+/// bare LFs, whitespace before an extension, leading zeros and trailer lines
+/// that are not fields pass; a bad size line or data not followed by its
+/// line end cut the client's body short, on both.
 #[tokio::test]
 async fn an_upstreams_chunked_body_is_read_as_nginx_reads_it() {
     for (answer, complete) in [
@@ -358,6 +359,15 @@ async fn an_upstreams_chunked_body_is_read_as_nginx_reads_it() {
         ),
         (
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\t\r\nhello\r\n0;last\r\n\r\n",
+            true,
+        ),
+        // Trailer lines nginx does not judge: the body ends with them.
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nbad trailer\r\n\r\n",
+            true,
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n00000000000000000005\r\nhello\r\n0\r\n\r\n",
             true,
         ),
         (

@@ -208,6 +208,31 @@ async fn counting_tls_backend(
                                 http_body_util::StreamBody::new(futures_util::stream::iter(chunks));
                             return Ok(Response::new(BodyExt::boxed(body)));
                         }
+                        if req.uri().path().ends_with("/echo") {
+                            // Answered at once, the body echoed as it comes:
+                            // the proxy sends the rest of the request while
+                            // it reads the response.
+                            let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+                            let mut incoming = req.into_body();
+                            tokio::spawn(async move {
+                                while let Some(Ok(frame)) = incoming.frame().await {
+                                    if let Ok(d) = frame.into_data() {
+                                        if tx.send(d).await.is_err() {
+                                            return;
+                                        }
+                                    }
+                                }
+                            });
+                            let echo = futures_util::stream::unfold(rx, |mut rx| async move {
+                                let d = rx.recv().await?;
+                                Some((
+                                    Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(d)),
+                                    rx,
+                                ))
+                            });
+                            let body = http_body_util::StreamBody::new(echo);
+                            return Ok(Response::new(BodyExt::boxed(body)));
+                        }
                         if req.uri().path().ends_with("/slow") {
                             // The proxy's socket fills while nothing is read:
                             // what rustls holds then must still be flushed.
@@ -280,6 +305,23 @@ async fn a_tls_upstream_keeps_its_connections_and_carries_bodies_and_upgrades() 
         assert_eq!(
             (r.status, r.text()),
             (200, format!("len={} sum={sum}", body.len())),
+            "{path}"
+        );
+    }
+    // A peer that answers at once and echoes the body as it reads it:
+    // the rest of the request goes over TLS while the response comes.
+    for path in ["/echo", "/stream/echo"] {
+        let req = hyper::Request::builder()
+            .method("POST")
+            .uri(path)
+            .header("host", "client.example")
+            .body(Full::new(Bytes::from(body.clone())))
+            .expect("request");
+        let r = send(p.addr, req).await;
+        let echoed = r.body.expect("whole body");
+        assert_eq!(
+            (r.status, echoed.len(), echoed.as_ref() == body.as_slice()),
+            (200, body.len(), true),
             "{path}"
         );
     }
