@@ -69,6 +69,33 @@ pub fn duration_us(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
+/// A time of `us` microseconds for people: three significant digits, in
+/// µs, ms or s (`850 µs`, `1.23 ms`, `12.3 ms`, `300 ms`, `1.00 s`), as
+/// `explain`, the events and the dashboard print figures.
+pub fn human_us(us: u64) -> String {
+    if us < 1000 {
+        return format!("{us} µs");
+    }
+    // Rounded (half up) to three significant digits.
+    let mut p: u64 = 1;
+    while us / p >= 1000 {
+        p *= 10;
+    }
+    let r = us.saturating_add(p / 2) / p * p;
+    let (unit, name) = if r < 1_000_000 {
+        (1_000, "ms")
+    } else {
+        (1_000_000, "s")
+    };
+    let whole = r / unit;
+    let decimals = 3usize.saturating_sub(whole.to_string().len());
+    if decimals == 0 {
+        return format!("{whole} {name}");
+    }
+    let frac = r % unit / (unit / 10u64.pow(decimals as u32));
+    format!("{whole}.{frac:0decimals$} {name}")
+}
+
 // === impl ManualClock ===
 
 impl ManualClock {
@@ -124,5 +151,27 @@ mod tests {
         assert_eq!(clock.unix_ms(Timestamp(7)), 7);
         assert_eq!(Timestamp(5).millis_since(Timestamp(7)), 0, "saturates");
         assert_eq!(Timestamp(5).after(Duration::MAX), Timestamp(u64::MAX));
+    }
+
+    #[test]
+    fn times_for_people_have_three_significant_digits() {
+        for (us, text) in [
+            (0, "0 µs"),
+            (850, "850 µs"),
+            (999, "999 µs"),
+            (1_000, "1.00 ms"),
+            (1_234, "1.23 ms"),
+            (1_235, "1.24 ms"),
+            (9_995, "10.0 ms"),
+            (12_345, "12.3 ms"),
+            (300_000, "300 ms"),
+            (999_600, "1.00 s"),
+            (12_345_678, "12.3 s"),
+            (61_000_000, "61.0 s"),
+            (1_234_000_000, "1230 s"),
+            (u64::MAX, "18400000000000 s"),
+        ] {
+            assert_eq!(human_us(us), text, "{us}");
+        }
     }
 }

@@ -532,13 +532,9 @@ impl fmt::Display for EventKind {
     }
 }
 
-/// A µs figure as `1.234 ms` or `250 µs`.
+/// A µs figure for people: `1.23 ms` or `250 µs`.
 fn micros(us: u64) -> String {
-    if us >= 1000 {
-        format!("{}.{:03} ms", us / 1000, us % 1000)
-    } else {
-        format!("{us} µs")
-    }
+    crate::clock::human_us(us)
 }
 
 // === impl EventBus ===

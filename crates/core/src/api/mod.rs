@@ -611,14 +611,9 @@ pub fn reason_view(r: &Ineligible, clock: &dyn Clock) -> ReasonView {
     }
 }
 
-/// A duration as `1.234 ms` (or `250 µs`).
+/// A duration for people: `1.23 ms`, `250 µs` (three significant digits).
 pub(crate) fn micros_text(d: std::time::Duration) -> String {
-    let us = crate::clock::duration_us(d);
-    if us >= 1000 {
-        format!("{}.{:03} ms", us / 1000, us % 1000)
-    } else {
-        format!("{us} µs")
-    }
+    crate::clock::human_us(crate::clock::duration_us(d))
 }
 
 fn peer_view(s: &PeerStatus, clock: &dyn Clock) -> PeerView {

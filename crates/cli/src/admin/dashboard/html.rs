@@ -42,13 +42,9 @@ pub(crate) fn clock_time(unix_ms: u64) -> String {
     format!("{:02}:{:02}:{:02} UTC", s / 3600, s / 60 % 60, s % 60)
 }
 
-/// `1.234 ms` for microseconds.
+/// `1.23 ms` for microseconds (three significant digits).
 pub(crate) fn micros(us: u64) -> String {
-    if us >= 1000 {
-        format!("{}.{:03} ms", us / 1000, us % 1000)
-    } else {
-        format!("{us} µs")
-    }
+    vigil_core::clock::human_us(us)
 }
 
 /// Write formatted text into a `String` (never fails).
@@ -72,7 +68,7 @@ mod tests {
     #[test]
     fn clock_time_is_the_time_of_day_in_utc() {
         assert_eq!(clock_time(1_700_000_000_000), "22:13:20 UTC");
-        assert_eq!(micros(1_234), "1.234 ms");
+        assert_eq!(micros(1_234), "1.23 ms");
         assert_eq!(micros(250), "250 µs");
     }
 }
