@@ -81,11 +81,6 @@ impl Decoder {
         matches!(self.state, State::Done)
     }
 
-    /// Whether the body lasts until the peer closes.
-    pub fn until_close(&self) -> bool {
-        matches!(self.state, State::Close)
-    }
-
     /// How many bytes are left, when that is known (Content-Length).
     pub fn remaining(&self) -> Option<u64> {
         match self.state {

@@ -168,8 +168,9 @@ pub fn last_token_is_chunked(v: &[u8]) -> bool {
 
 /// The comma-separated tokens of a value, trimmed, as
 /// `value.to_str()?.split(',').map(str::trim)` gives them: None for a
-/// value that is not visible ASCII.
-fn tokens_in(b: &[u8]) -> Option<impl Iterator<Item = &[u8]>> {
+/// value that is not visible ASCII, where spaces and tabs are all the
+/// whitespace `str::trim` could take off a token.
+pub fn tokens_in(b: &[u8]) -> Option<impl Iterator<Item = &[u8]>> {
     b.iter()
         .all(|&c| c == b'\t' || (0x20..0x7f).contains(&c))
         .then(|| b.split(|&c| c == b',').map(<[u8]>::trim_ascii))

@@ -18,4 +18,4 @@ mod decode;
 mod framing;
 
 pub use decode::{Decoded, Decoder, Premature};
-pub use framing::{last_token_is_chunked, Framed, Framing, FramingError};
+pub use framing::{last_token_is_chunked, tokens_in, Framed, Framing, FramingError};

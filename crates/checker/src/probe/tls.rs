@@ -151,19 +151,7 @@ impl TlsCache {
     }
 }
 
-/// The host part of a server address as written (`api.internal:8443` →
-/// `api.internal`, `[::1]:443` → `::1`).
-pub fn host_of(address: &str) -> &str {
-    if let Some(rest) = address.strip_prefix('[') {
-        return rest.split(']').next().unwrap_or(rest);
-    }
-    match address.rsplit_once(':') {
-        Some((host, port)) if !host.contains(':') && port.bytes().all(|b| b.is_ascii_digit()) => {
-            host
-        }
-        _ => address,
-    }
-}
+pub use vigil_net::tls::client::host_of;
 
 /// The TLS handshake of an `https` probe.
 pub(super) async fn handshake<S>(
@@ -195,17 +183,4 @@ where
             Some(inner) => fail(format!("TLS handshake failed: {inner}")),
             None => ProbeFailure::io(ProbePhase::Tls, &e),
         })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::host_of;
-
-    #[test]
-    fn hosts() {
-        assert_eq!(host_of("api.internal:8443"), "api.internal");
-        assert_eq!(host_of("api.internal"), "api.internal");
-        assert_eq!(host_of("127.0.0.1:80"), "127.0.0.1");
-        assert_eq!(host_of("[::1]:443"), "::1");
-    }
 }

@@ -530,9 +530,10 @@ impl Load {
             let mut seq = 0usize;
             while !st.load(Ordering::SeqCst) {
                 let Ok(mut s) = TcpStream::connect(addr) else {
-                    // Refused (stopped): not a cut response; try again soon.
-                    std::thread::sleep(Duration::from_millis(2));
-                    continue;
+                    // Refused: the listener closed (a full backlog drops
+                    // a SYN, it does not refuse one), and it does not
+                    // come back; not a cut response.
+                    break;
                 };
                 let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
                 if write!(

@@ -13,6 +13,22 @@ use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
 
 use super::{certified_key, provider, read_certs, TlsError};
 
+/// The host part of a server address as written (`api.internal:8443` →
+/// `api.internal`, `[::1]:443` → `::1`, a bare `::1` as it is): what a
+/// TLS server name is made of, for the proxy's upstreams and the
+/// checker's probes.
+pub fn host_of(address: &str) -> &str {
+    if let Some(rest) = address.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    match address.rsplit_once(':') {
+        Some((host, port)) if !host.contains(':') && port.bytes().all(|b| b.is_ascii_digit()) => {
+            host
+        }
+        _ => address,
+    }
+}
+
 /// What a TLS client configuration is made of.
 #[derive(Clone, Copy, Debug)]
 pub struct ClientTls<'a> {
@@ -106,5 +122,23 @@ impl ServerCertVerifier for NoVerify {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_server_name_is_the_host_without_port_or_brackets() {
+        for (name, host) in [
+            ("api.internal:8443", "api.internal"),
+            ("api.internal", "api.internal"),
+            ("127.0.0.1:80", "127.0.0.1"),
+            ("[::1]:443", "::1"),
+            ("[::1]", "::1"),
+            ("::1", "::1"),
+            ("host:http", "host:http"),
+        ] {
+            assert_eq!(super::host_of(name), host, "{name}");
+        }
     }
 }

@@ -118,7 +118,7 @@ pub(crate) async fn connect(
             addr: addr.clone(),
             message,
         };
-        let name = ServerName::try_from(host_of(server_name).to_owned())
+        let name = ServerName::try_from(vigil_net::tls::client::host_of(server_name).to_owned())
             .map_err(|_| tls_failed(format!("invalid server name \"{server_name}\"")))?;
         let stream = TlsConnector::from(settings.config.clone())
             .connect(name, tcp)
@@ -137,36 +137,5 @@ pub(crate) async fn connect(
             addr: addr.clone(),
             timeout,
         }),
-    }
-}
-
-/// The host of a `Host`-style `name` (`host`, `host:port`, `[v6]`,
-/// `[v6]:port`), without brackets: what a TLS server name is made of.
-fn host_of(name: &str) -> &str {
-    let host = match name.strip_prefix('[') {
-        Some(rest) => rest.split_once(']').map_or(rest, |(h, _)| h),
-        // A bare IPv6 address has colons and no port.
-        None if name.matches(':').count() > 1 => name,
-        None => name.rsplit_once(':').map_or(name, |(h, _)| h),
-    };
-    host
-}
-
-#[cfg(test)]
-mod tests {
-    use super::host_of;
-
-    #[test]
-    fn a_server_name_is_the_host_without_port_or_brackets() {
-        for (name, host) in [
-            ("example.com", "example.com"),
-            ("example.com:8443", "example.com"),
-            ("127.0.0.1:443", "127.0.0.1"),
-            ("[::1]:443", "::1"),
-            ("[::1]", "::1"),
-            ("::1", "::1"),
-        ] {
-            assert_eq!(host_of(name), host, "{name}");
-        }
     }
 }

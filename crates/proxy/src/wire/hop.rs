@@ -467,15 +467,7 @@ pub(crate) fn has_field(h: &HeaderMap, name: &HeaderName) -> bool {
     h.keys().any(|k| k == name)
 }
 
-/// The comma-separated tokens of a value, trimmed, as
-/// `value.to_str()?.split(',').map(str::trim)` gives them: None for a
-/// value that is not visible ASCII, where spaces and tabs are all the
-/// whitespace `str::trim` could take off a token.
-pub(crate) fn tokens_in(b: &[u8]) -> Option<impl Iterator<Item = &[u8]>> {
-    b.iter()
-        .all(|&c| c == b'\t' || (0x20..0x7f).contains(&c))
-        .then(|| b.split(|&c| c == b',').map(<[u8]>::trim_ascii))
-}
+pub(crate) use vigil_http1::tokens_in;
 
 #[cfg(test)]
 mod tests {

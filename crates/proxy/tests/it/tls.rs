@@ -169,12 +169,20 @@ async fn counting_tls_backend(
         while let Ok((s, _)) = listener.accept().await {
             let acceptor = acceptor.clone();
             counted.fetch_add(1, Ordering::SeqCst);
+            // A second handle on the socket, to peek at what waits unread.
+            let Ok((s, raw)) = s.into_std().and_then(|s| {
+                let raw = s.try_clone()?;
+                Ok((tokio::net::TcpStream::from_std(s)?, Arc::new(raw)))
+            }) else {
+                continue;
+            };
             tokio::spawn(async move {
                 let Ok(tls) = acceptor.accept(s).await else {
                     return;
                 };
-                let svc = service_fn(
-                    |mut req: hyper::Request<hyper::body::Incoming>| async move {
+                let svc = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                    let raw = raw.clone();
+                    async move {
                         type Body =
                             http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
                         if req.headers().contains_key("upgrade") {
@@ -234,9 +242,14 @@ async fn counting_tls_backend(
                             return Ok(Response::new(BodyExt::boxed(body)));
                         }
                         if req.uri().path().ends_with("/slow") {
-                            // The proxy's socket fills while nothing is read:
-                            // what rustls holds then must still be flushed.
-                            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                            // Read late: once 32 KiB of the body wait unread
+                            // in the socket, the proxy's writes meet a full
+                            // one, and what rustls holds must still go.
+                            let mut unread = vec![0u8; 32 * 1024];
+                            crate::support::eventually("32 KiB unread at the late reader", || {
+                                raw.peek(&mut unread).is_ok_and(|n| n == unread.len())
+                            })
+                            .await;
                         }
                         let body = req
                             .into_body()
@@ -249,8 +262,8 @@ async fn counting_tls_backend(
                             .fold(0u64, |a, b| a.wrapping_mul(31).wrapping_add(u64::from(*b)));
                         let text = format!("len={} sum={sum}", body.len());
                         Ok(Response::new(BodyExt::boxed(Full::new(Bytes::from(text)))))
-                    },
-                );
+                    }
+                });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(tls), svc)
                     .with_upgrades()
