@@ -107,12 +107,19 @@ async fn a_peer_that_cuts_its_bodies_costs_a_handful_of_responses_not_its_share(
     // The recovery probe reads the framed body, so it fails too while the
     // peer cuts: one exclusion for the whole fault, and the peer returns
     // only after the fault, through a probe that got a whole body.
+    // The active check (every 500 ms, `fall=1`) may see the fault before
+    // any request is picked for the peer (one pick every ~7 ms): then the
+    // exclusion costs no cut at all.
     let per = bursts(&cuts);
     eprintln!("vigil: cut responses per exclusion {per:?}");
     assert!(
-        (1..=5).contains(&cuts.len()) && per.len() == 1,
+        cuts.len() <= 5 && per.len() <= 1,
         "vigil: {v}, cuts at {cuts:?} ({per:?} per exclusion)"
     );
+    // Either way the peer was out for the fault: it served far less than
+    // its quarter (about 2 s of 7 against the others' whole run).
+    let served = |b: usize| v.by_backend.get(&b).copied().unwrap_or(0);
+    assert!(served(1) * 2 < served(0), "vigil: {v}");
     // Nothing else failed: the other three peers took the load.
     assert_eq!(v.failures, v.cut_short, "vigil: {v}");
     // The scenario ran: the load reached the peers on both sides.
