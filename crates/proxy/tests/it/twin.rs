@@ -459,3 +459,41 @@ impl<B: Addressed> PerSide<B> {
         ]
     }
 }
+
+#[tokio::test]
+async fn an_http10_client_gets_nginxs_http11_status_line_and_its_connection_field() {
+    let t = Twin::start(
+        "upstream u { server {B0}; }
+         server { listen {LISTEN}; keepalive_timeout 5s;
+           location / { proxy_pass http://u; }
+           location /r { return 200 \"r\\n\"; } }",
+        1,
+    )
+    .await;
+    // (status line, Connection) for each request, vigil's and nginx's.
+    let first = |addr: SocketAddr, req: &'static [u8]| async move {
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        s.write_all(req).await.expect("write");
+        let mut buf = vec![0u8; 4096];
+        let mut got = Vec::new();
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            match tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await {
+                Ok(Ok(n)) if n > 0 => got.extend_from_slice(&buf[..n]),
+                _ => break,
+            }
+        }
+        let text = String::from_utf8_lossy(&got).into_owned();
+        let line = text.lines().next().unwrap_or("").to_string();
+        (line, parse(&got).header("connection"))
+    };
+    for req in [
+        &b"GET / HTTP/1.0\r\nHost: a\r\n\r\n"[..],
+        b"GET /r HTTP/1.0\r\nHost: a\r\n\r\n",
+        b"GET /r HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\n",
+    ] {
+        let v = first(t.vigil.addr, req).await;
+        let n = first(t.nginx.addr, req).await;
+        assert_eq!(v, n, "{}", String::from_utf8_lossy(req));
+        assert!(v.0.starts_with("HTTP/1.1 200"), "{v:?}");
+    }
+}

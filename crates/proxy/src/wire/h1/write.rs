@@ -126,9 +126,11 @@ fn can_have_content_length(method: &Method, status: StatusCode) -> bool {
     }
 }
 
-/// hyper's `Conn::enforce_version`: an HTTP/1.0 client gets an HTTP/1.0
-/// head (and `connection: keep-alive` when it stays open); an HTTP/1.1
-/// client that is not kept gets `connection: close`. Returns the head's
+/// Which version frames the body and whether the connection stays: an
+/// HTTP/1.0 client's (`connection: keep-alive` when it stays open,
+/// `connection: close` when not); an HTTP/1.1 client that is not kept
+/// gets `connection: close`. The status line says `HTTP/1.1` to both, as
+/// nginx's does. Returns the head's
 /// version and whether the connection stays open.
 fn enforce_version(
     headers: &mut HeaderMap,
@@ -150,6 +152,16 @@ fn enforce_version(
                     }
                     _ => {}
                 }
+            }
+            // nginx says `Connection: close` to an HTTP/1.0 client it
+            // does not keep, as to any other.
+            if !keep_alive
+                && !headers
+                    .get_all(header::CONNECTION)
+                    .iter()
+                    .any(|v| has_token(v, "close"))
+            {
+                headers.append(header::CONNECTION, HeaderValue::from_static("close"));
             }
             (Version::HTTP_10, keep_alive)
         }
@@ -227,14 +239,13 @@ pub(crate) fn encode(
         .sum::<usize>()
         + raw.map_or(0, RawFields::wire_len);
     dst.reserve(size + 128);
-    if version == Version::HTTP_11 && status == StatusCode::OK && reason.is_none() {
+    if status == StatusCode::OK && reason.is_none() {
         dst.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
     } else {
-        dst.extend_from_slice(if version == Version::HTTP_10 {
-            b"HTTP/1.0 "
-        } else {
-            b"HTTP/1.1 "
-        });
+        // nginx's status line is `HTTP/1.1` whatever the client's
+        // version (`ngx_http_status_lines`); `version` still frames the
+        // body (no chunks for an HTTP/1.0 client).
+        dst.extend_from_slice(b"HTTP/1.1 ");
         dst.extend_from_slice(status.as_str().as_bytes());
         dst.put_u8(b' ');
         match reason {
@@ -735,7 +746,9 @@ mod tests {
             Version::HTTP_10,
             false,
         );
-        assert_eq!(h, "HTTP/1.0 200 OK\r\ndate: D\r\n\r\n");
+        // nginx's status line, and its `Connection: close` to a client
+        // it does not keep.
+        assert_eq!(h, "HTTP/1.1 200 OK\r\ndate: D\r\nconnection: close\r\n\r\n");
         assert_eq!(e.framing, RespFraming::CloseDelimited);
         assert!(e.last);
     }
@@ -752,7 +765,7 @@ mod tests {
         );
         assert_eq!(
             h,
-            "HTTP/1.0 200 OK\r\ndate: D\r\nconnection: keep-alive\r\ncontent-length: 1\r\n\r\n"
+            "HTTP/1.1 200 OK\r\ndate: D\r\nconnection: keep-alive\r\ncontent-length: 1\r\n\r\n"
         );
         assert!(!e.last);
         let (h, e) = head(
