@@ -12,6 +12,7 @@ mod client;
 mod cmd;
 mod fleet;
 mod load;
+mod nginx;
 mod resolve;
 mod stack;
 
@@ -58,9 +59,22 @@ enum Command {
     Reload(cmd::reload::Args),
     /// Run the embedded demo: three misbehaving backends behind vigil, with the admin API.
     Demo(cmd::demo::Args),
+    /// Stand in for the nginx binary: nginx's command line (-t, -T, -s reload, -p, -c, -e, -g,
+    /// -V), pid file, error log, daemon and signals. Also `vigil -t ...`, or vigil installed as
+    /// `nginx` (docs/nginx-cli.md).
+    #[command(disable_help_flag = true)]
+    Nginx {
+        /// nginx's arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
 }
 
 fn main() -> ExitCode {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(skip) = nginx::wants(&argv) {
+        return nginx::main(&argv, skip);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(a) => cmd::serve::run(*a),
@@ -73,6 +87,12 @@ fn main() -> ExitCode {
         Command::Peer(a) => cmd::peer::run(a),
         Command::Reload(a) => cmd::reload::run(a),
         Command::Demo(a) => cmd::demo::run(a),
+        // Taken by `nginx::wants` above; here for `vigil help`.
+        Command::Nginx { args } => {
+            let mut argv = vec![std::ffi::OsString::from("vigil")];
+            argv.extend(args);
+            return nginx::main(&argv, 1);
+        }
     };
     match result {
         Ok(code) => code,

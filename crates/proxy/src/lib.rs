@@ -14,6 +14,7 @@ pub(crate) mod upstream;
 pub(crate) mod wire;
 
 pub use conn::listener::{serve, serve_connection};
+pub use conn::wallclock::write_error_log_time;
 pub use conn::worker;
 pub use conn::worker::bind;
 pub use nginx::{route, uri, vars};

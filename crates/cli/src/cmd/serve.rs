@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::load::{self, Kind};
+use crate::load;
 use crate::stack;
 
 /// Arguments of `vigil serve`.
@@ -63,100 +63,127 @@ pub(crate) struct Args {
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     crate::cmd::init_logging();
     let (path, kind) = load::pick(args.nginx_conf.clone(), args.config.clone())?;
-    let loaded = load_with_override(&path, kind, args.listen)?;
+    let loader = load::Loader {
+        path: path.clone(),
+        kind,
+        globals: String::new(),
+        listen: args.listen,
+    };
+    let loaded = loader.load()?;
     let fleet = crate::fleet::Settings::gather(&args.fleet, Some(&path))?;
     // Before any listener or connection takes a descriptor.
     crate::raise_nofile_limit();
     for (name, at) in &loaded.ignored {
         tracing::info!(directive = %name, at = %at, "directive has no meaning for vigil and is ignored");
     }
-    // The control runtime: signals, reloads, probes. Requests run on the
-    // workers (one single-threaded event loop per thread, see vigil_proxy::worker).
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .context("starting the runtime")?;
-    runtime.block_on(serve(args, path, kind, loaded.config, fleet))
-}
-
-fn load_with_override(
-    path: &std::path::Path,
-    kind: Kind,
-    listen: Option<SocketAddr>,
-) -> anyhow::Result<load::Loaded> {
-    let mut loaded = load::load(path, kind)?;
-    if let Some(addr) = listen {
-        let Some(first) = loaded.config.servers.first_mut() else {
-            anyhow::bail!("{}: no server block to apply --listen to", path.display());
-        };
-        match first.listen.first_mut() {
-            Some(l) => l.addr = addr,
-            None => first.listen.push(vigil_core::config::Listen {
-                addr,
-                default_server: false,
-                reuseport: false,
-                backlog: None,
-                ssl: false,
-                http2: false,
-            }),
-        }
-    }
-    Ok(loaded)
-}
-
-async fn serve(
-    args: Args,
-    path: PathBuf,
-    kind: Kind,
-    config: vigil_core::config::Config,
-    fleet: Option<crate::fleet::Settings>,
-) -> anyhow::Result<ExitCode> {
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let shutdown_timeout = config.shutdown_timeout;
+    let launch = Launch {
+        grace: Grace {
+            given: args.grace,
+            conf: loaded.config.shutdown_timeout,
+        },
+        loader,
+        options: stack::Options {
+            threads,
+            spool_dir: args.spool_dir.clone().unwrap_or_else(std::env::temp_dir),
+            admin_listen: args.admin_listen,
+            admin_token: args.admin_token.clone(),
+            admin_hosts: args.admin_hosts.clone(),
+            no_admin: args.no_admin,
+            no_dashboard: args.no_dashboard,
+            fleet,
+        },
+        hooks: Box::new(NoHooks),
+    };
+    control_runtime()?.block_on(serve(launch, loaded.config))
+}
+
+/// The control runtime: signals, reloads, probes. Requests run on the
+/// workers (one single-threaded event loop per thread, see vigil_proxy::worker).
+pub(crate) fn control_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .context("starting the runtime")
+}
+
+/// What a server is started with.
+pub(crate) struct Launch {
+    /// How the configuration is read (again at each reload).
+    pub(crate) loader: load::Loader,
+    pub(crate) options: stack::Options,
+    pub(crate) grace: Grace,
+    /// What the nginx command line adds around the stack.
+    pub(crate) hooks: Box<dyn Hooks>,
+}
+
+/// What a launcher does at the moments of a server's life (the nginx
+/// command line: the pid file, the error logs; `vigil serve`: nothing).
+pub(crate) trait Hooks: Send {
+    /// Every listener is bound and the stack serves.
+    fn ready(&mut self, _stack: &stack::Stack) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// A reload was applied; `process` holds its process directives.
+    fn reloaded(&mut self, _process: &vigil_config::nginx::process::Process) {}
+    /// SIGUSR1, after the access logs were reopened.
+    fn reopen(&mut self) {}
+    /// The server stopped.
+    fn stopped(&mut self) {}
+}
+
+struct NoHooks;
+
+impl Hooks for NoHooks {}
+
+/// Start the stack on `config` and serve until a signal stops it.
+pub(crate) async fn serve(
+    mut launch: Launch,
+    config: vigil_core::config::Config,
+) -> anyhow::Result<ExitCode> {
+    // Before anything can tell that vigil runs (the pid file, the
+    // listeners): a signal sent then is not lost nor fatal.
+    let signals = crate::cmd::Signals::install()?;
     let stack = Arc::new(
-        stack::start(
-            config,
-            stack::Options {
-                threads,
-                spool_dir: args.spool_dir.clone().unwrap_or_else(std::env::temp_dir),
-                admin_listen: args.admin_listen,
-                admin_token: args.admin_token.clone(),
-                admin_hosts: args.admin_hosts.clone(),
-                no_admin: args.no_admin,
-                no_dashboard: args.no_dashboard,
-                fleet,
-            },
-        )
-        .await
-        .with_context(|| format!("starting {}", path.display()))?,
+        stack::start(config, launch.options)
+            .await
+            .with_context(|| format!("starting {}", launch.loader.path.display()))?,
     );
     stack.start_resolving();
-    let listen = args.listen;
     if let Some(admin) = &stack.admin {
-        let (st, p) = (stack.clone(), path.clone());
+        let (st, loader) = (stack.clone(), launch.loader.clone());
         admin.set_reload(move || {
-            let loaded = load_with_override(&p, kind, listen).map_err(|e| format!("{e:#}"))?;
+            let loaded = loader.load().map_err(|e| format!("{e:#}"))?;
             st.reload(loaded.config)
         });
     }
-    let grace = Grace {
-        given: args.grace,
-        conf: shutdown_timeout,
-    };
-    signals(&stack, &path, kind, listen, grace).await?;
-    Ok(ExitCode::SUCCESS)
+    if let Err(e) = launch.hooks.ready(&stack) {
+        stack.begin_stop(stack::Stop::Fast);
+        stack.stopped().await;
+        return Err(e);
+    }
+    let r = on_signals(
+        signals,
+        &stack,
+        &launch.loader,
+        launch.grace,
+        &mut *launch.hooks,
+    )
+    .await;
+    launch.hooks.stopped();
+    r.map(|()| ExitCode::SUCCESS)
 }
 
 /// The bounds of a graceful stop.
 #[derive(Clone, Copy, Debug)]
-struct Grace {
+pub(crate) struct Grace {
     /// `--grace`.
-    given: Option<Duration>,
+    pub(crate) given: Option<Duration>,
     /// `worker_shutdown_timeout` of the configuration started with.
-    conf: Option<Duration>,
+    pub(crate) conf: Option<Duration>,
 }
 
 impl Grace {
@@ -181,15 +208,14 @@ impl Grace {
 /// reopens the access logs, SIGQUIT/SIGTERM/SIGINT stop (see
 /// [`Grace::stop_for`]); a fast stop's signal during a graceful stop makes
 /// it fast.
-async fn signals(
+async fn on_signals(
+    mut signals: crate::cmd::Signals,
     stack: &stack::Stack,
-    path: &std::path::Path,
-    kind: Kind,
-    listen: Option<SocketAddr>,
+    loader: &load::Loader,
     grace: Grace,
+    hooks: &mut dyn Hooks,
 ) -> anyhow::Result<()> {
     use crate::cmd::SignalAction as S;
-    let mut signals = crate::cmd::Signals::install()?;
     let stopped = stack.stopped();
     tokio::pin!(stopped);
     let mut stopping = false;
@@ -203,9 +229,11 @@ async fn signals(
                 tracing::info!("SIGHUP while stopping: the configuration is not reloaded")
             }
             S::Reload => {
-                let r = load_with_override(path, kind, listen)
-                    .map_err(|e| format!("{e:#}"))
-                    .and_then(|l| stack.reload(l.config));
+                let r = loader.load().map_err(|e| format!("{e:#}")).and_then(|l| {
+                    let generation = stack.reload(l.config)?;
+                    hooks.reloaded(&l.process);
+                    Ok(generation)
+                });
                 if let Err(e) = &r {
                     tracing::error!(error = %e, "reload failed; keeping the running configuration");
                 }
@@ -213,7 +241,10 @@ async fn signals(
                     admin.record_reload(&r);
                 }
             }
-            S::Reopen => reopen_logs(),
+            S::Reopen => {
+                reopen_logs();
+                hooks.reopen();
+            }
             S::Unsupported(name) => crate::cmd::refuse_upgrade(name),
             stop => {
                 if let Some(how) = grace.stop_for(stop) {

@@ -7,6 +7,7 @@ mod demo;
 #[cfg(feature = "fleet")]
 mod fleet;
 mod health;
+mod nginx_cli;
 mod process;
 mod resolve;
 mod serve;

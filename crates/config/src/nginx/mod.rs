@@ -1,9 +1,11 @@
 //! The nginx.conf front end: reads a whole nginx.conf (with `include`s)
 //! and builds the typed model from the directives vigil implements.
 //!
-//! Directives with no meaning for vigil (`worker_processes`, `pid`,
-//! `events {}`, temp paths, ...) are accepted and reported once as
-//! ignored. A directive that would change behaviour and that vigil does
+//! Directives with no meaning for vigil (`events {}`, temp paths, ...)
+//! are accepted and reported once as ignored; so are the main context's
+//! process directives (`pid`, `error_log`, `daemon`, ...) for `vigil
+//! serve`, which are also read into [`Loaded::process`] for the nginx
+//! command line, which honours them. A directive that would change behaviour and that vigil does
 //! not implement is an error, never silently dropped.
 //!
 //! Two modes share one code path ([`Mode`]). Every place that refuses a
@@ -20,6 +22,7 @@ mod access;
 mod filters;
 mod http;
 mod log;
+pub mod process;
 mod rewrite;
 mod sources;
 mod ssl;
@@ -64,6 +67,9 @@ pub struct Loaded {
     pub refusals: Vec<ConfigError>,
     /// Where the settings of the model were written.
     pub sources: Sources,
+    /// The main context's process directives (`pid`, `error_log`, ...):
+    /// honoured by the nginx command line, ignored by `vigil serve`.
+    pub process: process::Process,
 }
 
 /// Read an nginx.conf file (includes resolve against its directory, as
@@ -71,6 +77,37 @@ pub struct Loaded {
 pub fn load_file(path: &Path, resolve: Resolver<'_>) -> Result<Loaded, ConfigError> {
     let directives = syntax::parse_file(path)?;
     build(&directives, resolve)
+}
+
+/// [`load_file`] with nginx's `-g DIRECTIVES` (main-context directives
+/// given on the command line, read before the file as nginx reads them;
+/// their places are in the file `command line`).
+pub fn load_file_with_globals(
+    path: &Path,
+    globals: &str,
+    resolve: Resolver<'_>,
+    mode: Mode,
+) -> Result<Loaded, ConfigError> {
+    let mut directives = globals_of(path, globals)?;
+    directives.extend(syntax::parse_file(path)?);
+    build_with(&directives, resolve, mode)
+}
+
+/// The directives of `-g`'s text (empty when there is none).
+fn globals_of(path: &Path, globals: &str) -> Result<Vec<Directive>, ConfigError> {
+    if globals.is_empty() {
+        return Ok(Vec::new());
+    }
+    let prefix = path.parent().unwrap_or_else(|| Path::new("."));
+    let directives = syntax::parse_str(globals, Path::new("command line"), prefix)?;
+    // nginx: `-g` holds main-context directives without blocks.
+    if let Some(b) = directives.iter().find(|d| d.block.is_some()) {
+        return Err(ConfigError::invalid(
+            &b.span,
+            format!("directive \"{}\" has a block on the command line", b.name),
+        ));
+    }
+    Ok(directives)
 }
 
 /// [`load_file`] in [`Mode::Lenient`]: an error only when the file cannot
@@ -138,6 +175,7 @@ pub fn build_with(
         sources: Sources::default(),
         refused_upstreams: Vec::new(),
     };
+    let mut process = process::Process::default();
     // `upstream` and `server` blocks may also stand at the top level of a
     // file that holds only them (the checker's SRC file, a conf.d snippet).
     let mut http_blocks = Vec::new();
@@ -156,14 +194,19 @@ pub fn build_with(
                 Err(e) => cx.refuse(e)?,
             },
             "upstream" | "server" => loose.push(d.clone()),
-            "events"
-            | "worker_processes"
-            | "pid"
+            "pid"
             | "error_log"
-            | "user"
-            | "worker_rlimit_nofile"
             | "daemon"
             | "master_process"
+            | "worker_processes"
+            | "user"
+            | "worker_rlimit_nofile" => {
+                if let Some(r) = process.directive(d) {
+                    cx.keep(r)?;
+                }
+                cx.ignore(d);
+            }
+            "events"
             | "worker_cpu_affinity"
             | "worker_priority"
             | "timer_resolution"
@@ -201,6 +244,7 @@ pub fn build_with(
         ignored_at: cx.ignored_at,
         refusals: cx.refusals,
         sources: cx.sources,
+        process,
     })
 }
 

@@ -47,6 +47,27 @@ pub(crate) fn write(out: &mut impl Write, what: Wall, at: SystemTime) -> fmt::Re
     write_in(out, what, at, local_zone())
 }
 
+/// Write `at` as nginx's error log writes its time, in the local time
+/// zone: `2026/12/07 23:10:00`.
+pub fn write_error_log_time(out: &mut impl Write, at: SystemTime) -> fmt::Result {
+    let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let ts = i64::try_from(since.as_secs())
+        .ok()
+        .and_then(|s| Timestamp::from_second(s).ok())
+        .unwrap_or(Timestamp::UNIX_EPOCH);
+    let t = local_zone().to_offset(ts).to_datetime(ts);
+    write!(
+        out,
+        "{:04}/{:02}/{:02} {:02}:{:02}:{:02}",
+        t.year(),
+        t.month(),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
+    )
+}
+
 /// Write `at` as `what` in `zone`.
 fn write_in(out: &mut impl Write, what: Wall, at: SystemTime, zone: &TimeZone) -> fmt::Result {
     let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
