@@ -69,7 +69,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         globals: String::new(),
         listen: args.listen,
     };
-    let loaded = loader.load()?;
+    let loaded = loader.load().map_err(|e| every_refusal(e, &loader))?;
     let fleet = crate::fleet::Settings::gather(&args.fleet, Some(&path))?;
     // Before any listener or connection takes a descriptor.
     crate::raise_nofile_limit();
@@ -98,6 +98,37 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         hooks: Box::new(NoHooks),
     };
     control_runtime()?.block_on(serve(launch, loaded.config))
+}
+
+/// A start refused for its nginx.conf names every refusal, not only the
+/// first: the error, then one line for each other place `vigil serve`
+/// refuses (as `vigil lint --for serve` lists them), so that one run
+/// shows all there is to change.
+fn every_refusal(e: anyhow::Error, loader: &load::Loader) -> anyhow::Error {
+    if loader.kind != load::Kind::Nginx || e.downcast_ref::<vigil_config::ConfigError>().is_none() {
+        return e;
+    }
+    let Ok(lenient) =
+        vigil_config::nginx::lenient_file(&loader.path, &vigil_config::system_resolver)
+    else {
+        return e;
+    };
+    let first = e.to_string();
+    let others: Vec<String> = lenient
+        .refusals
+        .iter()
+        .map(ToString::to_string)
+        .filter(|r| *r != first)
+        .collect();
+    if others.is_empty() {
+        return e;
+    }
+    let mut text = first;
+    for r in &others {
+        text.push_str("\nvigil: error: ");
+        text.push_str(r);
+    }
+    anyhow::Error::msg(text)
 }
 
 /// The control runtime: signals, reloads, probes. Requests run on the

@@ -94,6 +94,42 @@ fn a_bad_config_is_one_clear_line_and_exit_code_2() {
 }
 
 #[test]
+fn a_conf_with_several_refusals_names_each_in_one_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("nginx.conf");
+    std::fs::write(
+        &path,
+        "http {\n  upstream u { server 127.0.0.1:1 weight=0; }\n  frobnicate on;\n  server { listen 127.0.0.1:1; location / { proxy_pass http://u; mirror /m; } }\n}\n",
+    )
+    .expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .args(["serve", "--nginx-conf"])
+        .arg(&path)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 3, "{err}");
+    assert!(
+        lines.iter().all(|l| l.starts_with("vigil: error: ")),
+        "{err}"
+    );
+    assert!(
+        lines[0].contains("nginx.conf:2:") && lines[0].contains("weight"),
+        "{err}"
+    );
+    assert!(
+        lines[1].contains("nginx.conf:3:") && lines[1].contains("frobnicate"),
+        "{err}"
+    );
+    assert!(
+        lines[2].contains("nginx.conf:4:") && lines[2].contains("mirror"),
+        "{err}"
+    );
+}
+
+#[test]
 fn sighup_reloads_and_sigterm_stops() {
     let (a, b) = (backend("A"), backend("B"));
     let listen = free_port();
