@@ -87,6 +87,7 @@ pub const CODES: &[(&str, &[Severity])] = &[
     (location::NO_BUFFERING_WITH_RETRIES, &[Severity::Info]),
     (upstream::KEEPALIVE_IS_NOT_A_CAP, &[Severity::Info]),
     (location::PROXY_HTTP_10_KEEPALIVE, &[Severity::Info]),
+    (location::INHERITED_HEADERS_DROPPED, &[Severity::Warning]),
     (upstream::DEFAULT_DOWN_LONG_INTERVAL, &[Severity::Warning]),
     (upstream::ALL_SERVERS_DOWN, &[Severity::Error]),
     (error::BACKUP_WITH_HASH, &[Severity::Error]),
@@ -130,6 +131,7 @@ pub fn lint_loaded(loaded: &Loaded) -> Vec<Finding> {
         sources: Some(&loaded.sources),
     };
     let mut found = traps(&cx);
+    location::lint_shadowed(&loaded.sources, &mut found);
     for e in &loaded.refusals {
         let f = lint_error(e);
         found.push(Positioned {

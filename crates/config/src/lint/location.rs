@@ -400,3 +400,66 @@ fn attempts(loc: &Location, up: &UpstreamConfig) -> usize {
 fn ratio(read: Duration, fail: Duration) -> u128 {
     read.as_millis() / fail.as_millis().max(1)
 }
+
+pub(super) const INHERITED_HEADERS_DROPPED: &str = "inherited-headers-dropped";
+
+/// `inherited-headers-dropped`: a level (server or location) with an
+/// `add_header` or `proxy_set_header` of its own inherits none of the
+/// outer levels' (nginx merges these arrays only into a level that has
+/// none), so the headers written above silently stop there.
+pub(super) fn lint_shadowed(sources: &crate::nginx::Sources, out: &mut Vec<Positioned>) {
+    for s in sources.shadowed() {
+        let name = &s.by.name;
+        // A field the block sets again itself is not lost: the names of
+        // its own directives, where the block is a location.
+        let own: Vec<String> = sources
+            .locations()
+            .map(|(_, _, p)| p.all(name))
+            .find(|all| all.iter().any(|d| d.span == s.by.span))
+            .map(|all| {
+                all.iter()
+                    .filter_map(|d| d.args.first())
+                    .map(|a| a.value.to_ascii_lowercase())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let lost: Vec<&crate::nginx::Placed> = s
+            .dropped
+            .iter()
+            .filter(|d| {
+                d.args
+                    .first()
+                    .is_none_or(|a| !own.contains(&a.value.to_ascii_lowercase()))
+            })
+            .collect();
+        if lost.is_empty() {
+            continue;
+        }
+        let dropped: Vec<String> = lost
+            .iter()
+            .map(|d| {
+                let field = d.args.first().map_or("", |a| a.value.as_str());
+                format!("{field} ({})", d.origin())
+            })
+            .collect();
+        out.push(finding(
+            INHERITED_HEADERS_DROPPED,
+            Severity::Warning,
+            &s.by.origin(),
+            format!(
+                "this \"{name}\" drops {} \"{name}\" inherited from the outer level: {}",
+                lost.len(),
+                dropped.join(", ")
+            ),
+            format!(
+                "nginx inherits \"{name}\" directives only into a block that has none of its own: \
+                 the first \"{name}\" here replaces every one written in the enclosing server or http \
+                 block, so those headers are no longer {} for requests handled here. Repeat them \
+                 in this block (an `include` of a shared snippet in each block keeps them in one \
+                 place), or move this one out."
+                ,
+                if name == "add_header" { "added to responses" } else { "sent to the upstream" }
+            ),
+        ));
+    }
+}

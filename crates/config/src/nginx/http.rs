@@ -755,6 +755,7 @@ impl Level {
                 let a = args(d, 2, 2)?;
                 if !self.own_set_headers {
                     p.set_headers.clear();
+                    cx.sources.shadow(d, self.placed.all(&d.name));
                     self.placed.clear(&d.name);
                     self.own_set_headers = true;
                 }
@@ -772,6 +773,7 @@ impl Level {
                 };
                 if !self.own_add_headers {
                     p.add_headers.clear();
+                    cx.sources.shadow(d, self.placed.all(&d.name));
                     self.placed.clear(&d.name);
                     self.own_add_headers = true;
                 }

@@ -25,6 +25,7 @@ mod log;
 pub mod process;
 mod rewrite;
 mod sources;
+mod spelling;
 mod ssl;
 pub mod syntax;
 mod upstream;
@@ -344,10 +345,13 @@ pub(crate) fn bad(arg: &Arg, d: &Directive, expected: &str) -> ConfigError {
 }
 
 pub(crate) fn unknown(d: &Directive, context: &str) -> ConfigError {
+    let guess = spelling::nearest(&d.name)
+        .map(|n| format!("; did you mean \"{n}\"?"))
+        .unwrap_or_default();
     ConfigError::invalid(
         &d.span,
         format!(
-            "unknown or unsupported directive \"{}\" in {context} context (vigil refuses directives it does not implement rather than ignore them; to keep this conf on nginx, run `vigil check` beside it)",
+            "unknown or unsupported directive \"{}\" in {context} context (vigil refuses directives it does not implement rather than ignore them; to keep this conf on nginx, run `vigil check` beside it){guess}",
             d.name
         ),
     )

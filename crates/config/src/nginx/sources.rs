@@ -27,9 +27,23 @@ pub struct Placements {
     by_name: BTreeMap<String, Vec<Placed>>,
 }
 
+/// A level's own `add_header` or `proxy_set_header` that drops every one
+/// it would have inherited (nginx inherits them only into a level that
+/// has none of its own).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shadow {
+    /// The level's first directive of the name.
+    pub by: Placed,
+    /// The directives of the outer levels no longer in force there.
+    pub dropped: Vec<Placed>,
+}
+
 /// The sources of a whole configuration (see the module doc).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Sources {
+    /// Every level whose own `add_header` / `proxy_set_header` drops
+    /// inherited ones, in file order.
+    shadowed: Vec<Shadow>,
     /// By server block, then location, as `config.servers[i].locations[j]`.
     locations: Vec<Vec<Placements>>,
     /// By upstream name: its `server` directives, as `up.servers`.
@@ -138,6 +152,21 @@ impl Sources {
             .iter()
             .enumerate()
             .flat_map(|(s, l)| l.iter().enumerate().map(move |(i, p)| (s, i, p)))
+    }
+
+    /// The levels whose own `add_header` / `proxy_set_header` drop
+    /// inherited ones.
+    pub fn shadowed(&self) -> &[Shadow] {
+        &self.shadowed
+    }
+
+    pub(crate) fn shadow(&mut self, by: &Directive, dropped: &[Placed]) {
+        if !dropped.is_empty() {
+            self.shadowed.push(Shadow {
+                by: Placed::of(by),
+                dropped: dropped.to_vec(),
+            });
+        }
     }
 
     pub(crate) fn add_server_block(&mut self, locations: Vec<Placements>) {

@@ -158,7 +158,9 @@ fn tls_reverse_proxy_gets_every_refusal_and_its_traps_in_one_run() {
         [
             "keepalive-is-not-a-cap",
             "fail-timeout-vs-read-timeout",
+            "inherited-headers-dropped",
             "next-upstream-4xx",
+            "inherited-headers-dropped",
             "fail-timeout-vs-read-timeout",
         ],
         "{found:#?}"
@@ -172,6 +174,21 @@ fn tls_reverse_proxy_gets_every_refusal_and_its_traps_in_one_run() {
     assert_eq!(ft[0].severity, Severity::Info);
     assert_eq!(ft[1].severity, Severity::Warning);
     assert_eq!(ft[1].at, "/etc/nginx/nginx.conf:80:13");
+    // Each location's own proxy_set_header drops the server's: `/` sets
+    // Host again itself, `/ws/` loses all four (X-Forwarded-For too).
+    let dropped: Vec<&str> = found
+        .iter()
+        .filter(|f| f.code == "inherited-headers-dropped")
+        .map(|f| f.title.as_str())
+        .collect();
+    assert!(
+        dropped[0].contains("drops 3 ") && !dropped[0].contains("Host ("),
+        "{dropped:?}"
+    );
+    assert!(
+        dropped[1].contains("drops 4 ") && dropped[1].contains("X-Forwarded-For ("),
+        "{dropped:?}"
+    );
 }
 
 #[test]

@@ -858,3 +858,84 @@ http {
         "min=",
     );
 }
+
+// --- inherited-headers-dropped and "did you mean" ---------------------------
+
+const SHADOW: &str = "http {
+    add_header X-Frame-Options DENY;
+    add_header X-Content-Type-Options nosniff;
+    upstream app { server 127.0.0.1:8081; }
+    server {
+        listen 127.0.0.1:8080;
+        proxy_set_header X-Forwarded-For $remote_addr;
+        location / {
+            proxy_pass http://app;
+        }
+        location /api/ {
+            add_header Cache-Control no-store;
+            proxy_set_header X-Api yes;
+            proxy_pass http://app;
+        }
+    }
+}
+";
+
+#[test]
+fn an_own_add_header_or_proxy_set_header_that_drops_inherited_ones_is_a_warning() {
+    let loaded = nginx::load_str(
+        SHADOW,
+        Path::new("t.conf"),
+        Path::new("."),
+        &literal_resolver,
+    )
+    .expect("loads");
+    let found: Vec<Finding> = lint_loaded(&loaded)
+        .into_iter()
+        .filter(|f| f.code == "inherited-headers-dropped")
+        .collect();
+    assert_eq!(found.len(), 2, "{found:#?}");
+    for f in &found {
+        assert_eq!(f.severity, Severity::Warning);
+        assert!(severity_of(f.code).is_some_and(|s| s.contains(&f.severity)));
+        assert!(f.explanation.len() > 200);
+    }
+    assert_at(&found[0], SHADOW, "add_header Cache-Control");
+    assert!(
+        found[0].title.contains("drops 2 \"add_header\"")
+            && found[0].title.contains("X-Frame-Options (t.conf:2:")
+            && found[0].title.contains("X-Content-Type-Options (t.conf:3:"),
+        "{}",
+        found[0].title
+    );
+    assert_at(&found[1], SHADOW, "proxy_set_header X-Api");
+    assert!(
+        found[1].title.contains("X-Forwarded-For (t.conf:7:"),
+        "{}",
+        found[1].title
+    );
+    // Nothing written above, or nothing of its own: nothing dropped.
+    let clean = SHADOW
+        .replace("    add_header X-Frame-Options DENY;\n    add_header X-Content-Type-Options nosniff;\n", "")
+        .replace("            proxy_set_header X-Api yes;\n", "");
+    let loaded = nginx::load_str(
+        &clean,
+        Path::new("t.conf"),
+        Path::new("."),
+        &literal_resolver,
+    )
+    .expect("loads");
+    none(&lint_loaded(&loaded), "inherited-headers-dropped");
+}
+
+#[test]
+fn a_misspelt_directive_is_refused_with_the_name_it_likely_meant() {
+    let f = lint_err(
+        "http { server { listen 127.0.0.1:8080; location / { proxy_pas http://127.0.0.1:1; } } }",
+    );
+    assert_eq!(f.code, "unsupported-directive");
+    assert!(
+        f.title.ends_with("did you mean \"proxy_pass\"?"),
+        "{}",
+        f.title
+    );
+}
