@@ -223,7 +223,16 @@ pub fn build_with(
                     cx.config.shutdown_timeout = Some(t);
                 }
             }
-            "stream" | "mail" | "load_module" => {
+            // Debian's nginx.conf includes modules-enabled/*.conf, where
+            // each installed module package puts its `load_module`: vigil
+            // has no dynamic modules, and what such a module adds
+            // (`stream {}`, `geoip_country`, ...) is refused where it is
+            // used, so loading one is accepted and ignored.
+            "load_module" => match args(d, 1, 1) {
+                Ok(_) => cx.ignore(d),
+                Err(e) => cx.refuse(e)?,
+            },
+            "stream" | "mail" => {
                 cx.refuse(unsupported(d, "vigil proxies HTTP only"))?;
             }
             _ => cx.refuse(unknown(d, "main"))?,

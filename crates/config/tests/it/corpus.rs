@@ -312,3 +312,34 @@ fn lenient_refusals_start_with_the_strict_error_for_every_prefix_of_a_conf() {
     }
     assert!(checked > 40, "{checked}");
 }
+
+#[test]
+fn debians_modules_enabled_load_module_lines_are_accepted_and_ignored() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(dir.path().join("modules-enabled")).expect("mkdir");
+    std::fs::write(
+        dir.path().join("modules-enabled/50-mod-stream.conf"),
+        "load_module modules/ngx_stream_module.so;\n",
+    )
+    .expect("write");
+    let conf = dir.path().join("nginx.conf");
+    std::fs::write(
+        &conf,
+        "include modules-enabled/*.conf;\nevents {}\nhttp { server { listen 127.0.0.1:8080; location / { return 200; } } }\n",
+    )
+    .expect("write");
+    let loaded = vigil_config::nginx::load_file(&conf, &vigil_config::literal_resolver)
+        .expect("Debian's layout loads");
+    assert!(loaded.ignored.iter().any(|(n, _)| n == "load_module"));
+    // What the module adds is still refused where it is used.
+    std::fs::write(
+        &conf,
+        "load_module modules/ngx_stream_module.so;\nstream { }\n",
+    )
+    .expect("write");
+    let e = vigil_config::nginx::load_file(&conf, &vigil_config::literal_resolver)
+        .expect_err("stream is refused");
+    assert!(e.to_string().contains("\"stream\""), "{e}");
+    std::fs::write(&conf, "load_module;\n").expect("write");
+    assert!(vigil_config::nginx::load_file(&conf, &vigil_config::literal_resolver).is_err());
+}
