@@ -111,8 +111,9 @@ pub(crate) struct Route {
     pub(crate) tls: Option<crate::upstream::connect::TlsSettings>,
     /// Retry limits.
     pub(crate) policy: RetryPolicy,
-    /// `proxy_set_header` (None = remove the header).
-    pub(crate) set_headers: Vec<(HeaderName, Option<Template>)>,
+    /// `proxy_set_header`: the name, as written (nginx sends that
+    /// spelling), and the value (None = remove the header).
+    pub(crate) set_headers: Vec<(HeaderName, Box<str>, Option<Template>)>,
     /// `add_header`.
     pub(crate) add_headers: Vec<(HeaderName, Template, bool)>,
     /// The `hash` key of the upstream, if it hashes.
@@ -629,7 +630,7 @@ impl Route {
             } else {
                 Some(Template::parse_with(&h.value, scope).map_err(|e| err(e.to_string()))?)
             };
-            set_headers.push((name, value));
+            set_headers.push((name, h.name.clone().into_boxed_str(), value));
         }
         let add_headers = add_headers(loc, &err, scope)?;
         let pass_template = match pass.uri.as_deref() {
