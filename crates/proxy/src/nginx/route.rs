@@ -349,6 +349,39 @@ pub fn variable_errors(config: &Config) -> Vec<RouteError> {
             }
         }
     };
+    // Each location's proxy_redirect rules; each access log's format and
+    // condition once, at the first place that logs with it.
+    let mut later = Vec::new();
+    for s in &config.servers {
+        for l in &s.locations {
+            if l.proxy.pass.is_some() {
+                if let Err(e) = crate::nginx::redirect::Rules::of(l) {
+                    later.push(RouteError {
+                        at: l.origin.to_string(),
+                        message: format!("proxy_redirect: {e}"),
+                    });
+                }
+            }
+        }
+    }
+    let mut logs: Vec<(&vigil_core::config::AccessLog, &vigil_core::config::Origin)> = Vec::new();
+    for s in &config.servers {
+        logs.extend(s.access_log.as_ref().map(|a| (a, &s.origin)));
+        for l in &s.locations {
+            logs.extend(l.proxy.access_log.as_ref().map(|a| (a, &l.origin)));
+        }
+    }
+    for (i, (log, at)) in logs.iter().enumerate() {
+        if logs[..i].iter().any(|(l, _)| l == log) {
+            continue;
+        }
+        if let Err(message) = crate::obs::log::check(log, &scope) {
+            later.push(RouteError {
+                at: at.to_string(),
+                message,
+            });
+        }
+    }
     for s in &config.servers {
         script(&s.rewrite, &s.origin, &mut check);
         for l in &s.locations {
@@ -367,6 +400,7 @@ pub fn variable_errors(config: &Config) -> Vec<RouteError> {
             }
         }
     }
+    out.extend(later);
     out
 }
 

@@ -214,10 +214,12 @@ fn serve_errors_are_linted(name: &str, text: &str) -> Vec<String> {
         if stop.at.is_empty() {
             break;
         }
+        // (`unknown variable "$x"`, also after what it is in: `proxy_redirect: `.)
         let var = stop
             .message
-            .strip_prefix("unknown variable \"")
-            .and_then(|v| v.strip_suffix('"'));
+            .split_once("unknown variable \"")
+            .and_then(|(_, v)| v.split_once('"'))
+            .map(|(v, _)| v);
         let removed = match var {
             Some(v) if !stop.front_end => remove_var(&mut tree, v),
             _ => remove_at(&mut tree, &stop.at),
@@ -268,6 +270,14 @@ fn serve_startup_errors_of_routes_and_values_are_linted() {
             "http { server { listen 127.0.0.1:8080 default_server; location / { proxy_pass http://127.0.0.1:9; } }\n server { listen 127.0.0.1:8080 default_server; location / { proxy_pass http://127.0.0.1:9; } } }",
         ),
         ("upstreams only", "upstream u { server 127.0.0.1:9; }"),
+        (
+            "log variables",
+            "http { server { listen 127.0.0.1:8080;\n access_log /dev/null if=$request_length;\n location / { proxy_pass http://127.0.0.1:9; } } }",
+        ),
+        (
+            "a set variable in proxy_redirect",
+            "http { server { listen 127.0.0.1:8080;\n location / { set $r http://x/; proxy_pass http://127.0.0.1:9;\n proxy_redirect http://127.0.0.1:9/ $r; } } }",
+        ),
         (
             "contexts and values",
             "http { client_header_timeout 5s; server { listen 127.0.0.1:8080;\n location / { client_header_timeout 5s; proxy_read_timeout 5x; proxy_pass http://127.0.0.1:9; }\n location ~ ^/re { proxy_pass http://127.0.0.1:9; location /in { } } } }",
