@@ -429,7 +429,7 @@ fn unreadable_files_are_exit_2_and_syntax_errors_are_findings() {
     let gz = dir.path().join("root.conf");
     std::fs::write(
         &gz,
-        "http { root /srv; server { listen 127.0.0.1:8080; location / { proxy_pass http://127.0.0.1:9; } } }\n",
+        "http { server { listen 127.0.0.1:8080; location / { proxy_pass http://127.0.0.1:9; } location /php { fastcgi_pass 127.0.0.1:9; } } }\n",
     )
     .expect("write");
     let found = super::collect(&gz, super::Kind::Nginx).expect("findings");
