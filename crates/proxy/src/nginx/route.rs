@@ -19,6 +19,7 @@ pub(crate) use crate::nginx::reply::Reply;
 use crate::nginx::rewrite::{self, Net, Ran, Script};
 pub(crate) use crate::nginx::router::Target;
 pub use crate::nginx::router::{Refusal, RouteError, Router};
+use crate::nginx::static_files::Files;
 use crate::nginx::uri::{escape_uri, RequestUri};
 use crate::nginx::vars::{Scope, Template};
 use crate::upstream::pool::Pool;
@@ -47,6 +48,14 @@ pub(crate) struct Routes {
     /// By server block, then location: the access phase of a location
     /// that does not proxy and has `allow`/`deny` (boxed: rare).
     guards: Vec<Vec<Option<Box<Guard>>>>,
+    /// By server block, then location: the static files of a location
+    /// with no `proxy_pass` and no `return`.
+    files: Vec<Vec<Option<Arc<Files>>>>,
+    /// By server block: its own level's static files (a request no
+    /// location takes).
+    server_files: Vec<Arc<Files>>,
+    /// By server block, then location: `internal`.
+    internal: Vec<Vec<bool>>,
 }
 
 /// The access phase of a location with no handler (no `proxy_pass`): nginx
@@ -89,6 +98,8 @@ pub(crate) enum Answer {
     Proxy(Arc<Route>),
     /// Answered by a `return`.
     Return(Arc<Reply>),
+    /// Answered from static files.
+    Files(Arc<Files>),
 }
 
 /// One location, ready to serve.
@@ -157,6 +168,9 @@ impl Routes {
             capture_names: Vec::new(),
             levels: Vec::new(),
             guards: Vec::new(),
+            files: Vec::new(),
+            server_files: Vec::new(),
+            internal: Vec::new(),
         };
         for s in &config.servers {
             let err = |message: String| RouteError {
@@ -177,6 +191,7 @@ impl Routes {
             let mut compiled = Vec::new();
             let (mut scripts, mut proxies, mut bases, mut names, mut guards) =
                 (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            let (mut files, mut internal) = (Vec::new(), Vec::new());
             for loc in &s.locations {
                 let proxy =
                     Route::build(loc, &s.client, registry, pools, &mut logs, scope)?.map(Arc::new);
@@ -209,6 +224,18 @@ impl Routes {
                     })
                 }));
                 bases.push(base);
+                files.push(match (&proxy, &loc.ret) {
+                    (None, None) => Some(Arc::new(Files::build(
+                        &loc.proxy.files,
+                        Some(loc),
+                        &loc.origin,
+                        &mut logs,
+                        scope,
+                        &loc.proxy.error_pages,
+                    )?)),
+                    _ => None,
+                });
+                internal.push(loc.proxy.files.internal);
                 proxies.push(proxy);
                 names.push(group_indices(loc));
             }
@@ -218,6 +245,12 @@ impl Routes {
             out.bases.push(bases);
             out.capture_names.push(names);
             out.guards.push(guards);
+            out.files.push(files);
+            out.internal.push(internal);
+            let mut own =
+                Files::build(&s.files, None, &s.origin, &mut logs, scope, &s.error_pages)?;
+            own.access_log = server_log.clone();
+            out.server_files.push(Arc::new(own));
             out.server_scripts
                 .push(Script::build(&s.rewrite, None, scope, |r| {
                     server_reply(r, &mut logs)
@@ -451,7 +484,7 @@ impl Answer {
     pub(crate) fn proxy(&self) -> Option<&Arc<Route>> {
         match self {
             Answer::Proxy(r) => Some(r),
-            Answer::Return(_) => None,
+            Answer::Return(_) | Answer::Files(_) => None,
         }
     }
 }
@@ -511,7 +544,7 @@ fn group_indices(loc: &Location) -> GroupNames {
         .collect()
 }
 
-fn add_headers(
+pub(crate) fn add_headers(
     loc: &Location,
     err: &impl Fn(String) -> RouteError,
     scope: &Scope,
@@ -529,7 +562,7 @@ fn add_headers(
     Ok(out)
 }
 
-fn access_log(
+pub(crate) fn access_log(
     loc: &Location,
     logs: &mut HashMap<std::path::PathBuf, Arc<crate::obs::log::AccessLogWriter>>,
     scope: &Scope,
@@ -818,7 +851,17 @@ impl Routes {
             let li = match first.take() {
                 Some(li) => li,
                 None => {
-                    let (li, caps) = self.router.locate(net.local, server, target)?;
+                    let (li, caps) = match self.router.locate(net.local, server, target) {
+                        Ok(found) => found,
+                        // No location: the server's own root (nginx's
+                        // static handler with the server's settings).
+                        Err(Refusal::NotFound) => return self.server_files(server),
+                        Err(e) => return Err(e),
+                    };
+                    let internal = self.internal.get(server).and_then(|s| s.get(li));
+                    if internal == Some(&true) && !target.internal {
+                        return Err(Refusal::NotFound);
+                    }
                     if let Some(c) = caps {
                         let names = self.capture_names.get(server).and_then(|n| n.get(li));
                         let v = rewrite::vars(parts);
@@ -890,7 +933,18 @@ impl Routes {
                 return Ok(Answer::Return(g.forbidden.clone()));
             }
         }
-        Err(Refusal::NotFound)
+        match self.files.get(server).and_then(|s| s.get(location)) {
+            Some(Some(f)) => Ok(Answer::Files(f.clone())),
+            _ => Err(Refusal::NotFound),
+        }
+    }
+
+    /// The static files of server block `server`'s own level.
+    fn server_files(&self, server: usize) -> Result<Answer, Refusal> {
+        match self.server_files.get(server) {
+            Some(f) => Ok(Answer::Files(f.clone())),
+            None => Err(Refusal::NotFound),
+        }
     }
 }
 
