@@ -287,7 +287,7 @@ impl Files {
             return None;
         }
         Some(match &t.last {
-            Last::Code(c) => Outcome::Answer(error_page(
+            Last::Code(c) => Outcome::Answer(crate::nginx::status_page::code_page(
                 StatusCode::from_u16(*c).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
             )),
             Last::Named(n) => Outcome::Named(n.clone()),
