@@ -31,6 +31,8 @@ fn tree() -> tempfile::TempDir {
     let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
     w("www/big.bin", &big);
     std::fs::create_dir_all(d.path().join("www/empty")).expect("mkdir");
+    std::os::unix::fs::symlink(d.path().join("secret/s.txt"), d.path().join("www/link.txt"))
+        .expect("symlink");
     // One time for every file, long past (2020-01-01): `expires modified`
     // is then the same on both sides whatever the second.
     let past = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_577_836_800);
@@ -327,6 +329,15 @@ async fn traversal_attempts_get_nginx_answers() {
         let (v, _) = check(&t, req).await;
         assert!(!v.body.starts_with(b"secret"), "{req}: {v:?}");
     }
+}
+
+#[tokio::test]
+async fn symbolic_links_are_followed_as_nginx_by_default() {
+    // disable_symlinks off: a link inside the root to a file outside it.
+    let conf = "server { listen {LISTEN}; root {ROOT}/www; }";
+    let (t, _d) = twin(conf).await;
+    let (v, _) = check(&t, "GET /link.txt HTTP/1.1").await;
+    assert_eq!((v.status, &v.body[..]), (200, &b"secret\n"[..]));
 }
 
 #[tokio::test]

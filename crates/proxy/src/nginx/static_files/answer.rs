@@ -16,7 +16,7 @@ use http_body_util::BodyExt;
 use super::body::{read_at, FileBody, Piece, SMALL};
 use super::path::FileName;
 use super::range::{self, ByteRange, Ranges};
-use super::{errno, is, outside, Files};
+use super::{errno, is, outside, who, Files};
 use crate::nginx::status_page::error_page;
 use crate::nginx::vars::VarContext;
 use crate::wire::payload::{self, UpBody};
@@ -38,7 +38,7 @@ pub(super) fn file(
 ) -> Response<UpBody> {
     let name = files.file_name(cx, uri, add_uri_to_alias);
     if !name.is_safe() {
-        return outside(&name);
+        return outside(&name, cx);
     }
     let opened = std::fs::OpenOptions::new()
         .read(true)
@@ -47,12 +47,17 @@ pub(super) fn file(
         .open(name.path());
     let f = match opened {
         Ok(f) => f,
-        Err(e) => return open_failed(files, &name, &e),
+        Err(e) => return open_failed(files, &name, &e, cx),
     };
     let meta = match f.metadata() {
         Ok(m) => m,
         Err(e) => {
-            tracing::error!("fstat() \"{}\" failed {}", name.display(), errno(&e));
+            tracing::error!(
+                "fstat() \"{}\" failed {}{}",
+                name.display(),
+                errno(&e),
+                who(cx)
+            );
             return error_page(StatusCode::INTERNAL_SERVER_ERROR);
         }
     };
@@ -60,7 +65,7 @@ pub(super) fn file(
         return to_directory(cx, uri);
     }
     if !meta.is_file() {
-        tracing::error!("\"{}\" is not a regular file", name.display());
+        tracing::error!("\"{}\" is not a regular file{}", name.display(), who(cx));
         return error_page(StatusCode::NOT_FOUND);
     }
     if cx.parts.method == Method::POST {
@@ -167,7 +172,7 @@ pub(super) fn file(
         match read_now(&f, pieces) {
             Ok(b) => payload::full(b),
             Err(e) => {
-                tracing::error!("read() \"{name}\" failed {}", errno(&e));
+                tracing::error!("read() \"{name}\" failed {}{}", errno(&e), who(cx));
                 return error_page(StatusCode::INTERNAL_SERVER_ERROR);
             }
         }
@@ -201,7 +206,12 @@ fn to_directory(cx: &VarContext<'_>, uri: &[u8]) -> Response<UpBody> {
 }
 
 /// ngx_http_static_handler's answer to a failed open, logged as nginx logs it.
-fn open_failed(files: &Files, name: &FileName, e: &io::Error) -> Response<UpBody> {
+fn open_failed(
+    files: &Files,
+    name: &FileName,
+    e: &io::Error,
+    cx: &VarContext<'_>,
+) -> Response<UpBody> {
     use rustix::io::Errno;
     let (status, log) = match e.kind() {
         io::ErrorKind::NotFound | io::ErrorKind::NotADirectory => {
@@ -213,7 +223,12 @@ fn open_failed(files: &Files, name: &FileName, e: &io::Error) -> Response<UpBody
         _ => (StatusCode::INTERNAL_SERVER_ERROR, true),
     };
     if log {
-        tracing::error!("open() \"{}\" failed {}", name.display(), errno(e));
+        tracing::error!(
+            "open() \"{}\" failed {}{}",
+            name.display(),
+            errno(e),
+            who(cx)
+        );
     }
     error_page(status)
 }

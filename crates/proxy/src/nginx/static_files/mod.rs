@@ -250,14 +250,23 @@ impl Files {
             };
             let file = FileName::join(base, &name);
             if !file.is_safe() {
-                tracing::error!("\"{}\" is outside the root, not tried", file.display());
+                tracing::error!(
+                    "\"{}\" is outside the root, not tried{}",
+                    file.display(),
+                    who(cx)
+                );
                 continue;
             }
             let meta = match std::fs::metadata(file.path()) {
                 Ok(m) => m,
                 Err(e) => {
                     if !not_found(&e) {
-                        tracing::error!("stat() \"{}\" failed {}", file.display(), errno(&e));
+                        tracing::error!(
+                            "stat() \"{}\" failed {}{}",
+                            file.display(),
+                            errno(&e),
+                            who(cx)
+                        );
                     }
                     continue;
                 }
@@ -339,7 +348,7 @@ impl Files {
                 root_len: dir.root_len,
             };
             if !file.is_safe() {
-                return Outcome::Answer(outside(&file));
+                return Outcome::Answer(outside(&file, cx));
             }
             match std::fs::metadata(file.path()) {
                 Ok(_) => {
@@ -356,7 +365,7 @@ impl Files {
                         io::ErrorKind::NotADirectory | io::ErrorKind::PermissionDenied
                     ) || is(&e, Errno::NAMETOOLONG)
                     {
-                        return Outcome::Answer(self.index_error(&file, &e));
+                        return Outcome::Answer(self.index_error(&file, &e, cx));
                     }
                     if !dir_tested {
                         // The directory itself (without its last `/`).
@@ -365,17 +374,26 @@ impl Files {
                         match std::fs::metadata(d) {
                             Ok(m) if m.is_dir() => {}
                             Ok(_) => {
-                                tracing::error!("\"{}\" is not a directory", d.display());
+                                tracing::error!(
+                                    "\"{}\" is not a directory{}",
+                                    d.display(),
+                                    who(cx)
+                                );
                                 return Outcome::Answer(error_page(
                                     StatusCode::INTERNAL_SERVER_ERROR,
                                 ));
                             }
                             Err(de) if de.kind() == io::ErrorKind::NotFound => {
-                                return Outcome::Answer(self.index_error(&file, &de));
+                                return Outcome::Answer(self.index_error(&file, &de, cx));
                             }
                             Err(de) if de.kind() == io::ErrorKind::PermissionDenied => {}
                             Err(de) => {
-                                tracing::error!("stat() \"{}\" failed {}", d.display(), errno(&de));
+                                tracing::error!(
+                                    "stat() \"{}\" failed {}{}",
+                                    d.display(),
+                                    errno(&de),
+                                    who(cx)
+                                );
                                 return Outcome::Answer(error_page(
                                     StatusCode::INTERNAL_SERVER_ERROR,
                                 ));
@@ -386,24 +404,43 @@ impl Files {
                     if e.kind() == io::ErrorKind::NotFound {
                         continue;
                     }
-                    tracing::error!("stat() \"{}\" failed {}", file.display(), errno(&e));
+                    tracing::error!(
+                        "stat() \"{}\" failed {}{}",
+                        file.display(),
+                        errno(&e),
+                        who(cx)
+                    );
                     return Outcome::Answer(error_page(StatusCode::INTERNAL_SERVER_ERROR));
                 }
             }
         }
         let dir = self.file_name(cx, uri, add_uri_to_alias);
-        tracing::error!("directory index of \"{}\" is forbidden", dir.display());
+        tracing::error!(
+            "directory index of \"{}\" is forbidden{}",
+            dir.display(),
+            who(cx)
+        );
         Outcome::Answer(error_page(StatusCode::FORBIDDEN))
     }
 
     /// ngx_http_index_error.
-    fn index_error(&self, file: &FileName, e: &io::Error) -> Response<UpBody> {
+    fn index_error(&self, file: &FileName, e: &io::Error, cx: &VarContext<'_>) -> Response<UpBody> {
         if e.kind() == io::ErrorKind::PermissionDenied {
-            tracing::error!("\"{}\" is forbidden {}", file.display(), errno(e));
+            tracing::error!(
+                "\"{}\" is forbidden {}{}",
+                file.display(),
+                errno(e),
+                who(cx)
+            );
             return error_page(StatusCode::FORBIDDEN);
         }
         if self.settings.log_not_found {
-            tracing::error!("\"{}\" is not found {}", file.display(), errno(e));
+            tracing::error!(
+                "\"{}\" is not found {}{}",
+                file.display(),
+                errno(e),
+                who(cx)
+            );
         }
         error_page(StatusCode::NOT_FOUND)
     }
@@ -437,12 +474,33 @@ fn errno(e: &io::Error) -> String {
 }
 
 /// The 404 of a name vigil does not open (see [`FileName::is_safe`]).
-fn outside(file: &FileName) -> Response<UpBody> {
+fn outside(file: &FileName, cx: &VarContext<'_>) -> Response<UpBody> {
     tracing::error!(
-        "\"{}\" is outside the root (a NUL or `..` from the request), not opened",
-        file.display()
+        "\"{}\" is outside the root (a NUL or `..` from the request), not opened{}",
+        file.display(),
+        who(cx)
     );
     error_page(StatusCode::NOT_FOUND)
+}
+
+/// What nginx appends to a request's error-log line: `, client: ADDR,
+/// server: NAME, request: "LINE", host: "HOST"`.
+fn who(cx: &VarContext<'_>) -> String {
+    let p = cx.parts;
+    let target = p.uri.path_and_query().map_or("/", |t| t.as_str());
+    let (server, host) = cx
+        .target
+        .map_or(("", ""), |t| (&*t.server_name, t.host.as_str()));
+    let mut out = format!(
+        ", client: {}, server: {server}, request: \"{} {target} {:?}\"",
+        cx.client.ip(),
+        p.method,
+        p.version
+    );
+    if !host.is_empty() {
+        out.push_str(&format!(", host: \"{host}\""));
+    }
+    out
 }
 
 /// A root as nginx's ngx_conf_full_name makes it: relative to the
