@@ -43,6 +43,9 @@ pub(super) async fn served(
         client: down.client,
     };
     for _ in 0..MAX_REDIRECTS {
+        if let Some(t) = &files.timers {
+            crate::conn::on_route(down.conn, t);
+        }
         let next = match files.serve(&parts, &target, net) {
             Outcome::Answer(resp) => {
                 return answered(

@@ -348,8 +348,9 @@ pub fn certificate_errors(config: &Config) -> Result<(), RouteError> {
 
 /// Every value of the rewrite phase `vigil serve` would refuse (an
 /// unknown variable in a `return` text, a `rewrite` replacement, a `set`
-/// value, a `map` value, a `proxy_pass` URI, or an `add_header` of a
-/// location that does not proxy), each at its directive (`vigil lint`).
+/// value, a `map` value, a `proxy_pass` URI, or an `add_header`, `root`,
+/// `alias` or `try_files` of a location that does not proxy), each at its
+/// directive (`vigil lint`).
 pub fn variable_errors(config: &Config) -> Vec<RouteError> {
     let scope = match scope_of(config) {
         Ok(s) => s,
@@ -395,11 +396,32 @@ pub fn variable_errors(config: &Config) -> Vec<RouteError> {
                     for h in &l.proxy.add_headers {
                         check(&h.value, &l.origin, "add_header");
                     }
+                    if l.ret.is_none() {
+                        files_values(&l.proxy.files, &l.origin, &mut check);
+                    }
                 }
             }
         }
     }
     out
+}
+
+/// The values with variables of a location's static files (`root`,
+/// `alias`, `try_files`), for [`variable_errors`].
+fn files_values(
+    f: &vigil_core::config::FileSettings,
+    at: &vigil_core::config::Origin,
+    check: &mut dyn FnMut(&str, &vigil_core::config::Origin, &str),
+) {
+    match &f.root {
+        vigil_core::config::DocRoot::Root(p) => check(p, at, "root"),
+        vigil_core::config::DocRoot::Alias { path, .. } => check(path, at, "alias"),
+    }
+    for t in &f.try_files {
+        if !t.starts_with('=') && !t.starts_with('@') {
+            check(t, at, "try_files");
+        }
+    }
 }
 
 /// The `error_page`s `vigil serve` refuses (a page that proxies, a named

@@ -55,6 +55,9 @@ pub(crate) struct Files {
     pub(crate) error_pages: crate::nginx::error_page::ErrorPages,
     /// The location's gzip settings.
     pub(crate) gzip: vigil_core::config::Gzip,
+    /// The location's client-side timers (`keepalive_timeout`,
+    /// `send_timeout`) for the connection; None for a server's own files.
+    pub(crate) timers: Option<vigil_core::config::ProxySettings>,
 }
 
 /// `root` or `alias`, with variables.
@@ -165,6 +168,11 @@ impl Files {
             ),
             None => (Vec::new(), None, Default::default()),
         };
+        let timers = loc.map(|l| vigil_core::config::ProxySettings {
+            client_keepalive_timeout: l.proxy.client_keepalive_timeout,
+            client_send_timeout: l.proxy.client_send_timeout,
+            ..Default::default()
+        });
         Ok(Self {
             root,
             index: settings.index.iter().map(|i| i.as_bytes().into()).collect(),
@@ -175,6 +183,7 @@ impl Files {
             access_log,
             error_pages: crate::nginx::error_page::ErrorPages::build(error_pages, false, scope)?,
             gzip,
+            timers,
         })
     }
 
