@@ -56,6 +56,9 @@ pub(crate) struct Routes {
     server_files: Vec<Arc<Files>>,
     /// By server block, then location: `internal`.
     internal: Vec<Vec<bool>>,
+    /// Whether any location is `internal` (the proxy path reads no more
+    /// than this when none is).
+    any_internal: bool,
 }
 
 /// The access phase of a location with no handler (no `proxy_pass`): nginx
@@ -171,6 +174,7 @@ impl Routes {
             files: Vec::new(),
             server_files: Vec::new(),
             internal: Vec::new(),
+            any_internal: false,
         };
         for s in &config.servers {
             let err = |message: String| RouteError {
@@ -246,6 +250,7 @@ impl Routes {
             out.capture_names.push(names);
             out.guards.push(guards);
             out.files.push(files);
+            out.any_internal |= internal.iter().any(|i| *i);
             out.internal.push(internal);
             let mut own =
                 Files::build(&s.files, None, &s.origin, &mut logs, scope, &s.error_pages)?;
@@ -880,8 +885,7 @@ impl Routes {
                         Err(Refusal::NotFound) => return self.server_files(server),
                         Err(e) => return Err(e),
                     };
-                    let internal = self.internal.get(server).and_then(|s| s.get(li));
-                    if internal == Some(&true) && !target.internal {
+                    if self.any_internal && !target.internal && self.is_internal(server, li) {
                         return Err(Refusal::NotFound);
                     }
                     if let Some(c) = caps {
@@ -959,6 +963,11 @@ impl Routes {
             Some(Some(f)) => Ok(Answer::Files(f.clone())),
             _ => Err(Refusal::NotFound),
         }
+    }
+
+    /// Whether location `location` of `server` is `internal`.
+    fn is_internal(&self, server: usize, location: usize) -> bool {
+        self.internal.get(server).and_then(|s| s.get(location)) == Some(&true)
     }
 
     /// The static files of server block `server`'s own level.
