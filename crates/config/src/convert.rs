@@ -171,6 +171,30 @@ mod tests {
     }
 
     #[test]
+    fn static_files_are_named_not_dropped() {
+        // A location that serves files with settings of its own.
+        let src = "http { types { text/css css; }\n\
+                   server { listen 8080; root /srv/www;\n\
+                   location /assets/ { expires 1h; }\n\
+                   location / { proxy_pass http://127.0.0.1:9; } } }";
+        let out = untranslatable(&load(src).config);
+        assert!(
+            out.iter()
+                .any(|o| o.contains("static files") && o.contains("location /assets/")),
+            "{out:#?}"
+        );
+        assert!(
+            out.iter().any(|o| o.contains("static files) in server")),
+            "the server's root: {out:#?}"
+        );
+        // `types` alone (an include mime.types) with proxying locations
+        // converts: nothing is served from files there.
+        let src = "http { types { text/css css; }\n\
+                   server { listen 8080; location / { proxy_pass http://127.0.0.1:9; } } }";
+        assert!(untranslatable(&load(src).config).is_empty());
+    }
+
+    #[test]
     fn returns_survive_the_round_trip() {
         let src = "events { }\n\
                    http { upstream u { server 127.0.0.1:8001; }\n\
