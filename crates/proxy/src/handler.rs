@@ -36,6 +36,7 @@ use crate::wire::raw_head::RawFields;
 
 mod attempts;
 pub(crate) mod body;
+mod files;
 mod intake;
 mod ledger;
 mod outgoing;
@@ -138,6 +139,31 @@ pub(crate) fn handle<'a>(
                 Answer::Return(reply) => {
                     drop(generation);
                     return returned(&reply, &parts, target.as_ref(), local, client, start).into();
+                }
+                Answer::Files(files) => {
+                    let mut raw = None;
+                    let down = Downstream {
+                        local,
+                        client,
+                        conn,
+                    };
+                    let response = match target {
+                        Some(target) => {
+                            Box::pin(files::served(
+                                proxy,
+                                &generation,
+                                files,
+                                (parts, target),
+                                &mut body,
+                                down,
+                                start,
+                                &mut raw,
+                            ))
+                            .await
+                        }
+                        None => error_page(StatusCode::INTERNAL_SERVER_ERROR),
+                    };
+                    return Handled { response, raw };
                 }
             },
             Err(refusal) => {

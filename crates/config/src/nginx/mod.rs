@@ -19,6 +19,7 @@
 //! file with no refusals gives the same model in both modes.
 
 mod access;
+mod files;
 mod filters;
 mod http;
 mod log;

@@ -4,11 +4,13 @@
 //! them ([`value`]).
 
 mod cidr;
+mod files;
 pub mod model;
 mod routing;
 pub mod value;
 pub mod vars;
 
 pub use cidr::Cidr;
+pub use files::*;
 pub use model::*;
 pub use routing::*;

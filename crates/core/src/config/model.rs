@@ -528,6 +528,9 @@ pub struct ServerBlock {
     /// `http`'s): where nginx logs what no location answers (a 404 of no
     /// location, a server-level `return`, a 400). None = off.
     pub access_log: Option<AccessLog>,
+    /// The static-file settings of the server level: nginx serves a
+    /// request no location takes from the server's `root`.
+    pub files: super::FileSettings,
 }
 
 /// The `ssl_*` settings of a `server` block (ngx_http_ssl_module).
@@ -804,6 +807,9 @@ pub struct ProxySettings {
     pub hide_headers: Vec<String>,
     /// `proxy_pass_header` (lowercase names).
     pub pass_headers: Vec<String>,
+    /// Static files: where a location without `proxy_pass` or `return`
+    /// finds them, and how they are answered.
+    pub files: super::FileSettings,
 }
 
 /// One `proxy_redirect`.
@@ -1287,6 +1293,7 @@ impl Default for ProxySettings {
             redirect: Some(Vec::new()),
             hide_headers: Vec::new(),
             pass_headers: Vec::new(),
+            files: super::FileSettings::default(),
         }
     }
 }

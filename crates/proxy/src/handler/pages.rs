@@ -120,6 +120,19 @@ pub(super) async fn error_paged(
             obs.finish(resp.status().as_u16());
             resp
         }
+        Ok(Answer::Files(files)) => {
+            Box::pin(super::files::served(
+                proxy,
+                page.generation,
+                files,
+                (parts, target),
+                body,
+                down,
+                start,
+                raw,
+            ))
+            .await
+        }
         // The page's URI found no location: nginx's 404 (not paged
         // again), logged by the server.
         Err(refusal) => {

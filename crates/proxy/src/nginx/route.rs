@@ -19,6 +19,7 @@ pub(crate) use crate::nginx::reply::Reply;
 use crate::nginx::rewrite::{self, Net, Ran, Script};
 pub(crate) use crate::nginx::router::Target;
 pub use crate::nginx::router::{Refusal, RouteError, Router};
+use crate::nginx::static_files::Files;
 use crate::nginx::uri::{escape_uri, RequestUri};
 use crate::nginx::vars::{Scope, Template};
 use crate::upstream::pool::Pool;
@@ -47,6 +48,17 @@ pub(crate) struct Routes {
     /// By server block, then location: the access phase of a location
     /// that does not proxy and has `allow`/`deny` (boxed: rare).
     guards: Vec<Vec<Option<Box<Guard>>>>,
+    /// By server block, then location: the static files of a location
+    /// with no `proxy_pass` and no `return`.
+    files: Vec<Vec<Option<Arc<Files>>>>,
+    /// By server block: its own level's static files (a request no
+    /// location takes).
+    server_files: Vec<Arc<Files>>,
+    /// By server block, then location: `internal`.
+    internal: Vec<Vec<bool>>,
+    /// Whether any location is `internal` (the proxy path reads no more
+    /// than this when none is).
+    any_internal: bool,
 }
 
 /// The access phase of a location with no handler (no `proxy_pass`): nginx
@@ -89,6 +101,8 @@ pub(crate) enum Answer {
     Proxy(Arc<Route>),
     /// Answered by a `return`.
     Return(Arc<Reply>),
+    /// Answered from static files.
+    Files(Arc<Files>),
 }
 
 /// One location, ready to serve.
@@ -158,6 +172,10 @@ impl Routes {
             capture_names: Vec::new(),
             levels: Vec::new(),
             guards: Vec::new(),
+            files: Vec::new(),
+            server_files: Vec::new(),
+            internal: Vec::new(),
+            any_internal: false,
         };
         for s in &config.servers {
             let err = |message: String| RouteError {
@@ -178,6 +196,7 @@ impl Routes {
             let mut compiled = Vec::new();
             let (mut scripts, mut proxies, mut bases, mut names, mut guards) =
                 (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            let (mut files, mut internal) = (Vec::new(), Vec::new());
             for loc in &s.locations {
                 let proxy =
                     Route::build(loc, &s.client, registry, pools, &mut logs, scope)?.map(Arc::new);
@@ -210,6 +229,18 @@ impl Routes {
                     })
                 }));
                 bases.push(base);
+                files.push(match (&proxy, &loc.ret) {
+                    (None, None) => Some(Arc::new(Files::build(
+                        &loc.proxy.files,
+                        Some(loc),
+                        &loc.origin,
+                        &mut logs,
+                        scope,
+                        &loc.proxy.error_pages,
+                    )?)),
+                    _ => None,
+                });
+                internal.push(loc.proxy.files.internal);
                 proxies.push(proxy);
                 names.push(group_indices(loc));
             }
@@ -219,6 +250,13 @@ impl Routes {
             out.bases.push(bases);
             out.capture_names.push(names);
             out.guards.push(guards);
+            out.files.push(files);
+            out.any_internal |= internal.iter().any(|i| *i);
+            out.internal.push(internal);
+            let mut own =
+                Files::build(&s.files, None, &s.origin, &mut logs, scope, &s.error_pages)?;
+            own.access_log = server_log.clone();
+            out.server_files.push(Arc::new(own));
             out.server_scripts
                 .push(Script::build(&s.rewrite, None, scope, |r| {
                     server_reply(r, &mut logs)
@@ -316,8 +354,9 @@ pub fn certificate_errors(config: &Config) -> Result<(), RouteError> {
 
 /// Every value of the rewrite phase `vigil serve` would refuse (an
 /// unknown variable in a `return` text, a `rewrite` replacement, a `set`
-/// value, a `map` value, a `proxy_pass` URI, or an `add_header` of a
-/// location that does not proxy), each at its directive (`vigil lint`).
+/// value, a `map` value, a `proxy_pass` URI, or an `add_header`, `root`,
+/// `alias` or `try_files` of a location that does not proxy), each at its
+/// directive (`vigil lint`).
 pub fn variable_errors(config: &Config) -> Vec<RouteError> {
     let scope = match scope_of(config) {
         Ok(s) => s,
@@ -396,12 +435,33 @@ pub fn variable_errors(config: &Config) -> Vec<RouteError> {
                     for h in &l.proxy.add_headers {
                         check(&h.value, &l.origin, "add_header");
                     }
+                    if l.ret.is_none() {
+                        files_values(&l.proxy.files, &l.origin, &mut check);
+                    }
                 }
             }
         }
     }
     out.extend(later);
     out
+}
+
+/// The values with variables of a location's static files (`root`,
+/// `alias`, `try_files`), for [`variable_errors`].
+fn files_values(
+    f: &vigil_core::config::FileSettings,
+    at: &vigil_core::config::Origin,
+    check: &mut dyn FnMut(&str, &vigil_core::config::Origin, &str),
+) {
+    match &f.root {
+        vigil_core::config::DocRoot::Root(p) => check(p, at, "root"),
+        vigil_core::config::DocRoot::Alias { path, .. } => check(path, at, "alias"),
+    }
+    for t in &f.try_files {
+        if !t.starts_with('=') && !t.starts_with('@') {
+            check(t, at, "try_files");
+        }
+    }
 }
 
 /// The `error_page`s `vigil serve` refuses (a page that proxies, a named
@@ -486,7 +546,7 @@ impl Answer {
     pub(crate) fn proxy(&self) -> Option<&Arc<Route>> {
         match self {
             Answer::Proxy(r) => Some(r),
-            Answer::Return(_) => None,
+            Answer::Return(_) | Answer::Files(_) => None,
         }
     }
 }
@@ -546,7 +606,7 @@ fn group_indices(loc: &Location) -> GroupNames {
         .collect()
 }
 
-fn add_headers(
+pub(crate) fn add_headers(
     loc: &Location,
     err: &impl Fn(String) -> RouteError,
     scope: &Scope,
@@ -564,7 +624,7 @@ fn add_headers(
     Ok(out)
 }
 
-fn access_log(
+pub(crate) fn access_log(
     loc: &Location,
     logs: &mut HashMap<std::path::PathBuf, Arc<crate::obs::log::AccessLogWriter>>,
     scope: &Scope,
@@ -853,7 +913,16 @@ impl Routes {
             let li = match first.take() {
                 Some(li) => li,
                 None => {
-                    let (li, caps) = self.router.locate(net.local, server, target)?;
+                    let (li, caps) = match self.router.locate(net.local, server, target) {
+                        Ok(found) => found,
+                        // No location: the server's own root (nginx's
+                        // static handler with the server's settings).
+                        Err(Refusal::NotFound) => return self.server_files(server),
+                        Err(e) => return Err(e),
+                    };
+                    if self.any_internal && !target.internal && self.is_internal(server, li) {
+                        return Err(Refusal::NotFound);
+                    }
                     if let Some(c) = caps {
                         let names = self.capture_names.get(server).and_then(|n| n.get(li));
                         let v = rewrite::vars(parts);
@@ -925,7 +994,23 @@ impl Routes {
                 return Ok(Answer::Return(g.forbidden.clone()));
             }
         }
-        Err(Refusal::NotFound)
+        match self.files.get(server).and_then(|s| s.get(location)) {
+            Some(Some(f)) => Ok(Answer::Files(f.clone())),
+            _ => Err(Refusal::NotFound),
+        }
+    }
+
+    /// Whether location `location` of `server` is `internal`.
+    fn is_internal(&self, server: usize, location: usize) -> bool {
+        self.internal.get(server).and_then(|s| s.get(location)) == Some(&true)
+    }
+
+    /// The static files of server block `server`'s own level.
+    fn server_files(&self, server: usize) -> Result<Answer, Refusal> {
+        match self.server_files.get(server) {
+            Some(f) => Ok(Answer::Files(f.clone())),
+            None => Err(Refusal::NotFound),
+        }
     }
 }
 
