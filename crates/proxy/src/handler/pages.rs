@@ -66,7 +66,12 @@ pub(super) async fn error_paged(
     let earlier = resp
         .extensions_mut()
         .remove::<crate::handler::record::EarlierAttempts>();
-    // The page answers instead: no fields of the response it replaces.
+    // The page answers instead: no fields of the response it replaces,
+    // but an upstream's 401 gives the page's answer its WWW-Authenticate
+    // (nginx's ngx_http_upstream_intercept_errors).
+    let authenticate = (status == 401 && !generated)
+        .then(|| www_authenticate(&resp, raw.as_deref()))
+        .flatten();
     drop(resp);
     *raw = None;
     let Redirected {
@@ -83,7 +88,7 @@ pub(super) async fn error_paged(
     if let Some(e) = earlier {
         parts.extensions.insert(e);
     }
-    match answer {
+    let answered = match answer {
         Ok(Answer::Return(reply)) => returned(&reply, &parts, Some(&target), local, client, start),
         Ok(Answer::Proxy(route)) => {
             let gone = match &*body {
@@ -148,7 +153,31 @@ pub(super) async fn error_paged(
                 resp,
             )
         }
+    };
+    match authenticate {
+        Some(v) => {
+            let mut answered = answered;
+            answered
+                .headers_mut()
+                .insert(http::header::WWW_AUTHENTICATE, v);
+            answered
+        }
+        None => answered,
     }
+}
+
+/// The first `WWW-Authenticate` of an upstream's answer, in its map or
+/// among its fields as they came.
+fn www_authenticate(
+    resp: &Response<UpBody>,
+    raw: Option<&crate::wire::raw_head::RawFields>,
+) -> Option<http::HeaderValue> {
+    if let Some(v) = resp.headers().get(http::header::WWW_AUTHENTICATE) {
+        return Some(v.clone());
+    }
+    raw?.iter()
+        .find(|f| f.name.eq_ignore_ascii_case(b"www-authenticate"))
+        .and_then(|f| http::HeaderValue::from_bytes(f.value).ok())
 }
 
 /// `resp` with the access log line of server block `server`'s level.

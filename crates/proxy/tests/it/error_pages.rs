@@ -335,3 +335,32 @@ async fn upstream_variables_of_a_paged_request_as_nginx() {
         "the groups of an internal redirect are separated by ` : `"
     );
 }
+
+#[tokio::test]
+async fn an_intercepted_401_keeps_the_upstreams_www_authenticate_as_nginx() {
+    const DENIED: &[u8] = b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"x\"\r\n\
+        X-Other: o\r\nContent-Length: 4\r\nConnection: close\r\n\r\nnope";
+    let (vb, _) = crate::twin::raw_backend(DENIED).await;
+    let (nb, _) = crate::twin::raw_backend(DENIED).await;
+    let t = Twin::start_with(
+        "upstream u { server {R0}; }
+         server { listen {LISTEN};
+           location / { proxy_pass http://u; proxy_intercept_errors on; error_page 401 /denied; }
+           location = /denied { return 401 \"denied\\n\"; } }",
+        0,
+        &[("{R0}", vb)],
+        &[("{R0}", nb)],
+    )
+    .await;
+    let (v, n) = same(
+        &t,
+        "GET /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(v.status, 401);
+    // nginx's ngx_http_upstream_intercept_errors carries this one field
+    // of the upstream's 401 to the page's answer, and no other.
+    assert_eq!(v.header("www-authenticate"), n.header("www-authenticate"));
+    assert_eq!(v.header("www-authenticate"), "Basic realm=\"x\"");
+    assert_eq!(v.header("x-other"), n.header("x-other"));
+}

@@ -500,7 +500,7 @@ async fn an_http10_client_gets_nginxs_http11_status_line_and_its_connection_fiel
 
 /// A backend that records each request head as it came and answers
 /// `response` (then closes).
-async fn raw_backend(
+pub(crate) async fn raw_backend(
     response: &'static [u8],
 ) -> (SocketAddr, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0")
