@@ -81,14 +81,24 @@ pub(super) async fn served(
         match next {
             Ok(Answer::Files(f)) => files = f,
             Ok(Answer::Return(reply)) => {
-                return returned(
+                let resp = returned(
                     &reply,
                     &parts,
                     Some(&target),
                     down.local,
                     down.client,
                     start,
-                )
+                );
+                if !super::paged_return(&reply, &resp, &parts) {
+                    return resp;
+                }
+                let page = Page {
+                    generation,
+                    pages: &reply.error_pages,
+                    parts,
+                    target,
+                };
+                return Box::pin(error_paged(proxy, page, body, down, start, resp, raw)).await;
             }
             Ok(Answer::Proxy(route)) => {
                 return Box::pin(proxied(

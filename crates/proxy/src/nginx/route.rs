@@ -189,7 +189,7 @@ impl Routes {
                 std::path::PathBuf,
                 Arc<crate::obs::log::AccessLogWriter>,
             >| {
-                let mut reply = Reply::build(r, None, &s.origin, logs, scope)?;
+                let mut reply = Reply::build(r, (None, &s.error_pages), &s.origin, logs, scope)?;
                 reply.access_log = server_log.clone();
                 Ok(reply)
             };
@@ -203,7 +203,7 @@ impl Routes {
                 let answer = match &loc.ret {
                     Some(r) => Some(Answer::Return(Arc::new(Reply::build(
                         r,
-                        Some(loc),
+                        (Some(loc), &loc.proxy.error_pages),
                         &loc.origin,
                         &mut logs,
                         scope,
@@ -212,14 +212,26 @@ impl Routes {
                 };
                 compiled.push(answer);
                 scripts.push(Script::build(&loc.routing.script, Some(loc), scope, |r| {
-                    Reply::build(r, Some(loc), &loc.origin, &mut logs, scope)
+                    Reply::build(
+                        r,
+                        (Some(loc), &loc.proxy.error_pages),
+                        &loc.origin,
+                        &mut logs,
+                        scope,
+                    )
                 })?);
                 let base = vigil_core::config::Return {
                     code: 500,
                     text: None,
                     content_type: "text/plain".into(),
                 };
-                let base = Reply::build(&base, Some(loc), &loc.origin, &mut logs, scope)?;
+                let base = Reply::build(
+                    &base,
+                    (Some(loc), &loc.proxy.error_pages),
+                    &loc.origin,
+                    &mut logs,
+                    scope,
+                )?;
                 guards.push((proxy.is_none() && !loc.proxy.access.is_empty()).then(|| {
                     Box::new(Guard {
                         access: loc.proxy.access.clone(),
@@ -556,7 +568,7 @@ impl Answer {
 impl Reply {
     pub(crate) fn build(
         ret: &vigil_core::config::Return,
-        loc: Option<&Location>,
+        (loc, pages): (Option<&Location>, &[vigil_core::config::ErrorPage]),
         origin: &vigil_core::config::Origin,
         logs: &mut HashMap<std::path::PathBuf, Arc<crate::obs::log::AccessLogWriter>>,
         scope: &Scope,
@@ -585,6 +597,10 @@ impl Reply {
             max_body: loc.map_or(0, |l| l.proxy.client_max_body_size),
             add_headers,
             access_log,
+            error_pages: Arc::new(
+                crate::nginx::error_page::ErrorPages::build(pages, false, scope)
+                    .map_err(|e| err(e.message))?,
+            ),
         })
     }
 }

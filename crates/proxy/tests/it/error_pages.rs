@@ -364,3 +364,32 @@ async fn an_intercepted_401_keeps_the_upstreams_www_authenticate_as_nginx() {
     assert_eq!(v.header("www-authenticate"), "Basic realm=\"x\"");
     assert_eq!(v.header("x-other"), n.header("x-other"));
 }
+
+#[tokio::test]
+async fn a_return_without_text_and_a_deny_go_to_their_error_page_as_nginx() {
+    let (t, _vd, _nd) = twin(
+        "upstream u { server {B0}; }
+         server { listen {LISTEN};
+           error_page 404 /nf;
+           location /gone { return 404; }
+           location /text { return 404 \"text\\n\"; }
+           location = /nf { return 200 \"not found page\\n\"; }
+           location /deny { deny all; error_page 403 /forbidden; proxy_pass http://u; }
+           location = /forbidden { return 200 \"forbidden page\\n\"; }
+           location /coded { error_page 410 =202 /nf; return 410; }
+           location /again { error_page 404 /gone/2; return 404; }
+           location /plain { error_page 500 /nf; return 404; }
+         }",
+    )
+    .await;
+    for path in [
+        "/gone", "/text", "/deny/x", "/coded", "/again", "/plain", "/nf",
+    ] {
+        let (v, _) = same(
+            &t,
+            &format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"),
+        )
+        .await;
+        assert!(v.status != 0, "{path}");
+    }
+}
