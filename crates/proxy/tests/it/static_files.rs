@@ -33,6 +33,19 @@ fn tree() -> tempfile::TempDir {
     std::fs::create_dir_all(d.path().join("www/empty")).expect("mkdir");
     std::os::unix::fs::symlink(d.path().join("secret/s.txt"), d.path().join("www/link.txt"))
         .expect("symlink");
+    // Not a regular file: opened (non-blocking) and never read.
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        d.path().join("www/fifo"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .expect("mkfifo");
+    w(
+        "html/index.nginx-debian.html",
+        b"<h1>Welcome to nginx!</h1>\n",
+    );
     // One time for every file, long past (2020-01-01): `expires modified`
     // is then the same on both sides whatever the second.
     let past = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_577_836_800);
@@ -156,6 +169,7 @@ async fn files_directories_and_indexes_answer_as_nginx() {
         "GET /nope/ HTTP/1.1",
         "GET /a.txt/ HTTP/1.1",
         "GET /a.txt/x HTTP/1.1",
+        "GET /fifo HTTP/1.1",
         "POST /a.txt HTTP/1.1\r\nContent-Length: 0",
         "POST /dir/ HTTP/1.1\r\nContent-Length: 0",
         "DELETE /a.txt HTTP/1.1",
@@ -329,6 +343,37 @@ async fn traversal_attempts_get_nginx_answers() {
         let (v, _) = check(&t, req).await;
         assert!(!v.body.starts_with(b"secret"), "{req}: {v:?}");
     }
+}
+
+#[tokio::test]
+async fn debians_default_site_serves_as_nginx() {
+    // /etc/nginx/sites-available/default, its root moved to the tree.
+    let conf = "include {MIME};
+     default_type application/octet-stream;
+     server {
+        listen {LISTEN} default_server;
+        root {ROOT}/html;
+        index index.html index.htm index.nginx-debian.html;
+        server_name _;
+        location / {
+                try_files $uri $uri/ =404;
+        }
+     }";
+    let (t, _d) = twin(conf).await;
+    for req in [
+        "GET / HTTP/1.1",
+        "HEAD / HTTP/1.1",
+        "GET /index.nginx-debian.html HTTP/1.1",
+        "GET /missing HTTP/1.1",
+        "GET /missing/ HTTP/1.1",
+    ] {
+        check(&t, req).await;
+    }
+    let (v, _) = both(&t, "GET / HTTP/1.1").await;
+    assert_eq!(
+        (v.status, &v.body[..]),
+        (200, &b"<h1>Welcome to nginx!</h1>\n"[..])
+    );
 }
 
 #[tokio::test]
