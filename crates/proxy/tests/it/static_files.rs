@@ -124,9 +124,11 @@ fn same(t: &Twin, what: &str, v: &Raw, n: &Raw) {
     }
 }
 
-/// Send `req` (a request line and headers, without the blank line) to both.
+/// Send `req` (a request line and headers, and after a blank line a
+/// body) to both, with a Host and `Connection: close`.
 async fn both(t: &Twin, req: &str) -> (Raw, Raw) {
-    let bytes = format!("{req}\r\nHost: files.test\r\nConnection: close\r\n\r\n");
+    let (head, body) = req.split_once("\r\n\r\n").unwrap_or((req, ""));
+    let bytes = format!("{head}\r\nHost: files.test\r\nConnection: close\r\n\r\n{body}");
     t.send(bytes.as_bytes()).await
 }
 
@@ -148,6 +150,7 @@ const PLAIN: &str = "include {MIME};
        location /noranges/ { alias {ROOT}/www/; max_ranges 0; etag off; }
        location /before/ { alias {ROOT}/www/; if_modified_since before; }
        location /ims-off/ { alias {ROOT}/www/; if_modified_since off; }
+       location /small/ { alias {ROOT}/www/; client_max_body_size 2; }
      }";
 
 #[tokio::test]
@@ -174,6 +177,8 @@ async fn files_directories_and_indexes_answer_as_nginx() {
         "POST /dir/ HTTP/1.1\r\nContent-Length: 0",
         "DELETE /a.txt HTTP/1.1",
         "DELETE /dir/ HTTP/1.1",
+        "POST /small/a.txt HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",
+        "GET /small/a.txt HTTP/1.1\r\nContent-Length: 2\r\n\r\nab",
         "GET /alias/ HTTP/1.1",
         "GET /alias/index.html HTTP/1.1",
         "GET /al/a.txt HTTP/1.1",
@@ -195,6 +200,12 @@ async fn files_directories_and_indexes_answer_as_nginx() {
     assert!(v.header("location").ends_with("/dir/"), "{}", v.head);
     let (v, _) = both(&t, "GET /big.bin HTTP/1.1").await;
     assert_eq!(v.body.len(), 300_000);
+    let (v, _) = both(
+        &t,
+        "POST /small/a.txt HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",
+    )
+    .await;
+    assert_eq!(v.status, 413);
 }
 
 #[tokio::test]
@@ -312,10 +323,10 @@ async fn try_files_internal_and_error_pages_answer_as_nginx() {
     ] {
         check(&t, req).await;
     }
-    // The fallback reached the backend with the client's URI.
+    // The fallbacks reached the backend with the client's URI (and body).
     let (v, n) = t.uris();
     assert_eq!(v, n);
-    assert_eq!(v[0].first().map(String::as_str), Some("/app/dynamic?q=1"));
+    assert_eq!(v[0], ["/app/dynamic?q=1", "/app/dynamic"]);
     // The page's file under the error's status.
     let (v, _) = both(&t, "GET /missing HTTP/1.1").await;
     assert_eq!((v.status, &v.body[..]), (404, &b"<h1>not here</h1>\n"[..]));
