@@ -434,3 +434,21 @@ async fn expires_sets_cache_control_as_nginx() {
     assert_eq!(v.header("expires"), "Thu, 31 Dec 2037 23:55:55 GMT");
     assert_eq!(v.header("cache-control"), "max-age=315360000");
 }
+
+#[tokio::test]
+async fn expires_applies_to_proxied_answers_as_nginx() {
+    let conf = "server { listen {LISTEN};
+       location /h/ { expires 1h; proxy_pass http://{B0}; }
+       location /max/ { expires max; proxy_pass http://{B0}; }
+       location /epoch/ { expires epoch; proxy_pass http://{B0}; }
+       location /mod/ { expires modified 1h; proxy_pass http://{B0}; }
+       location /none/ { proxy_pass http://{B0}; }
+     }";
+    let (t, _d) = twin(conf).await;
+    for p in ["/h/", "/max/", "/epoch/", "/mod/", "/none/"] {
+        check(&t, &format!("GET {p}x HTTP/1.1")).await;
+    }
+    let (v, _) = both(&t, "GET /h/x HTTP/1.1").await;
+    assert_eq!(v.header("cache-control"), "max-age=3600");
+    assert!(!v.header("expires").is_empty(), "{}", v.head);
+}
