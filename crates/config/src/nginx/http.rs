@@ -375,8 +375,7 @@ fn location_block(
 }
 
 /// What vigil does not do yet in a location that proxies: `try_files`
-/// (nginx tests the files, then proxies with the URI it found) and
-/// `expires` (nginx edits the upstream's `Cache-Control`).
+/// (nginx tests the files, then proxies with the URI it found).
 fn proxied_files(
     d: &Directive,
     placed: &Placements,
@@ -387,12 +386,6 @@ fn proxied_files(
         return Err(ConfigError::invalid(
             at("try_files"),
             "\"try_files\" in a location with \"proxy_pass\" is not supported by vigil yet (name a location with proxy_pass as try_files' last argument: try_files $uri @app)",
-        ));
-    }
-    if files.expires != vigil_core::config::Expires::Off {
-        return Err(ConfigError::invalid(
-            at("expires"),
-            "\"expires\" in a location with \"proxy_pass\" is not supported by vigil yet (it applies to static files)",
         ));
     }
     Ok(())

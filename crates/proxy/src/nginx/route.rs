@@ -142,6 +142,8 @@ pub(crate) struct Route {
     pub(crate) error_pages: crate::nginx::error_page::ErrorPages,
     /// `proxy_hide_header`, `proxy_pass_header`, `proxy_redirect`.
     pub(crate) headers: crate::nginx::redirect::Rules,
+    /// `expires` (nginx's headers filter sets it on proxied answers too).
+    pub(crate) expires: vigil_core::config::Expires,
 }
 
 // === impl Routes ===
@@ -672,12 +674,14 @@ fn open_log(
 
 impl Route {
     /// Whether nothing on a response's way to the client reads or edits
-    /// its upstream fields (no `add_header`, gzip or `error_page`), which
+    /// its upstream fields (no `add_header`, gzip, `error_page` or
+    /// `expires`), which
     /// may then pass as they came ([`crate::wire::raw_head`]).
     pub(crate) fn passes_fields_as_they_came(&self) -> bool {
         self.add_headers.is_empty()
             && !self.location.proxy.gzip.enable
             && self.error_pages.is_empty()
+            && self.expires == vigil_core::config::Expires::Off
     }
 
     /// The variables of `parts` on this route before any attempt (no
@@ -760,6 +764,7 @@ impl Route {
             .map_err(|e| err(format!("proxy_redirect: {e}")))?;
         Ok(Some(Self {
             headers,
+            expires: loc.proxy.files.expires,
             client: client.clone(),
             access_log,
             policy: RetryPolicy::of(&loc.proxy),

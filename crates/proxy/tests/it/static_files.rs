@@ -33,6 +33,19 @@ fn tree() -> tempfile::TempDir {
     std::fs::create_dir_all(d.path().join("www/empty")).expect("mkdir");
     std::os::unix::fs::symlink(d.path().join("secret/s.txt"), d.path().join("www/link.txt"))
         .expect("symlink");
+    // Not a regular file: opened (non-blocking) and never read.
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        d.path().join("www/fifo"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .expect("mkfifo");
+    w(
+        "html/index.nginx-debian.html",
+        b"<h1>Welcome to nginx!</h1>\n",
+    );
     // One time for every file, long past (2020-01-01): `expires modified`
     // is then the same on both sides whatever the second.
     let past = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_577_836_800);
@@ -111,9 +124,11 @@ fn same(t: &Twin, what: &str, v: &Raw, n: &Raw) {
     }
 }
 
-/// Send `req` (a request line and headers, without the blank line) to both.
+/// Send `req` (a request line and headers, and after a blank line a
+/// body) to both, with a Host and `Connection: close`.
 async fn both(t: &Twin, req: &str) -> (Raw, Raw) {
-    let bytes = format!("{req}\r\nHost: files.test\r\nConnection: close\r\n\r\n");
+    let (head, body) = req.split_once("\r\n\r\n").unwrap_or((req, ""));
+    let bytes = format!("{head}\r\nHost: files.test\r\nConnection: close\r\n\r\n{body}");
     t.send(bytes.as_bytes()).await
 }
 
@@ -135,6 +150,7 @@ const PLAIN: &str = "include {MIME};
        location /noranges/ { alias {ROOT}/www/; max_ranges 0; etag off; }
        location /before/ { alias {ROOT}/www/; if_modified_since before; }
        location /ims-off/ { alias {ROOT}/www/; if_modified_since off; }
+       location /small/ { alias {ROOT}/www/; client_max_body_size 2; }
      }";
 
 #[tokio::test]
@@ -156,10 +172,13 @@ async fn files_directories_and_indexes_answer_as_nginx() {
         "GET /nope/ HTTP/1.1",
         "GET /a.txt/ HTTP/1.1",
         "GET /a.txt/x HTTP/1.1",
+        "GET /fifo HTTP/1.1",
         "POST /a.txt HTTP/1.1\r\nContent-Length: 0",
         "POST /dir/ HTTP/1.1\r\nContent-Length: 0",
         "DELETE /a.txt HTTP/1.1",
         "DELETE /dir/ HTTP/1.1",
+        "POST /small/a.txt HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",
+        "GET /small/a.txt HTTP/1.1\r\nContent-Length: 2\r\n\r\nab",
         "GET /alias/ HTTP/1.1",
         "GET /alias/index.html HTTP/1.1",
         "GET /al/a.txt HTTP/1.1",
@@ -181,6 +200,12 @@ async fn files_directories_and_indexes_answer_as_nginx() {
     assert!(v.header("location").ends_with("/dir/"), "{}", v.head);
     let (v, _) = both(&t, "GET /big.bin HTTP/1.1").await;
     assert_eq!(v.body.len(), 300_000);
+    let (v, _) = both(
+        &t,
+        "POST /small/a.txt HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",
+    )
+    .await;
+    assert_eq!(v.status, 413);
 }
 
 #[tokio::test]
@@ -298,10 +323,10 @@ async fn try_files_internal_and_error_pages_answer_as_nginx() {
     ] {
         check(&t, req).await;
     }
-    // The fallback reached the backend with the client's URI.
+    // The fallbacks reached the backend with the client's URI (and body).
     let (v, n) = t.uris();
     assert_eq!(v, n);
-    assert_eq!(v[0].first().map(String::as_str), Some("/app/dynamic?q=1"));
+    assert_eq!(v[0], ["/app/dynamic?q=1", "/app/dynamic"]);
     // The page's file under the error's status.
     let (v, _) = both(&t, "GET /missing HTTP/1.1").await;
     assert_eq!((v.status, &v.body[..]), (404, &b"<h1>not here</h1>\n"[..]));
@@ -329,6 +354,37 @@ async fn traversal_attempts_get_nginx_answers() {
         let (v, _) = check(&t, req).await;
         assert!(!v.body.starts_with(b"secret"), "{req}: {v:?}");
     }
+}
+
+#[tokio::test]
+async fn debians_default_site_serves_as_nginx() {
+    // /etc/nginx/sites-available/default, its root moved to the tree.
+    let conf = "include {MIME};
+     default_type application/octet-stream;
+     server {
+        listen {LISTEN} default_server;
+        root {ROOT}/html;
+        index index.html index.htm index.nginx-debian.html;
+        server_name _;
+        location / {
+                try_files $uri $uri/ =404;
+        }
+     }";
+    let (t, _d) = twin(conf).await;
+    for req in [
+        "GET / HTTP/1.1",
+        "HEAD / HTTP/1.1",
+        "GET /index.nginx-debian.html HTTP/1.1",
+        "GET /missing HTTP/1.1",
+        "GET /missing/ HTTP/1.1",
+    ] {
+        check(&t, req).await;
+    }
+    let (v, _) = both(&t, "GET / HTTP/1.1").await;
+    assert_eq!(
+        (v.status, &v.body[..]),
+        (200, &b"<h1>Welcome to nginx!</h1>\n"[..])
+    );
 }
 
 #[tokio::test]
@@ -377,4 +433,22 @@ async fn expires_sets_cache_control_as_nginx() {
     let (v, _) = both(&t, "GET /max/a.txt HTTP/1.1").await;
     assert_eq!(v.header("expires"), "Thu, 31 Dec 2037 23:55:55 GMT");
     assert_eq!(v.header("cache-control"), "max-age=315360000");
+}
+
+#[tokio::test]
+async fn expires_applies_to_proxied_answers_as_nginx() {
+    let conf = "server { listen {LISTEN};
+       location /h/ { expires 1h; proxy_pass http://{B0}; }
+       location /max/ { expires max; proxy_pass http://{B0}; }
+       location /epoch/ { expires epoch; proxy_pass http://{B0}; }
+       location /mod/ { expires modified 1h; proxy_pass http://{B0}; }
+       location /none/ { proxy_pass http://{B0}; }
+     }";
+    let (t, _d) = twin(conf).await;
+    for p in ["/h/", "/max/", "/epoch/", "/mod/", "/none/"] {
+        check(&t, &format!("GET {p}x HTTP/1.1")).await;
+    }
+    let (v, _) = both(&t, "GET /h/x HTTP/1.1").await;
+    assert_eq!(v.header("cache-control"), "max-age=3600");
+    assert!(!v.header("expires").is_empty(), "{}", v.head);
 }

@@ -499,3 +499,61 @@ mod tests {
         assert!(!if_match(b"\"5f-a\"", None, true));
     }
 }
+
+#[cfg(test)]
+mod open_errors {
+    use std::collections::HashMap;
+    use std::io;
+
+    use http::StatusCode;
+    use rustix::io::Errno;
+
+    use super::super::path::FileName;
+    use super::super::Files;
+    use super::open_failed;
+    use crate::nginx::vars::{Scope, VarContext};
+
+    /// The static module's status for each open() error (a test as root
+    /// cannot make the file system say EACCES: the errors are made here).
+    #[test]
+    fn each_open_error_has_nginx_status() {
+        let files = Files::build(
+            &Default::default(),
+            None,
+            &Default::default(),
+            &mut HashMap::new(),
+            &Scope::default(),
+            &[],
+        )
+        .expect("files");
+        let parts = http::Request::new(()).into_parts().0;
+        let cx = VarContext {
+            parts: &parts,
+            target: None,
+            client: ([127, 0, 0, 1], 1).into(),
+            local: ([127, 0, 0, 1], 2).into(),
+            proxy_host: "",
+            attempts: &[],
+            status: 0,
+            request_time: 0.0,
+        };
+        let name = FileName::join(b"/srv".to_vec(), b"/x");
+        let status = |e: Errno| {
+            open_failed(
+                &files,
+                &name,
+                &io::Error::from_raw_os_error(e.raw_os_error()),
+                &cx,
+            )
+            .status()
+        };
+        assert_eq!(status(Errno::NOENT), StatusCode::NOT_FOUND);
+        assert_eq!(status(Errno::NOTDIR), StatusCode::NOT_FOUND);
+        assert_eq!(status(Errno::NAMETOOLONG), StatusCode::NOT_FOUND);
+        assert_eq!(status(Errno::ACCESS), StatusCode::FORBIDDEN);
+        assert_eq!(status(Errno::LOOP), StatusCode::FORBIDDEN);
+        assert_eq!(status(Errno::MLINK), StatusCode::FORBIDDEN);
+        assert_eq!(status(Errno::IO), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(status(Errno::MFILE), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+}

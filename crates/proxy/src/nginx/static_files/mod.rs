@@ -55,6 +55,9 @@ pub(crate) struct Files {
     pub(crate) error_pages: crate::nginx::error_page::ErrorPages,
     /// The location's gzip settings.
     pub(crate) gzip: vigil_core::config::Gzip,
+    /// The location's `client_max_body_size` (0: none): a request that
+    /// says it sends more is 413, as nginx's find-config phase answers it.
+    max_body: u64,
     /// The location's client-side timers (`keepalive_timeout`,
     /// `send_timeout`) for the connection; None for a server's own files.
     pub(crate) timers: Option<vigil_core::config::ProxySettings>,
@@ -183,6 +186,7 @@ impl Files {
             access_log,
             error_pages: crate::nginx::error_page::ErrorPages::build(error_pages, false, scope)?,
             gzip,
+            max_body: loc.map_or(0, |l| l.proxy.client_max_body_size),
             timers,
         })
     }
@@ -194,6 +198,18 @@ impl Files {
 
     /// Serve the request as nginx's precontent and content phases do.
     pub(crate) fn serve(&self, parts: &Parts, target: &Target, net: Net) -> Outcome {
+        let declared = parts
+            .headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        if self.max_body != 0 && declared.is_some_and(|n| n > self.max_body) {
+            tracing::error!(
+                "client intended to send too large body: {} bytes",
+                declared.unwrap_or_default()
+            );
+            return Outcome::Answer(error_page(StatusCode::PAYLOAD_TOO_LARGE));
+        }
         let cx = VarContext {
             parts,
             target: Some(target),
