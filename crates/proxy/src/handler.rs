@@ -276,16 +276,17 @@ pub(crate) struct Downstream<'c> {
 }
 
 /// Whether a `return`'s answer goes to its `error_page`: nginx's
-/// `return CODE` without a text (and a `deny`'s 403) is a special
-/// response, which an `error_page` of its code replaces; a text, a
-/// redirect's URL or 444 is sent as it is. Not for the answer of a page
+/// `return CODE` without a text, a redirect (`return 302 URL`, a
+/// rewrite's) and a `deny`'s 403 are special responses, which an
+/// `error_page` of their code replaces (the page's answer then has no
+/// `Location` of the first); a text or 444 is sent as it is. Not for the answer of a page
 /// (`recursive_error_pages off`).
 pub(super) fn paged_return(
     reply: &crate::nginx::reply::Reply,
     resp: &Response<UpBody>,
     parts: &Parts,
 ) -> bool {
-    reply.text.is_none()
+    (reply.text.is_none() || vigil_core::config::Return::redirects(reply.code))
         && reply.code != 444
         && parts
             .extensions

@@ -72,6 +72,12 @@ pub(super) async fn error_paged(
     let authenticate = (status == 401 && !generated)
         .then(|| www_authenticate(&resp, raw.as_deref()))
         .flatten();
+    // A redirect vigil made keeps its Location through a page that is an
+    // internal redirect (nginx's headers_out outlive it); a page that
+    // redirects puts its own.
+    let location = generated
+        .then(|| resp.headers().get(http::header::LOCATION).cloned())
+        .flatten();
     drop(resp);
     *raw = None;
     let Redirected {
@@ -154,16 +160,18 @@ pub(super) async fn error_paged(
             )
         }
     };
-    match authenticate {
-        Some(v) => {
-            let mut answered = answered;
-            answered
-                .headers_mut()
-                .insert(http::header::WWW_AUTHENTICATE, v);
-            answered
-        }
-        None => answered,
+    let mut answered = answered;
+    if let Some(v) = authenticate {
+        answered
+            .headers_mut()
+            .insert(http::header::WWW_AUTHENTICATE, v);
     }
+    if let Some(v) = location {
+        if !answered.headers().contains_key(http::header::LOCATION) {
+            answered.headers_mut().insert(http::header::LOCATION, v);
+        }
+    }
+    answered
 }
 
 /// The first `WWW-Authenticate` of an upstream's answer, in its map or

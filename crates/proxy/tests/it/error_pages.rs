@@ -379,17 +379,26 @@ async fn a_return_without_text_and_a_deny_go_to_their_error_page_as_nginx() {
            location /coded { error_page 410 =202 /nf; return 410; }
            location /again { error_page 404 /gone/2; return 404; }
            location /plain { error_page 500 /nf; return 404; }
+           location /moved { error_page 302 /nf; return 302 /elsewhere; }
          }",
     )
     .await;
     for path in [
-        "/gone", "/text", "/deny/x", "/coded", "/again", "/plain", "/nf",
+        "/gone", "/text", "/deny/x", "/coded", "/again", "/plain", "/nf", "/moved",
     ] {
-        let (v, _) = same(
+        let (v, n) = same(
             &t,
             &format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"),
         )
         .await;
         assert!(v.status != 0, "{path}");
+        // A page that is an internal redirect keeps the first answer's
+        // Location (each side's own port in it).
+        let path_of = |l: String| l.splitn(4, '/').nth(3).map(str::to_string);
+        assert_eq!(
+            path_of(v.header("location")),
+            path_of(n.header("location")),
+            "{path}"
+        );
     }
 }
