@@ -44,6 +44,12 @@ pub fn untranslatable(config: &vigil_core::config::Config) -> Vec<String> {
             if !l.proxy.error_pages.is_empty() || l.proxy.intercept_errors {
                 out.push(format!("{}: error_page / proxy_intercept_errors", l.origin));
             }
+            if l.proxy.redirects != vigil_core::config::Redirects::default() {
+                out.push(format!(
+                    "{}: absolute_redirect / server_name_in_redirect / port_in_redirect",
+                    l.origin
+                ));
+            }
         }
         if s.listen.iter().any(|l| l.ssl || l.http2) || !s.tls.certificates.is_empty() {
             out.push(format!("{}: listen ... ssl / ssl_certificate", s.origin));

@@ -772,6 +772,9 @@ impl Level {
             "proxy_read_timeout" => p.read_timeout = time(d, one(d)?)?,
             "proxy_request_buffering" => p.request_buffering = on_off(d)?,
             "proxy_ignore_client_abort" => p.ignore_client_abort = on_off(d)?,
+            "absolute_redirect" => p.redirects.absolute = on_off(d)?,
+            "server_name_in_redirect" => p.redirects.server_name = on_off(d)?,
+            "port_in_redirect" => p.redirects.port = on_off(d)?,
             "proxy_buffering" => {
                 // vigil streams responses (as proxy_buffering off); reported once.
                 p.buffering = on_off(d)?;

@@ -440,9 +440,10 @@ fn diff(p: &ProxySettings, base: &ProxySettings) -> RawProxy {
         redirect: _,
         hide_headers: _,
         pass_headers: _,
-        // Static files have no TOML keys: `convert` refuses a conf that
-        // sets them (convert::untranslatable).
+        // Static files and the redirects' form have no TOML keys:
+        // `convert` refuses a conf that sets them (convert::untranslatable).
         files: _,
+        redirects: _,
     } = p;
     fn changed<T: PartialEq + Clone>(v: &T, base: &T) -> Option<T> {
         (v != base).then(|| v.clone())

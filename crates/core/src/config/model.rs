@@ -810,6 +810,9 @@ pub struct ProxySettings {
     /// Static files: where a location without `proxy_pass` or `return`
     /// finds them, and how they are answered.
     pub files: super::FileSettings,
+    /// How a `Location` vigil makes (a redirect, the 301 to a
+    /// directory's slash) is made absolute.
+    pub redirects: Redirects,
 }
 
 /// One `proxy_redirect`.
@@ -1294,6 +1297,7 @@ impl Default for ProxySettings {
             hide_headers: Vec::new(),
             pass_headers: Vec::new(),
             files: super::FileSettings::default(),
+            redirects: Redirects::default(),
         }
     }
 }
@@ -1403,5 +1407,29 @@ impl Config {
     /// The upstream called `name`.
     pub fn upstream(&self, name: &str) -> Option<&UpstreamConfig> {
         self.upstreams.iter().find(|u| u.name == name)
+    }
+}
+
+/// `absolute_redirect`, `server_name_in_redirect`, `port_in_redirect`:
+/// how nginx's header filter completes a `Location` that starts with `/`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Redirects {
+    /// `absolute_redirect`, default on: `scheme://host[:port]` before it.
+    pub absolute: bool,
+    /// `server_name_in_redirect`, default off: the server's first name,
+    /// not the request's host.
+    pub server_name: bool,
+    /// `port_in_redirect`, default on: the listener's port, unless it is
+    /// the scheme's own.
+    pub port: bool,
+}
+
+impl Default for Redirects {
+    fn default() -> Self {
+        Self {
+            absolute: true,
+            server_name: false,
+            port: true,
+        }
     }
 }

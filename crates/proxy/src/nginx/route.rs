@@ -960,6 +960,7 @@ impl Routes {
                     li
                 }
             };
+            target.redirects = self.router.redirects(server, li);
             let script = self.scripts.get(server).and_then(|s| s.get(li));
             let base = self.redirect_base(server, li);
 

@@ -44,6 +44,8 @@ struct Server {
     locations: Locations,
     /// Each location's `client_max_body_size` (a 413 comes before a 301).
     max_body: Vec<u64>,
+    /// Each location's `absolute_redirect` and kin.
+    redirects: Vec<vigil_core::config::Redirects>,
     /// A server-level `return` answers before any location is looked up.
     returns: bool,
 }
@@ -84,6 +86,9 @@ pub struct Target {
     /// The request came over TLS: redirects vigil makes absolute say
     /// `https://` (and leave out port 443).
     pub secure: bool,
+    /// The location's `absolute_redirect` and kin (the defaults before a
+    /// location is found).
+    pub redirects: vigil_core::config::Redirects,
 }
 
 /// A request routing answers itself.
@@ -206,6 +211,7 @@ impl Router {
                     .iter()
                     .map(|l| l.proxy.client_max_body_size)
                     .collect(),
+                redirects: s.locations.iter().map(|l| l.proxy.redirects).collect(),
                 returns: s.ret.is_some(),
             });
         }
@@ -302,6 +308,7 @@ impl Router {
             valid_location: true,
             server,
             secure: false,
+            redirects: vigil_core::config::Redirects::default(),
         };
         Ok((server, target, captured))
     }
@@ -318,12 +325,26 @@ impl Router {
         match s.locations.search(target.uri.path()) {
             (Found::Location(location), caps) => Ok((location, caps)),
             (Found::Redirect(i), _) => Err(Refusal::Redirect {
-                location: redirect_location(target, listener, s.locations.path(i)),
+                location: redirect_location(
+                    target,
+                    listener,
+                    s.locations.path(i),
+                    s.redirects.get(i).copied().unwrap_or_default(),
+                ),
                 max_body: s.max_body.get(i).copied().unwrap_or(0),
             }),
             (Found::Nothing, _) => Err(Refusal::NotFound),
             (Found::Failed, _) => Err(Refusal::RegexFailed),
         }
+    }
+
+    /// The `absolute_redirect` and kin of location `li` of `server`.
+    pub(crate) fn redirects(&self, server: usize, li: usize) -> vigil_core::config::Redirects {
+        self.servers
+            .get(server)
+            .and_then(|s| s.redirects.get(li))
+            .copied()
+            .unwrap_or_default()
     }
 
     /// The `@name` location of `server`.
@@ -423,8 +444,13 @@ fn request_host(version: Version, uri: &Uri, headers: &HeaderMap) -> Result<Host
 /// on`, `port_in_redirect on`): the request's host, else the listener's
 /// address (an IPv6 one without brackets, as nginx writes it), and the
 /// port unless it is 80.
-fn redirect_location(target: &Target, listener: SocketAddr, path: &str) -> String {
-    let mut out = absolute_prefix(target, listener);
+fn redirect_location(
+    target: &Target,
+    listener: SocketAddr,
+    path: &str,
+    redirects: vigil_core::config::Redirects,
+) -> String {
+    let mut out = absolute_prefix_as(target, listener, redirects);
     escape_uri(&mut out, path.as_bytes());
     if !target.uri.args().is_empty() {
         out.push('?');
@@ -439,17 +465,34 @@ fn redirect_location(target: &Target, listener: SocketAddr, path: &str) -> Strin
 /// listener's address) and the listener's port unless it is the scheme's
 /// own (80 for `http://`, 443 for `https://`).
 pub(crate) fn absolute_prefix(target: &Target, listener: SocketAddr) -> String {
+    absolute_prefix_as(target, listener, target.redirects)
+}
+
+/// [`absolute_prefix`] under `redirects`: nothing with `absolute_redirect
+/// off` (the `Location` stays relative); the server's first name for the
+/// host with `server_name_in_redirect on` (the request's host when the
+/// server has none); no port with `port_in_redirect off`.
+fn absolute_prefix_as(
+    target: &Target,
+    listener: SocketAddr,
+    redirects: vigil_core::config::Redirects,
+) -> String {
+    if !redirects.absolute {
+        return String::new();
+    }
     let (mut out, default_port) = if target.secure {
         (String::from("https://"), 443)
     } else {
         (String::from("http://"), 80)
     };
-    if target.host.is_empty() {
+    if redirects.server_name && !target.server_name.is_empty() {
+        out.push_str(&target.server_name);
+    } else if target.host.is_empty() {
         out.push_str(&listener.ip().to_string());
     } else {
         out.push_str(&target.host);
     }
-    if listener.port() != default_port {
+    if redirects.port && listener.port() != default_port {
         out.push(':');
         out.push_str(&listener.port().to_string());
     }

@@ -136,3 +136,35 @@ async fn redirects_and_hidden_headers_are_nginx_s() {
         ]
     );
 }
+
+#[tokio::test]
+async fn absolute_redirect_server_name_and_port_in_redirect_as_nginx() {
+    let t = Twin::start(
+        "upstream u { server {B0}; }
+         absolute_redirect off;
+         server { listen {LISTEN}; server_name first.test second.test;
+           location /rel { return 301 /to; }
+           location /abs { absolute_redirect on; return 301 /to; }
+           location /name { absolute_redirect on; server_name_in_redirect on; return 302 /to; }
+           location /noport { absolute_redirect on; port_in_redirect off; return 302 /to; }
+           location /dir/ { absolute_redirect on; port_in_redirect off; proxy_pass http://u; }
+           location /reldir/ { proxy_pass http://u; }
+           location /full { return 302 http://x.test/y; } }",
+        1,
+    )
+    .await;
+    for path in [
+        "/rel", "/abs", "/name", "/noport", "/dir", "/reldir", "/full",
+    ] {
+        let req =
+            format!("GET {path}?a=1 HTTP/1.1\r\nHost: host.test\r\nConnection: close\r\n\r\n");
+        let (v, n) = t.send(req.as_bytes()).await;
+        // Each side's own port in an absolute Location.
+        let loc = |r: &Raw, port: u16| r.header("location").replace(&port.to_string(), "PORT");
+        assert_eq!(
+            (v.status, loc(&v, t.vigil.addr.port())),
+            (n.status, loc(&n, t.nginx.addr.port())),
+            "{path}"
+        );
+    }
+}
