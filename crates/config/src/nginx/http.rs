@@ -50,6 +50,8 @@ struct Level {
     resolver: Option<vigil_core::config::ResolverConfig>,
     /// This level's own `resolver_timeout`.
     resolver_timeout: Option<std::time::Duration>,
+    /// Whether this level has its own `limit_req`, `limit_conn`.
+    own_limits: super::limit::Own,
 }
 
 pub(super) fn http_block(cx: &mut Context<'_>, body: &[&Directive]) -> Result<(), ConfigError> {
@@ -85,6 +87,10 @@ pub(super) fn http_block(cx: &mut Context<'_>, body: &[&Directive]) -> Result<()
                     cx.config.maps.push(m);
                 }
             }
+            "limit_req_zone" | "limit_conn_zone" => {
+                let r = super::limit::zone(cx, d);
+                cx.keep(r)?;
+            }
             "log_format" => {
                 let r = crate::nginx::log::log_format(d, &level.formats);
                 if let Some(f) = cx.keep(r)? {
@@ -110,6 +116,7 @@ pub(super) fn http_block(cx: &mut Context<'_>, body: &[&Directive]) -> Result<()
             cx.sources.add_server_block(placed);
         }
     }
+    super::limit::check_uses(cx)?;
     super::ssl::check_listeners(cx)
 }
 
@@ -663,6 +670,7 @@ impl Level {
             own_headers: Default::default(),
             resolver: None,
             resolver_timeout: None,
+            own_limits: Default::default(),
         }
     }
 
@@ -862,10 +870,17 @@ impl Level {
                 self.resolver = Some(super::upstream::resolver(cx, d)?);
             }
             "resolver_timeout" => self.resolver_timeout = Some(time(d, one(d)?)?),
+            n if n.starts_with("limit_") => {
+                if !super::limit::directive(cx, p, &mut self.own_limits, d)? {
+                    return Ok(false);
+                }
+            }
             _ => return Ok(false),
         }
         match d.name.as_str() {
-            "proxy_set_header" | "add_header" | "error_page" => self.placed.push(d),
+            "proxy_set_header" | "add_header" | "error_page" | "limit_req" | "limit_conn" => {
+                self.placed.push(d)
+            }
             _ => self.placed.set(d),
         }
         Ok(true)

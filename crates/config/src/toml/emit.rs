@@ -440,6 +440,8 @@ fn diff(p: &ProxySettings, base: &ProxySettings) -> RawProxy {
         redirect: _,
         hide_headers: _,
         pass_headers: _,
+        // limit_req / limit_conn: no TOML keys yet; `convert` refuses them.
+        limits: _,
     } = p;
     fn changed<T: PartialEq + Clone>(v: &T, base: &T) -> Option<T> {
         (v != base).then(|| v.clone())

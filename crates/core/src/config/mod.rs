@@ -4,11 +4,13 @@
 //! them ([`value`]).
 
 mod cidr;
+mod limit;
 pub mod model;
 mod routing;
 pub mod value;
 pub mod vars;
 
 pub use cidr::Cidr;
+pub use limit::*;
 pub use model::*;
 pub use routing::*;
