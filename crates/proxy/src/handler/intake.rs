@@ -29,6 +29,8 @@ pub(super) struct Intake {
     pub(super) own_writer: bool,
     /// How a streamed body failed on the client's side, if it did.
     pub(super) fault: Option<Arc<ClientFault>>,
+    /// The request's `limit_conn` counts, held until it ends.
+    pub(super) held: Option<crate::nginx::limit::Held>,
 }
 
 /// Run the phases; the client's address in `cx` becomes the realip
@@ -81,6 +83,17 @@ pub(super) fn intake<'a, 'c>(
             cx.client = real;
         }
         let cx = &*cx;
+        // The preaccess phase (limit_req, limit_conn), boxed: rare.
+        let mut held = None;
+        if let Some(limits) = &route.limits {
+            let net = (cx.client, cx.local);
+            let now = cx.proxy.clock().now().0;
+            let phase = crate::nginx::limit::preaccess(limits, route, cx.target, net, parts, now);
+            match Box::pin(phase).await {
+                Ok(h) => held = h,
+                Err(status) => return Err(cx.answer(parts, &[], error_page(status))),
+            }
+        }
         if !crate::nginx::access::allows(&settings.access, cx.client.ip()) {
             tracing::debug!(client = %cx.client.ip(), "access forbidden by rule");
             return Err(cx.answer(parts, &[], error_page(StatusCode::FORBIDDEN)));
@@ -146,6 +159,7 @@ pub(super) fn intake<'a, 'c>(
             on_upgrade,
             own_writer,
             fault,
+            held,
         })
     }
 }
