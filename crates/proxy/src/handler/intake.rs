@@ -86,12 +86,17 @@ pub(super) fn intake<'a, 'c>(
         // The preaccess phase (limit_req, limit_conn), boxed: rare.
         let mut held = None;
         if let Some(limits) = &route.limits {
-            let net = (cx.client, cx.local);
+            use crate::nginx::limit::{preaccess, Refused};
+            let net = (cx.client, cx.local, cx.conn);
             let now = cx.proxy.clock().now().0;
-            let phase = crate::nginx::limit::preaccess(limits, route, cx.target, net, parts, now);
-            match Box::pin(phase).await {
+            match Box::pin(preaccess(limits, route, cx.target, net, parts, now)).await {
                 Ok(h) => held = h,
-                Err(status) => return Err(cx.answer(parts, &[], error_page(status))),
+                Err(Refused::Status(s)) => return Err(cx.answer(parts, &[], error_page(s))),
+                Err(Refused::ClientGone) => {
+                    let gone = StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST);
+                    let closed = crate::conn::close_silently(gone);
+                    return Err(cx.answer(parts, &[], closed));
+                }
             }
         }
         if !crate::nginx::access::allows(&settings.access, cx.client.ip()) {

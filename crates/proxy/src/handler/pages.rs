@@ -66,6 +66,9 @@ pub(super) async fn error_paged(
     let earlier = resp
         .extensions_mut()
         .remove::<crate::handler::record::EarlierAttempts>();
+    let limited = resp
+        .extensions_mut()
+        .remove::<crate::nginx::limit::LimitStatus>();
     // The page answers instead: no fields of the response it replaces.
     drop(resp);
     *raw = None;
@@ -82,6 +85,9 @@ pub(super) async fn error_paged(
     });
     if let Some(e) = earlier {
         parts.extensions.insert(e);
+    }
+    if let Some(l) = limited {
+        parts.extensions.insert(l);
     }
     match answer {
         Ok(Answer::Return(reply)) => returned(&reply, &parts, Some(&target), local, client, start),

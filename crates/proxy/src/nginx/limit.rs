@@ -11,6 +11,7 @@
 //! of the same name and size; its rate may change).
 
 use std::collections::HashMap;
+use std::future::Future as _;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -85,6 +86,15 @@ enum ReqPhase {
     Delay(Duration),
     /// Answer with this status.
     Reject(StatusCode),
+}
+
+/// Why the preaccess phase ends a request.
+pub(crate) enum Refused {
+    /// A limit refused it: answer with this status.
+    Status(StatusCode),
+    /// The client closed its connection while the request was delayed
+    /// (nginx's `ngx_http_test_reading`: 499, nothing sent upstream).
+    ClientGone,
 }
 
 /// The requests in flight this request holds (`limit_conn`), given back
@@ -316,16 +326,21 @@ impl Limits {
 
 /// The preaccess phase of a request routed to `route` (whose limits are
 /// `limits`), from `client` (after realip) on `local`: `limit_req` (a
-/// delay is waited out here, on the worker's timer), then `limit_conn`.
-/// Ok: what the request holds until it ends; Err: the status to answer.
+/// delay is waited out here, on the worker's timer, unless the client of
+/// `conn` goes away), then `limit_conn`. Ok: what the request holds until
+/// it ends.
 pub(crate) async fn preaccess(
     limits: &Limits,
     route: &crate::nginx::route::Route,
     target: Option<&crate::nginx::router::Target>,
-    (client, local): (std::net::SocketAddr, std::net::SocketAddr),
+    (client, local, conn): (
+        std::net::SocketAddr,
+        std::net::SocketAddr,
+        &crate::conn::ConnState,
+    ),
     parts: &mut Parts,
     now: u64,
-) -> Result<Option<Held>, StatusCode> {
+) -> Result<Option<Held>, Refused> {
     let mut status = parts
         .extensions
         .get::<LimitStatus>()
@@ -339,12 +354,35 @@ pub(crate) async fn preaccess(
     parts.extensions.insert(status);
     match phase {
         ReqPhase::Pass => {}
-        ReqPhase::Delay(d) => crate::conn::timer::sleep(d).await,
-        ReqPhase::Reject(s) => return Err(s),
+        ReqPhase::Delay(d) => {
+            let mut sleep = std::pin::pin!(crate::conn::timer::sleep(d));
+            // The connection's watch polls the handler again when the
+            // client goes away.
+            let gone = std::future::poll_fn(|task| {
+                if conn.client_gone() {
+                    return Poll::Ready(true);
+                }
+                sleep.as_mut().poll(task).map(|()| false)
+            });
+            if gone.await {
+                tracing::info!(client = %client.ip(), "client closed the connection while its request was delayed by limit_req");
+                return Err(Refused::ClientGone);
+            }
+        }
+        ReqPhase::Reject(s) => return Err(Refused::Status(s)),
     }
     let held = limits.connections(&route.vars(parts, target, client, local, 0), &mut status);
     parts.extensions.insert(status);
-    held
+    held.map_err(Refused::Status)
+}
+
+/// What the limits said of a request (`from`, its extensions), moved
+/// beside its response (`to`) for an `error_page`'s pass, which does not
+/// run them again (nginx keeps them in the main request).
+pub(crate) fn carry(from: &mut http::Extensions, to: &mut http::Extensions) {
+    if let Some(s) = from.remove::<LimitStatus>() {
+        to.insert(s);
+    }
 }
 
 /// The key of a zone for a request; empty (not accounted) when longer

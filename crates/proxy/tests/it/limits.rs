@@ -26,6 +26,7 @@ const REQ: &str = r#"
     limit_req_zone $http_x_key zone=b:1m rate=6r/m;
     limit_req_zone $binary_remote_addr zone=dry:1m rate=6r/m;
     limit_req_zone $binary_remote_addr zone=dn:1m rate=6r/m;
+    limit_req_zone $binary_remote_addr zone=ep:1m rate=6r/m;
     upstream u { server {B0}; }
     server { listen {LISTEN};
       add_header X-Limit $limit_req_status always;
@@ -37,6 +38,8 @@ const REQ: &str = r#"
       location /two { limit_req zone=a burst=3 nodelay; limit_req zone=b nodelay; proxy_pass http://u; }
       location /dry { limit_req zone=dry; limit_req_dry_run on; proxy_pass http://u; }
       location /deny { limit_req zone=dn; deny all; proxy_pass http://u; }
+      location /paged { limit_req zone=ep; error_page 503 = @busy; proxy_pass http://u; }
+      location @busy { limit_req zone=ep; proxy_pass http://u; }
     }"#;
 
 fn get(path: &str, extra: &str) -> Vec<u8> {
@@ -110,6 +113,8 @@ async fn limit_req_passes_delays_and_refuses_the_requests_nginx_does() {
         ),
         // The preaccess phase runs before allow/deny.
         ("/deny", &[(403, "PASSED"), (503, "REJECTED")]),
+        // An error_page's location does not run the limits again.
+        ("/paged", &[(200, "PASSED"), (200, "REJECTED")]),
     ];
     for (path, want) in cases {
         let mut got = Vec::new();
@@ -142,7 +147,7 @@ async fn limit_req_passes_delays_and_refuses_the_requests_nginx_does() {
     let (vs, ns) = t.seen(0);
     let uris = |s: &[crate::support::Seen]| s.iter().map(|r| r.uri.clone()).collect::<Vec<_>>();
     assert_eq!(uris(&vs), uris(&ns));
-    assert_eq!(ns.len(), 3 + 1 + 3 + 4);
+    assert_eq!(ns.len(), 3 + 1 + 3 + 2 + 4);
 }
 
 #[tokio::test]
@@ -302,4 +307,41 @@ impl Addressed for Gated {
     fn addr(&self) -> SocketAddr {
         self.addr
     }
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_while_delayed_is_logged_499_and_never_sent_upstream() {
+    let conf = r#"
+        log_format st "$request_uri $status $limit_req_status";
+        limit_req_zone $binary_remote_addr zone=g:1m rate=1r/m;
+        upstream u { server {B0}; }
+        server { listen {LISTEN}; access_log {LOG}/st.log st;
+          location / { limit_req zone=g burst=5; proxy_pass http://u; } }"#;
+    let (vd, nd) = (
+        tempfile::tempdir().expect("tmp"),
+        tempfile::tempdir().expect("tmp"),
+    );
+    let side = |d: &std::path::Path| vec![("{LOG}".to_string(), d.display().to_string())];
+    let t = Twin::start_texts(conf, 1, &side(vd.path()), &side(nd.path())).await;
+    let (v, n) = t.send(&get("/1", "")).await;
+    assert_eq!((v.status, n.status), (200, 200));
+    for addr in [t.vigil.addr, t.nginx.addr] {
+        // Delayed 62.5 s (longer than any wait here); the client leaves at once.
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        s.write_all(&get("/2", "")).await.expect("write");
+        drop(s);
+    }
+    let log = |d: &std::path::Path| std::fs::read_to_string(d.join("st.log")).unwrap_or_default();
+    eventually("both logs to note /2", || {
+        log(vd.path()).contains("/2 ") && log(nd.path()).contains("/2 ")
+    })
+    .await;
+    assert_eq!(log(vd.path()), log(nd.path()), "vigil, then nginx");
+    assert_eq!(log(nd.path()), "/1 200 PASSED\n/2 499 DELAYED\n");
+    let (vs, ns) = t.seen(0);
+    assert_eq!(
+        (vs.len(), ns.len()),
+        (1, 1),
+        "the delayed request never went upstream"
+    );
 }
