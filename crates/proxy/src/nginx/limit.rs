@@ -458,7 +458,46 @@ impl hyper::body::Body for HeldBody {
 
 #[cfg(test)]
 mod tests {
-    use super::Excess;
+    use super::*;
+
+    fn config(zones: &[(&str, &str, u64, ZoneKind)]) -> Config {
+        let mut c = Config::default();
+        for (name, key, size, kind) in zones {
+            c.limit_zones.push(LimitZone {
+                name: name.to_string(),
+                key: key.to_string(),
+                size: *size,
+                kind: *kind,
+                origin: Default::default(),
+            });
+        }
+        c
+    }
+
+    #[test]
+    fn a_reload_keeps_the_keys_of_a_zone_that_did_not_change() {
+        let req = |rate| ZoneKind::Req { rate };
+        let first = Zones::build(
+            &config(&[
+                ("a", "$binary_remote_addr", 1 << 20, req(1000)),
+                ("b", "$binary_remote_addr", 1 << 20, req(1000)),
+                ("c", "$binary_remote_addr", 1 << 20, ZoneKind::Conn),
+            ]),
+            None,
+        );
+        let next = Zones::build(
+            &config(&[
+                // The rate may change; the key or the size may not.
+                ("a", "$binary_remote_addr", 1 << 20, req(2000)),
+                ("b", "$remote_addr", 1 << 20, req(1000)),
+                ("c", "$binary_remote_addr", 2 << 20, ZoneKind::Conn),
+            ]),
+            Some(&first),
+        );
+        assert!(Arc::ptr_eq(&first.req["a"].1, &next.req["a"].1));
+        assert!(!Arc::ptr_eq(&first.req["b"].1, &next.req["b"].1));
+        assert!(!Arc::ptr_eq(&first.conn["c"].1, &next.conn["c"].1));
+    }
 
     #[test]
     fn excess_prints_as_nginx_prints_it() {
