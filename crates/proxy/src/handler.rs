@@ -172,7 +172,7 @@ pub(crate) fn handle<'a>(
             conn,
         };
         let Handled {
-            response: mut resp,
+            response: resp,
             mut raw,
         } = proxy_request(
             Cx {
@@ -189,10 +189,6 @@ pub(crate) fn handle<'a>(
             &mut obs,
         )
         .await;
-        if pages.is_some() {
-            // An error_page's pass does not run the limits again.
-            crate::nginx::limit::carry(&mut parts.extensions, resp.extensions_mut());
-        }
         // Done with (logged): the map's and the extensions' room is a later
         // message's.
         crate::wire::spare::keep(std::mem::take(&mut parts.headers));

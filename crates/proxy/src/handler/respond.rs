@@ -106,7 +106,7 @@ pub(super) fn pass_through(
     );
     let mut body = BodyExt::boxed(streamed);
     if let Some(h) = held {
-        body = crate::nginx::limit::HeldBody::wrap(body, h);
+        body = crate::nginx::limit::HeldBody::wrap(body, *h);
     }
     let mut resp = Response::from_parts(head, body);
     // proxy_pass_header / proxy_redirect (the reader left the hop-by-hop
@@ -146,6 +146,8 @@ pub(super) fn finish(
                 resp.extensions_mut()
                     .insert(EarlierAttempts(attempts.to_vec()));
             }
+            // The page's pass does not run the limits again.
+            crate::nginx::limit::carry(&parts.extensions, resp.extensions_mut());
             return resp;
         }
     }

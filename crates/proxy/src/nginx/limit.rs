@@ -376,12 +376,12 @@ pub(crate) async fn preaccess(
     held.map_err(Refused::Status)
 }
 
-/// What the limits said of a request (`from`, its extensions), moved
+/// What the limits said of a request (`from`, its extensions), copied
 /// beside its response (`to`) for an `error_page`'s pass, which does not
 /// run them again (nginx keeps them in the main request).
-pub(crate) fn carry(from: &mut http::Extensions, to: &mut http::Extensions) {
-    if let Some(s) = from.remove::<LimitStatus>() {
-        to.insert(s);
+pub(crate) fn carry(from: &http::Extensions, to: &mut http::Extensions) {
+    if let Some(s) = from.get::<LimitStatus>() {
+        to.insert(*s);
     }
 }
 
