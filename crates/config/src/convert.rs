@@ -90,10 +90,24 @@ pub fn nginx_to_toml(loaded: &Loaded) -> String {
 /// `log_format`, `if=`), each as "DIRECTIVE in location PATH (at ORIGIN)"
 /// (a dropped `deny` would open the location).
 fn filters(config: &vigil_core::config::Config) -> Vec<String> {
-    use vigil_core::config::{LogFormat, ProxySettings};
+    use vigil_core::config::{FileSettings, LogFormat, ProxySettings};
     let base = ProxySettings::default();
     let mut out = Vec::new();
     for s in &config.servers {
+        // The server's own files answer what no location takes; its
+        // types and default_type (an `include mime.types` in nearly every
+        // conf) are not judged here.
+        let own = FileSettings {
+            default_type: base.files.default_type.clone(),
+            types: base.files.types.clone(),
+            ..s.files.clone()
+        };
+        if own != base.files {
+            out.push(format!(
+                "root/alias/index/try_files/types/etag/expires (static files) in server (at {})",
+                s.origin
+            ));
+        }
         for l in &s.locations {
             let p = &l.proxy;
             let custom = |f: &LogFormat| matches!(f, LogFormat::Custom(_));
@@ -106,6 +120,10 @@ fn filters(config: &vigil_core::config::Config) -> Vec<String> {
                 ),
                 ("proxy_redirect", p.redirect != base.redirect),
                 ("proxy_hide_header", !p.hide_headers.is_empty()),
+                (
+                    "root/alias/index/try_files/types/etag/expires (static files)",
+                    p.pass.is_none() && l.ret.is_none() && p.files != base.files,
+                ),
                 ("proxy_pass_header", !p.pass_headers.is_empty()),
                 ("limit_req/limit_conn", p.limits != base.limits),
                 (
@@ -161,6 +179,30 @@ mod tests {
         let back = toml::load_str(&text, Path::new("out.toml"), &literal_resolver)
             .expect("converted TOML loads");
         assert_eq!(back, loaded.config);
+    }
+
+    #[test]
+    fn static_files_are_named_not_dropped() {
+        // A location that serves files with settings of its own.
+        let src = "http { types { text/css css; }\n\
+                   server { listen 8080; root /srv/www;\n\
+                   location /assets/ { expires 1h; }\n\
+                   location / { proxy_pass http://127.0.0.1:9; } } }";
+        let out = untranslatable(&load(src).config);
+        assert!(
+            out.iter()
+                .any(|o| o.contains("static files") && o.contains("location /assets/")),
+            "{out:#?}"
+        );
+        assert!(
+            out.iter().any(|o| o.contains("static files) in server")),
+            "the server's root: {out:#?}"
+        );
+        // `types` alone (an include mime.types) with proxying locations
+        // converts: nothing is served from files there.
+        let src = "http { types { text/css css; }\n\
+                   server { listen 8080; location / { proxy_pass http://127.0.0.1:9; } } }";
+        assert!(untranslatable(&load(src).config).is_empty());
     }
 
     #[test]

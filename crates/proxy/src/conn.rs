@@ -92,6 +92,10 @@ pub(crate) struct ConnState {
     send_ms: AtomicU64,
     /// Wakes [`Watched`] when an HTTP/2 stream task (another task) sets a deadline.
     waker: AtomicWaker,
+    /// HTTP/1: the head of the request in service, whose bytes hold the
+    /// client's spelling of its field names (see
+    /// [`ConnState::request_head`]).
+    head: std::sync::Mutex<Option<bytes::Bytes>>,
 }
 
 const NONE: u64 = u64::MAX;
@@ -131,6 +135,7 @@ impl ConnState {
             keepalive_ms: AtomicU64::new(ms(t.keepalive)),
             send_ms: AtomicU64::new(ms(t.send)),
             waker: AtomicWaker::new(),
+            head: std::sync::Mutex::new(None),
         })
     }
 
@@ -159,6 +164,19 @@ impl ConnState {
     /// ends its attempts unless `proxy_ignore_client_abort` is on).
     pub(crate) fn client_gone(&self) -> bool {
         self.client_gone.load(Ordering::Relaxed)
+    }
+
+    /// HTTP/1: the head of the request in service (None between requests
+    /// and on HTTP/2, whose field names are lower case on the wire). The
+    /// upstream request writes each client field under the name's spelling
+    /// in it, as nginx passes a field's name as the client wrote it.
+    pub(crate) fn request_head(&self) -> Option<bytes::Bytes> {
+        self.head.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// See [`ConnState::request_head`].
+    pub(crate) fn set_request_head(&self, head: Option<bytes::Bytes>) {
+        *self.head.lock().unwrap_or_else(|p| p.into_inner()) = head;
     }
 
     /// See [`ConnState::client_gone`].

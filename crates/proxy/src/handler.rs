@@ -36,6 +36,7 @@ use crate::wire::raw_head::RawFields;
 
 mod attempts;
 pub(crate) mod body;
+mod files;
 mod intake;
 mod ledger;
 mod outgoing;
@@ -136,8 +137,54 @@ pub(crate) fn handle<'a>(
             Ok(answer) => match answer {
                 Answer::Proxy(route) => route,
                 Answer::Return(reply) => {
-                    drop(generation);
-                    return returned(&reply, &parts, target.as_ref(), local, client, start).into();
+                    let resp = returned(&reply, &parts, target.as_ref(), local, client, start);
+                    let down = Downstream {
+                        local,
+                        client,
+                        conn,
+                    };
+                    return match (target, paged_return(&reply, &resp, &parts)) {
+                        (Some(target), true) => {
+                            let mut raw = None;
+                            let page = Page {
+                                generation: &generation,
+                                pages: &reply.error_pages,
+                                parts,
+                                target,
+                            };
+                            let response = Box::pin(error_paged(
+                                proxy, page, &mut body, down, start, resp, &mut raw,
+                            ))
+                            .await;
+                            Handled { response, raw }
+                        }
+                        _ => resp.into(),
+                    };
+                }
+                Answer::Files(files) => {
+                    let mut raw = None;
+                    let down = Downstream {
+                        local,
+                        client,
+                        conn,
+                    };
+                    let response = match target {
+                        Some(target) => {
+                            Box::pin(files::served(
+                                proxy,
+                                &generation,
+                                files,
+                                (parts, target),
+                                &mut body,
+                                down,
+                                start,
+                                &mut raw,
+                            ))
+                            .await
+                        }
+                        None => error_page(StatusCode::INTERNAL_SERVER_ERROR),
+                    };
+                    return Handled { response, raw };
                 }
             },
             Err(refusal) => {
@@ -226,6 +273,26 @@ pub(crate) struct Downstream<'c> {
     pub(crate) local: SocketAddr,
     pub(crate) client: SocketAddr,
     pub(crate) conn: &'c crate::conn::ConnState,
+}
+
+/// Whether a `return`'s answer goes to its `error_page`: nginx's
+/// `return CODE` without a text, a redirect (`return 302 URL`, a
+/// rewrite's) and a `deny`'s 403 are special responses, which an
+/// `error_page` of their code replaces (the page's answer then has no
+/// `Location` of the first); a text or 444 is sent as it is. Not for the answer of a page
+/// (`recursive_error_pages off`).
+pub(super) fn paged_return(
+    reply: &crate::nginx::reply::Reply,
+    resp: &Response<UpBody>,
+    parts: &Parts,
+) -> bool {
+    (reply.text.is_none() || vigil_core::config::Return::redirects(reply.code))
+        && reply.code != 444
+        && parts
+            .extensions
+            .get::<crate::nginx::error_page::Paged>()
+            .is_none()
+        && reply.error_pages.replaces(resp.status().as_u16(), true)
 }
 
 /// A request's response, with its fields as they came where the route

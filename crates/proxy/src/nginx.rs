@@ -17,6 +17,7 @@ pub(crate) mod reply;
 pub(crate) mod rewrite;
 pub mod route;
 pub(crate) mod router;
+pub(crate) mod static_files;
 pub(crate) mod status_page;
 pub mod uri;
 pub mod vars;

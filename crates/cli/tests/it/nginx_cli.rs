@@ -446,3 +446,111 @@ impl Drop for SlowBackend {
         self.release();
     }
 }
+
+/// Debian's `/etc/nginx` (nginx.conf, its `modules-enabled`, `mime.types`,
+/// the default site serving `/var/www/html`), copied under `dir` with
+/// only what a test must change: the default site's `listen 80` lines
+/// become `addr`, and the pid, error and access logs go to `dir`.
+fn debian_conf(dir: &std::path::Path, addr: SocketAddr) -> Option<PathBuf> {
+    let etc = std::path::Path::new("/etc/nginx");
+    let site = std::fs::read_to_string(etc.join("sites-available/default")).ok()?;
+    let main = std::fs::read_to_string(etc.join("nginx.conf")).ok()?;
+    let d = dir.display();
+    let main = main
+        .replace("pid /run/nginx.pid;", &format!("pid {d}/nginx.pid;"))
+        .replace("/var/log/nginx/", &format!("{d}/"))
+        .replace(
+            "include /etc/nginx/sites-enabled/*;",
+            &format!("include {d}/sites-enabled/*;"),
+        )
+        .replace("user www-data;", "user root;");
+    let site = site
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("listen [::]:80"))
+        .map(|l| {
+            if l.trim_start().starts_with("listen 80 default_server;") {
+                format!("\tlisten {addr} default_server;")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::create_dir_all(dir.join("sites-enabled")).ok()?;
+    std::fs::write(dir.join("sites-enabled/default"), site).ok()?;
+    let conf = dir.join("nginx.conf");
+    std::fs::write(&conf, main).ok()?;
+    Some(conf)
+}
+
+#[test]
+fn debians_default_conf_and_site_serve_as_nginx() {
+    assert!(
+        std::path::Path::new("/etc/nginx/sites-available/default").exists()
+            && std::path::Path::new("/var/www/html").exists(),
+        "Debian's nginx package is not installed (.ci/run installs it)"
+    );
+    let mut seen = Vec::new();
+    for which in [Which::Nginx, Which::Vigil] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let addr = free_addr();
+        let conf = debian_conf(dir.path(), addr).expect("Debian's conf copied");
+        let run = |args: &[&str]| {
+            Command::new(binary(which))
+                .arg("-c")
+                .arg(&conf)
+                .args(args)
+                .stdin(Stdio::null())
+                .output()
+                .expect("run")
+        };
+        let t = run(&["-t", "-q"]);
+        assert_eq!(
+            t.status.code(),
+            Some(0),
+            "{which:?} -t: {}",
+            String::from_utf8_lossy(&t.stderr)
+        );
+        let start = run(&[]);
+        assert_eq!(
+            start.status.code(),
+            Some(0),
+            "{which:?}: {}",
+            String::from_utf8_lossy(&start.stderr)
+        );
+        let pid_file = dir.path().join("nginx.pid");
+        let pid =
+            || -> Option<u32> { std::fs::read_to_string(&pid_file).ok()?.trim().parse().ok() };
+        wait_for("the pid file", || pid().is_some_and(alive));
+        wait_for("the listener", || TcpStream::connect(addr).is_ok());
+        let get = |path: &str| -> String {
+            let mut s = TcpStream::connect(addr).expect("connect");
+            s.set_read_timeout(Some(Duration::from_secs(10)))
+                .expect("timeout");
+            write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("send");
+            let mut got = Vec::new();
+            let _ = s.read_to_end(&mut got);
+            String::from_utf8_lossy(&got).into_owned()
+        };
+        // The welcome page, a missing file, the directory without its slash.
+        let answers: Vec<(String, usize)> = ["/", "/nope.html", "/index.nginx-debian.html"]
+            .iter()
+            .map(|p| {
+                let r = get(p);
+                let status = r.lines().next().unwrap_or("").to_string();
+                let body = r.split_once("\r\n\r\n").map_or(0, |(_, b)| b.len());
+                (status, body)
+            })
+            .collect();
+        let stop = run(&["-s", "quit"]);
+        assert_eq!(stop.status.code(), Some(0));
+        wait_for("the server to stop", || !pid().is_some_and(alive));
+        seen.push(answers);
+    }
+    // Same statuses; the same welcome page and file (404's page differs:
+    // nginx's names nginx).
+    assert_eq!(seen[1][0], seen[0][0], "the welcome page");
+    assert_eq!(seen[1][2], seen[0][2], "the file by name");
+    assert_eq!(seen[1][1].0, seen[0][1].0, "a missing file");
+    assert!(seen[0][0].0.starts_with("HTTP/1.1 200"), "{seen:?}");
+}

@@ -161,7 +161,8 @@ pub const UNSUPPORTED_VARIABLE_TEXT: &str = "vigil serve compiles the values of 
 
 pub(super) const IGNORED: &str = "vigil serve accepts directives that only configure \
     nginx's own process or features that do not change what a proxy sends (workers, pid, \
-    temp paths, buffer sizes, MIME types, TLS session settings) and reports each of them. \
+    temp paths, buffer sizes, how files are read: sendfile, open_file_cache; TLS session \
+    settings) and reports each of them. \
     They do not change how vigil routes, retries or checks; under nginx they keep their \
     meaning (see https://nginx.org/en/docs/dirindex.html).";
 

@@ -52,6 +52,11 @@ struct Level {
     resolver_timeout: Option<std::time::Duration>,
     /// Whether this level has its own `limit_req`, `limit_conn`.
     own_limits: super::limit::Own,
+    /// What this level set of the static-file directives.
+    own_files: super::files::Own,
+    /// The location this level is (its match and path), None for http
+    /// and server.
+    location: Option<(LocationMatch, String)>,
 }
 
 pub(super) fn http_block(cx: &mut Context<'_>, body: &[&Directive]) -> Result<(), ConfigError> {
@@ -213,14 +218,18 @@ fn server_block(
             tls,
             error_pages: level.proxy.error_pages.clone(),
             access_log: level.proxy.access_log.clone(),
+            files: vigil_core::config::FileSettings {
+                default_type: level.default_type.clone(),
+                ..level.proxy.files.clone()
+            },
         },
         placed,
     ))
 }
 
-/// The rewrite module's directives (`return`, `rewrite`, `set`) and the
-/// static-file ones vigil refuses, alike in a server and a location: true
-/// when `d` was one of them.
+/// The rewrite module's directives (`return`, `rewrite`, `set`, and `if`,
+/// which vigil refuses), alike in a server and a location: true when `d`
+/// was one of them.
 fn script_directive(
     cx: &mut Context<'_>,
     d: &Directive,
@@ -240,9 +249,9 @@ fn script_directive(
                 script.push(step);
             }
         }
-        "if" | "try_files" | "root" | "alias" | "index" => cx.refuse(unsupported(
+        "if" => cx.refuse(unsupported(
             d,
-            "vigil routes to upstreams only (no `if`, static files or try_files; to keep this conf on nginx, run `vigil check` beside it)",
+            "vigil has no `if` yet (to keep this conf on nginx, run `vigil check` beside it)",
         ))?,
         _ => return Ok(false),
     }
@@ -289,6 +298,10 @@ fn location_block(
         return Ok(());
     };
     let mut level = parent.child();
+    // try_files and internal are the location's own (nginx merges neither).
+    level.proxy.files.try_files.clear();
+    level.proxy.files.internal = false;
+    level.location = Some((matcher, path.clone()));
     let mut pass = None;
     let mut ret = None;
     let mut script = Vec::new();
@@ -326,6 +339,11 @@ fn location_block(
             }
         }
     }
+    level.proxy.files.default_type = level.default_type.clone();
+    if pass.is_some() {
+        let r = proxied_files(d, &level.placed, &level.proxy.files);
+        cx.keep(r)?;
+    }
     level.proxy.pass = pass;
     let loc = Location {
         matcher,
@@ -359,6 +377,23 @@ fn location_block(
     level.proxy.pass = None;
     for n in nested {
         location_block(cx, n, &level, Some(index), out, placed)?;
+    }
+    Ok(())
+}
+
+/// What vigil does not do yet in a location that proxies: `try_files`
+/// (nginx tests the files, then proxies with the URI it found).
+fn proxied_files(
+    d: &Directive,
+    placed: &Placements,
+    files: &vigil_core::config::FileSettings,
+) -> Result<(), ConfigError> {
+    let at = |name: &str| placed.get(name).map_or(&d.span, |p| &p.span);
+    if !files.try_files.is_empty() {
+        return Err(ConfigError::invalid(
+            at("try_files"),
+            "\"try_files\" in a location with \"proxy_pass\" is not supported by vigil yet (name a location with proxy_pass as try_files' last argument: try_files $uri @app)",
+        ));
     }
     Ok(())
 }
@@ -620,10 +655,7 @@ fn ignorable(cx: &mut Context<'_>, d: &Directive) -> bool {
         "fastcgi_temp_path",
         "uwsgi_temp_path",
         "scgi_temp_path",
-        "sendfile",
-        "tcp_nopush",
         "tcp_nodelay",
-        "types",
         "server_tokens",
         // vigil writes its errors to its own log (stderr or the journal).
         "error_log",
@@ -640,10 +672,10 @@ fn ignorable(cx: &mut Context<'_>, d: &Directive) -> bool {
         "proxy_busy_buffers_size",
         "proxy_max_temp_file_size",
         "proxy_temp_file_write_size",
-        "open_file_cache",
         "include_types",
     ];
-    if IGNORED.contains(&d.name.as_str()) {
+    let name = d.name.as_str();
+    if IGNORED.contains(&name) || super::files::ACCEPTED.contains(&name) {
         cx.ignore(d);
         return true;
     }
@@ -671,6 +703,8 @@ impl Level {
             resolver: None,
             resolver_timeout: None,
             own_limits: Default::default(),
+            own_files: Default::default(),
+            location: None,
         }
     }
 
@@ -875,7 +909,15 @@ impl Level {
                     return Ok(false);
                 }
             }
-            _ => return Ok(false),
+            _ => {
+                let place = match &self.location {
+                    Some((m, path)) => super::files::Place::Location(*m, path),
+                    None => super::files::Place::Level,
+                };
+                if !super::files::directive(&mut p.files, &mut self.own_files, d, place)? {
+                    return Ok(false);
+                }
+            }
         }
         match d.name.as_str() {
             "proxy_set_header" | "add_header" | "error_page" | "limit_req" | "limit_conn" => {

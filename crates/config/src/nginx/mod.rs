@@ -19,6 +19,7 @@
 //! file with no refusals gives the same model in both modes.
 
 mod access;
+mod files;
 mod filters;
 mod http;
 mod limit;
@@ -225,7 +226,16 @@ pub fn build_with(
                     cx.config.shutdown_timeout = Some(t);
                 }
             }
-            "stream" | "mail" | "load_module" => {
+            // Debian's nginx.conf includes modules-enabled/*.conf, where
+            // each installed module package puts its `load_module`: vigil
+            // has no dynamic modules, and what such a module adds
+            // (`stream {}`, `geoip_country`, ...) is refused where it is
+            // used, so loading one is accepted and ignored.
+            "load_module" => match args(d, 1, 1) {
+                Ok(_) => cx.ignore(d),
+                Err(e) => cx.refuse(e)?,
+            },
+            "stream" | "mail" => {
                 cx.refuse(unsupported(d, "vigil proxies HTTP only"))?;
             }
             _ => cx.refuse(unknown(d, "main"))?,

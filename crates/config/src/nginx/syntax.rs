@@ -49,6 +49,10 @@
 //! `?` match neither `/` nor a leading `.` (as glob(3) does), and may match
 //! nothing; any other pattern must name a readable file.
 //!
+//! An `include` of a file named `mime.types` that does not exist takes
+//! nginx's own copy, built in (so a conf written for /etc/nginx loads from
+//! anywhere).
+//!
 //! Files are read with [`crate::read::read_regular_file`]: regular
 //! files only (an `include` of a device, FIFO, socket or directory is an
 //! error at the `include`), at most 16 MiB each. [`parse_str_with`] takes
@@ -63,6 +67,9 @@ use std::sync::Arc;
 
 /// Longest accepted token, in bytes.
 const MAX_TOKEN_LEN: usize = 64 * 1024;
+/// nginx 1.22's `mime.types` (Debian's copy), included where an
+/// `include mime.types` names a file that does not exist.
+const MIME_TYPES: &str = include_str!("mime.types");
 /// Deepest accepted nesting of blocks (across included files).
 const MAX_BLOCK_DEPTH: usize = 64;
 /// Deepest accepted nesting of `include` directives.
@@ -670,7 +677,17 @@ impl Parser<'_> {
             });
         }
         let src = match self.includes {
-            Includes::Disk => read_source(&path, Some(span))?,
+            Includes::Disk => match read_source(&path, Some(span)) {
+                Ok(src) => src,
+                // nginx's own `mime.types` where the prefix has none.
+                Err(SyntaxError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound
+                        && path.file_name().is_some_and(|n| n == "mime.types") =>
+                {
+                    MIME_TYPES.to_string()
+                }
+                Err(e) => return Err(e),
+            },
             Includes::Memory(files) => match files.get(&id) {
                 Some(text) => text.clone(),
                 None => {

@@ -442,6 +442,9 @@ fn diff(p: &ProxySettings, base: &ProxySettings) -> RawProxy {
         pass_headers: _,
         // limit_req / limit_conn: no TOML keys yet; `convert` refuses them.
         limits: _,
+        // Static files have no TOML keys: `convert` refuses a conf that
+        // sets them (convert::untranslatable).
+        files: _,
     } = p;
     fn changed<T: PartialEq + Clone>(v: &T, base: &T) -> Option<T> {
         (v != base).then(|| v.clone())

@@ -73,6 +73,7 @@ pub(super) fn server(
         tls: Default::default(),
         error_pages: Vec::new(),
         access_log: defaults.access_log,
+        files: Default::default(),
     })
 }
 
@@ -176,6 +177,10 @@ fn location(
     let mut settings = proxy(&raw.proxy(), defaults.clone(), at)?;
     if let Some(url) = &raw.proxy_pass {
         settings.pass = Some(proxy_pass(cx, url, &at.key("proxy_pass"))?);
+    }
+    // A return's content_type is nginx's default_type of its location.
+    if let Some(r) = ret(raw.ret.as_ref(), at)? {
+        settings.files.default_type = r.content_type;
     }
     Ok(Location {
         matcher,

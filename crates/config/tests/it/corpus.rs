@@ -107,14 +107,8 @@ fn debian_stock_conf_is_read_whole() {
     // Before: refused at its first `gzip on;`, nothing else said (gzip is
     // served now).
     let loaded = load("debian/nginx.conf");
-    assert_eq!(
-        refused(&loaded),
-        [
-            "default:41: root",
-            "default:44: index",
-            "default:51: try_files"
-        ],
-    );
+    // Static files are served now: nothing refused.
+    assert_eq!(refused(&loaded), Vec::<String>::new());
     // The default site's server is modelled (its listens, no location
     // left that proxies).
     assert_eq!(loaded.config.servers.len(), 1);
@@ -125,8 +119,9 @@ fn debian_stock_conf_is_read_whole() {
         .iter()
         .filter(|f| f.code == "ignored-directive")
         .count();
-    // ssl_protocols and ssl_prefer_server_ciphers are served now.
-    assert_eq!(ignored, 9, "{found:#?}");
+    // ssl_protocols and ssl_prefer_server_ciphers are served now, and
+    // `types` (its include mime.types).
+    assert_eq!(ignored, 8, "{found:#?}");
     assert!(found
         .iter()
         .all(|f| f.severity == Severity::Error || f.severity == Severity::Info));
@@ -139,7 +134,8 @@ fn debian_stock_conf_is_read_whole() {
 #[test]
 fn tls_reverse_proxy_gets_every_refusal_and_its_traps_in_one_run() {
     let loaded = load("tls_reverse_proxy.conf");
-    assert_eq!(refused(&loaded), ["85: expires"]);
+    // `expires` in its proxied asset location is served now.
+    assert_eq!(refused(&loaded), Vec::<String>::new());
     // The TLS server keeps its listen addresses, with `ssl`.
     let ports: Vec<(u16, bool)> = loaded.config.servers[1]
         .listen
@@ -195,24 +191,18 @@ fn tls_reverse_proxy_gets_every_refusal_and_its_traps_in_one_run() {
 fn wordpress_is_all_refusals() {
     let loaded = load("wordpress.conf");
     let r = refused(&loaded);
-    // 8 in the file (its regex locations and `deny` are served now), 21
-    // fastcgi_param lines of the included fastcgi_params.
-    assert_eq!(r.len(), 29, "{r:#?}");
+    // 2 in the file (its regex locations, `deny` and static files are
+    // served now), 21 fastcgi_param lines of the included fastcgi_params.
+    assert_eq!(r.len(), 23, "{r:#?}");
     assert_eq!(
         r.iter()
             .filter(|x| x.starts_with("fastcgi_params:"))
             .count(),
         21
     );
-    for word in [
-        "root",
-        "index",
-        "try_files",
-        "fastcgi_pass",
-        "fastcgi_param",
-        "expires",
-        "log_not_found",
-    ] {
+    // Its static files (root, index, try_files, expires, log_not_found)
+    // are served now; FastCGI is not.
+    for word in ["fastcgi_pass", "fastcgi_param"] {
         assert!(
             r.iter().any(|x| x.ends_with(&format!(": {word}"))),
             "{word}: {r:#?}"
@@ -311,4 +301,35 @@ fn lenient_refusals_start_with_the_strict_error_for_every_prefix_of_a_conf() {
         checked += 1;
     }
     assert!(checked > 40, "{checked}");
+}
+
+#[test]
+fn debians_modules_enabled_load_module_lines_are_accepted_and_ignored() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(dir.path().join("modules-enabled")).expect("mkdir");
+    std::fs::write(
+        dir.path().join("modules-enabled/50-mod-stream.conf"),
+        "load_module modules/ngx_stream_module.so;\n",
+    )
+    .expect("write");
+    let conf = dir.path().join("nginx.conf");
+    std::fs::write(
+        &conf,
+        "include modules-enabled/*.conf;\nevents {}\nhttp { server { listen 127.0.0.1:8080; location / { return 200; } } }\n",
+    )
+    .expect("write");
+    let loaded = vigil_config::nginx::load_file(&conf, &vigil_config::literal_resolver)
+        .expect("Debian's layout loads");
+    assert!(loaded.ignored.iter().any(|(n, _)| n == "load_module"));
+    // What the module adds is still refused where it is used.
+    std::fs::write(
+        &conf,
+        "load_module modules/ngx_stream_module.so;\nstream { }\n",
+    )
+    .expect("write");
+    let e = vigil_config::nginx::load_file(&conf, &vigil_config::literal_resolver)
+        .expect_err("stream is refused");
+    assert!(e.to_string().contains("\"stream\""), "{e}");
+    std::fs::write(&conf, "load_module;\n").expect("write");
+    assert!(vigil_config::nginx::load_file(&conf, &vigil_config::literal_resolver).is_err());
 }

@@ -4,6 +4,7 @@
 //! them ([`value`]).
 
 mod cidr;
+mod files;
 mod limit;
 pub mod model;
 mod routing;
@@ -11,6 +12,7 @@ pub mod value;
 pub mod vars;
 
 pub use cidr::Cidr;
+pub use files::*;
 pub use limit::*;
 pub use model::*;
 pub use routing::*;

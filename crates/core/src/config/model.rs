@@ -530,6 +530,9 @@ pub struct ServerBlock {
     /// `http`'s): where nginx logs what no location answers (a 404 of no
     /// location, a server-level `return`, a 400). None = off.
     pub access_log: Option<AccessLog>,
+    /// The static-file settings of the server level: nginx serves a
+    /// request no location takes from the server's `root`.
+    pub files: super::FileSettings,
 }
 
 /// The `ssl_*` settings of a `server` block (ngx_http_ssl_module).
@@ -808,6 +811,9 @@ pub struct ProxySettings {
     pub pass_headers: Vec<String>,
     /// `limit_req`, `limit_conn` and their settings.
     pub limits: super::Limits,
+    /// Static files: where a location without `proxy_pass` or `return`
+    /// finds them, and how they are answered.
+    pub files: super::FileSettings,
 }
 
 /// One `proxy_redirect`.
@@ -1292,6 +1298,7 @@ impl Default for ProxySettings {
             hide_headers: Vec::new(),
             pass_headers: Vec::new(),
             limits: super::Limits::default(),
+            files: super::FileSettings::default(),
         }
     }
 }

@@ -248,7 +248,7 @@ fn passes_upgrade(route: &Route) -> bool {
         route
             .set_headers
             .iter()
-            .any(|(n, v)| n == name && v.is_some())
+            .any(|(n, _, v)| n == name && v.is_some())
     };
     route.location.proxy.http_version == vigil_core::config::HttpVersion::Http11
         && sets(&header::UPGRADE)

@@ -27,19 +27,34 @@ pub(super) fn build_request(
     upgrade: bool,
     room: HeadOut<'_>,
 ) -> (Written, UpBody) {
+    let head = cx.conn.request_head();
     let mut fields = request_fields(
-        cx.route, parts, cx.target, cx.client, cx.local, &len, upgrade,
+        cx.route,
+        parts,
+        head.as_ref(),
+        cx.target,
+        cx.client,
+        cx.local,
+        &len,
+        upgrade,
     );
     let written = room.write(&parts.method, uri, &mut fields, &body);
     (written, body)
 }
 
 /// The upstream request's header fields: the client's without the
-/// hop-by-hop ones, then (in this order) `Host`, `Content-Length`, the
-/// `proxy_set_header`s and `Upgrade`/`Connection`.
+/// hop-by-hop ones (each under the name's spelling in `head`, the
+/// client's request head, where there is one), then (in this order)
+/// `Host`, `Content-Length`, the `proxy_set_header`s (under the names as
+/// written) and `Upgrade`/`Connection`.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the parts of one request, each read once"
+)]
 pub(super) fn request_fields<'p>(
     route: &'p Route,
     parts: &'p Parts,
+    head: Option<&'p bytes::Bytes>,
     target: Option<&Target>,
     client: SocketAddr,
     local: SocketAddr,
@@ -47,7 +62,7 @@ pub(super) fn request_fields<'p>(
     upgrade: bool,
 ) -> Fields<'p> {
     use crate::upstream::put::{CONNECTION, CONTENT_LENGTH, HOST};
-    let mut fields = Fields::without_hop_by_hop(&parts.headers, 3 + route.set_headers.len());
+    let mut fields = Fields::without_hop_by_hop(&parts.headers, head, 3 + route.set_headers.len());
     // insert replaces the client's Host; a proxy_host no header can carry
     // sends none.
     match &route.host_value {
@@ -64,7 +79,7 @@ pub(super) fn request_fields<'p>(
     }
     if !route.set_headers.is_empty() {
         let cx = route.vars(parts, target, client, local, 0);
-        for (name, tpl) in &route.set_headers {
+        for (name, spelt, tpl) in &route.set_headers {
             fields.remove(name);
             if let Some(t) = tpl {
                 // The value's bytes as they came (a client's obs-text too);
@@ -72,15 +87,25 @@ pub(super) fn request_fields<'p>(
                 let v = t.expand(&cx);
                 if !v.is_empty() {
                     if let Some(v) = crate::nginx::vars::field_value(v) {
-                        fields.insert(name, v);
+                        fields.insert_spelt(name, spelt.as_bytes(), v);
                     }
                 }
             }
         }
     }
+    // The location's own `proxy_set_header Connection` (`""`: none, as
+    // nginx's keepalive recipe writes; `close`) replaces nginx's default
+    // `Connection: close` and vigil's `keep-alive` to a pool.
+    let sets_connection = route
+        .set_headers
+        .iter()
+        .any(|(n, _, _)| *n == header::CONNECTION);
     match upgrade {
         // The location's proxy_set_header put Upgrade and Connection.
         true if fields.contains(&header::UPGRADE) => {}
+        _ if sets_connection => {
+            fields.remove(&header::UPGRADE);
+        }
         // Otherwise no Upgrade goes upstream: what nginx sends with
         // proxy_http_version 1.0 a server must ignore (RFC 9110 §7.8).
         _ if route.pool.enabled() => {

@@ -69,7 +69,18 @@ pub(super) async fn error_paged(
     let limited = resp
         .extensions_mut()
         .remove::<crate::nginx::limit::LimitStatus>();
-    // The page answers instead: no fields of the response it replaces.
+    // The page answers instead: no fields of the response it replaces,
+    // but an upstream's 401 gives the page's answer its WWW-Authenticate
+    // (nginx's ngx_http_upstream_intercept_errors).
+    let authenticate = (status == 401 && !generated)
+        .then(|| www_authenticate(&resp, raw.as_deref()))
+        .flatten();
+    // A redirect vigil made keeps its Location through a page that is an
+    // internal redirect (nginx's headers_out outlive it); a page that
+    // redirects puts its own.
+    let location = generated
+        .then(|| resp.headers().get(http::header::LOCATION).cloned())
+        .flatten();
     drop(resp);
     *raw = None;
     let Redirected {
@@ -89,7 +100,7 @@ pub(super) async fn error_paged(
     if let Some(l) = limited {
         parts.extensions.insert(l);
     }
-    match answer {
+    let answered = match answer {
         Ok(Answer::Return(reply)) => returned(&reply, &parts, Some(&target), local, client, start),
         Ok(Answer::Proxy(route)) => {
             let gone = match &*body {
@@ -126,6 +137,19 @@ pub(super) async fn error_paged(
             obs.finish(resp.status().as_u16());
             resp
         }
+        Ok(Answer::Files(files)) => {
+            Box::pin(super::files::served(
+                proxy,
+                page.generation,
+                files,
+                (parts, target),
+                body,
+                down,
+                start,
+                raw,
+            ))
+            .await
+        }
         // The page's URI found no location: nginx's 404 (not paged
         // again), logged by the server.
         Err(refusal) => {
@@ -141,7 +165,33 @@ pub(super) async fn error_paged(
                 resp,
             )
         }
+    };
+    let mut answered = answered;
+    if let Some(v) = authenticate {
+        answered
+            .headers_mut()
+            .insert(http::header::WWW_AUTHENTICATE, v);
     }
+    if let Some(v) = location {
+        if !answered.headers().contains_key(http::header::LOCATION) {
+            answered.headers_mut().insert(http::header::LOCATION, v);
+        }
+    }
+    answered
+}
+
+/// The first `WWW-Authenticate` of an upstream's answer, in its map or
+/// among its fields as they came.
+fn www_authenticate(
+    resp: &Response<UpBody>,
+    raw: Option<&crate::wire::raw_head::RawFields>,
+) -> Option<http::HeaderValue> {
+    if let Some(v) = resp.headers().get(http::header::WWW_AUTHENTICATE) {
+        return Some(v.clone());
+    }
+    raw?.iter()
+        .find(|f| f.name.eq_ignore_ascii_case(b"www-authenticate"))
+        .and_then(|f| http::HeaderValue::from_bytes(f.value).ok())
 }
 
 /// `resp` with the access log line of server block `server`'s level.

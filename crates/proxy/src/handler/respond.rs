@@ -119,7 +119,7 @@ pub(super) fn pass_through(
 }
 
 /// The location's `error_page` (the answer then is the page's), else its
-/// `add_header`s and its access log line.
+/// `expires`, `add_header`s and its access log line.
 pub(super) fn finish(
     cx: &Cx<'_>,
     parts: &Parts,
@@ -152,6 +152,9 @@ pub(super) fn finish(
         }
     }
     paged_status(parts, &mut resp);
+    if route.expires != vigil_core::config::Expires::Off {
+        crate::nginx::static_files::expires(route.expires, &mut resp, std::time::SystemTime::now());
+    }
     let vars = VarContext {
         parts,
         target: cx.target,

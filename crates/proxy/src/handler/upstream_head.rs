@@ -18,6 +18,8 @@ use crate::wire::hop::HopByHop;
 /// The fields of the request on their way upstream.
 pub(super) struct Fields<'a> {
     client: &'a HeaderMap,
+    /// The client's request head, whose bytes hold its names' spelling.
+    head: Option<&'a bytes::Bytes>,
     /// Borrowed names and values: 24 bytes a field, so the list of a
     /// browser's request stays under the allocator's thread cache.
     list: Vec<Field<'a>>,
@@ -29,6 +31,8 @@ pub(super) struct Fields<'a> {
 struct Field<'a> {
     name: &'a HeaderName,
     value: Value<'a>,
+    /// The name as written (a `proxy_set_header`'s), for a put value.
+    spelt: Option<&'a [u8]>,
 }
 
 /// A field's values: the client's (its first; `more`: it has others, read
@@ -45,7 +49,11 @@ impl<'a> Fields<'a> {
     /// The client's fields without the hop-by-hop ones (removed in the
     /// map's order, as `strip_hop_by_hop` removes them), with room for
     /// `extra` more.
-    pub(super) fn without_hop_by_hop(client: &'a HeaderMap, extra: usize) -> Self {
+    pub(super) fn without_hop_by_hop(
+        client: &'a HeaderMap,
+        head: Option<&'a bytes::Bytes>,
+        extra: usize,
+    ) -> Self {
         let mut list: Vec<Field<'a>> = Vec::with_capacity(client.keys_len() + extra);
         let mut last: Option<&HeaderName> = None;
         let mut connection = false;
@@ -70,10 +78,12 @@ impl<'a> Fields<'a> {
                     first: value,
                     more: false,
                 },
+                spelt: None,
             });
         }
         let mut fields = Self {
             client,
+            head,
             list,
             puts: SmallVec::new(),
         };
@@ -100,14 +110,52 @@ impl<'a> Fields<'a> {
     /// `HeaderMap::insert`: in the name's place (its other values gone),
     /// else last.
     pub(super) fn insert(&mut self, name: &'a HeaderName, value: HeaderValue) {
+        self.insert_as(name, None, value);
+    }
+
+    /// [`Fields::insert`] under the name spelt as `spelt`.
+    pub(super) fn insert_spelt(
+        &mut self,
+        name: &'a HeaderName,
+        spelt: &'a [u8],
+        value: HeaderValue,
+    ) {
+        self.insert_as(name, Some(spelt), value);
+    }
+
+    fn insert_as(&mut self, name: &'a HeaderName, spelt: Option<&'a [u8]>, value: HeaderValue) {
         let put = Value::Put {
             at: self.puts.len(),
             n: 1,
         };
         self.puts.push(Some(value));
         match self.position(name) {
-            Some(i) => self.list[i].value = put,
-            None => self.list.push(Field { name, value: put }),
+            Some(i) => {
+                self.list[i].value = put;
+                self.list[i].spelt = spelt;
+            }
+            None => self.list.push(Field {
+                name,
+                value: put,
+                spelt,
+            }),
+        }
+    }
+
+    /// How `f`'s name goes on the wire: a put value's as written, else
+    /// the name's built-in spelling (`Host`, `Content-Length`, ...); a
+    /// client's value's as the client spelt it (found in its head just
+    /// before the value: `Name: value`), else lower case (an HTTP/2
+    /// client's, which is lower case on the wire).
+    fn spelling(&self, f: &Field<'a>) -> &'a [u8] {
+        match f.value {
+            Value::Put { .. } => f
+                .spelt
+                .unwrap_or_else(|| crate::upstream::put::spelling(f.name)),
+            Value::Client { first, .. } => self
+                .head
+                .and_then(|h| client_spelling(h, f.name, first))
+                .unwrap_or(f.name.as_str().as_bytes()),
         }
     }
 
@@ -177,6 +225,33 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// The name of the field whose value is `value`, as it is spelt in
+/// `head`: `value` is a piece of it (the HTTP/1 reader's), right after
+/// `Name:` and optional blanks, on a line of its own. The line's shape is
+/// checked (a `:` before the value, a line start before the name's
+/// length), not the name's letters: the value came from that line, and
+/// a per-byte comparison would cost some 150 instructions a field.
+fn client_spelling<'h>(
+    head: &'h bytes::Bytes,
+    name: &HeaderName,
+    value: &HeaderValue,
+) -> Option<&'h [u8]> {
+    let base = head.as_ptr() as usize;
+    let at = (value.as_bytes().as_ptr() as usize).checked_sub(base)?;
+    if value.is_empty() || at > head.len() {
+        return None;
+    }
+    let before = head.get(..at)?;
+    let mut end = before.len();
+    while end > 0 && matches!(before[end - 1], b' ' | b'\t') {
+        end -= 1;
+    }
+    let colon = end.checked_sub(1).filter(|&c| before[c] == b':')?;
+    let start = colon.checked_sub(name.as_str().len())?;
+    let line_start = start == 0 || before[start - 1] == b'\n';
+    line_start.then(|| &before[start..colon])
+}
+
 impl RequestFields for Fields<'_> {
     fn values(&self, name: &HeaderName) -> Values<'_> {
         match self.position(name).map(|i| self.list[i].value) {
@@ -197,6 +272,25 @@ impl RequestFields for Fields<'_> {
 
     fn append(&mut self, name: &'static HeaderName, value: HeaderValue) {
         Fields::append(self, name, value);
+    }
+
+    fn each_spelt(&self, mut f: impl FnMut(&[u8], &HeaderValue)) {
+        for field in &self.list {
+            let spelt = self.spelling(field);
+            match field.value {
+                Value::Client { first, more: false } => f(spelt, first),
+                Value::Client { more: true, .. } => {
+                    for v in self.client.get_all(field.name) {
+                        f(spelt, v);
+                    }
+                }
+                Value::Put { at, n } => {
+                    for v in self.puts[at..at + n].iter().flatten() {
+                        f(spelt, v);
+                    }
+                }
+            }
+        }
     }
 
     fn each(&self, mut f: impl FnMut(&HeaderName, &HeaderValue)) {

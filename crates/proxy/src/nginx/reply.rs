@@ -23,6 +23,10 @@ pub(crate) struct Reply {
     pub add_headers: Vec<(HeaderName, Template, bool)>,
     /// The location's access log (none for a server's `return`).
     pub access_log: Option<Arc<crate::obs::log::AccessLogWriter>>,
+    /// The `error_page`s in force where the `return` is (the location's,
+    /// the server's for a server's): a `return CODE` without a text is
+    /// nginx's special response, which they replace.
+    pub error_pages: Arc<crate::nginx::error_page::ErrorPages>,
 }
 
 impl Reply {
@@ -35,6 +39,7 @@ impl Reply {
             max_body: self.max_body,
             add_headers: self.add_headers.clone(),
             access_log: self.access_log.clone(),
+            error_pages: self.error_pages.clone(),
         }
     }
 
@@ -58,6 +63,7 @@ impl Reply {
             max_body: 0,
             add_headers: Vec::new(),
             access_log: None,
+            error_pages: Arc::default(),
         }
     }
 }

@@ -19,6 +19,7 @@ pub(crate) use crate::nginx::reply::Reply;
 use crate::nginx::rewrite::{self, Net, Ran, Script};
 pub(crate) use crate::nginx::router::Target;
 pub use crate::nginx::router::{Refusal, RouteError, Router};
+use crate::nginx::static_files::Files;
 use crate::nginx::uri::{escape_uri, RequestUri};
 use crate::nginx::vars::{Scope, Template};
 use crate::upstream::pool::Pool;
@@ -47,6 +48,17 @@ pub(crate) struct Routes {
     /// By server block, then location: the access phase of a location
     /// that does not proxy and has `allow`/`deny` (boxed: rare).
     guards: Vec<Vec<Option<Box<Guard>>>>,
+    /// By server block, then location: the static files of a location
+    /// with no `proxy_pass` and no `return`.
+    files: Vec<Vec<Option<Arc<Files>>>>,
+    /// By server block: its own level's static files (a request no
+    /// location takes).
+    server_files: Vec<Arc<Files>>,
+    /// By server block, then location: `internal`.
+    internal: Vec<Vec<bool>>,
+    /// Whether any location is `internal` (the proxy path reads no more
+    /// than this when none is).
+    any_internal: bool,
 }
 
 /// The access phase of a location with no handler (no `proxy_pass`): nginx
@@ -89,6 +101,8 @@ pub(crate) enum Answer {
     Proxy(Arc<Route>),
     /// Answered by a `return`.
     Return(Arc<Reply>),
+    /// Answered from static files.
+    Files(Arc<Files>),
 }
 
 /// One location, ready to serve.
@@ -111,8 +125,9 @@ pub(crate) struct Route {
     pub(crate) tls: Option<crate::upstream::connect::TlsSettings>,
     /// Retry limits.
     pub(crate) policy: RetryPolicy,
-    /// `proxy_set_header` (None = remove the header).
-    pub(crate) set_headers: Vec<(HeaderName, Option<Template>)>,
+    /// `proxy_set_header`: the name, as written (nginx sends that
+    /// spelling), and the value (None = remove the header).
+    pub(crate) set_headers: Vec<(HeaderName, Box<str>, Option<Template>)>,
     /// `add_header`.
     pub(crate) add_headers: Vec<(HeaderName, Template, bool)>,
     /// The `hash` key of the upstream, if it hashes.
@@ -129,6 +144,8 @@ pub(crate) struct Route {
     pub(crate) headers: crate::nginx::redirect::Rules,
     /// `limit_req` / `limit_conn` (None: the location has none).
     pub(crate) limits: Option<Box<crate::nginx::limit::Limits>>,
+    /// `expires` (nginx's headers filter sets it on proxied answers too).
+    pub(crate) expires: vigil_core::config::Expires,
 }
 
 // === impl Routes ===
@@ -173,6 +190,10 @@ impl Routes {
             capture_names: Vec::new(),
             levels: Vec::new(),
             guards: Vec::new(),
+            files: Vec::new(),
+            server_files: Vec::new(),
+            internal: Vec::new(),
+            any_internal: false,
         };
         for s in &config.servers {
             let err = |message: String| RouteError {
@@ -186,13 +207,14 @@ impl Routes {
                 std::path::PathBuf,
                 Arc<crate::obs::log::AccessLogWriter>,
             >| {
-                let mut reply = Reply::build(r, None, &s.origin, logs, scope)?;
+                let mut reply = Reply::build(r, (None, &s.error_pages), &s.origin, logs, scope)?;
                 reply.access_log = server_log.clone();
                 Ok(reply)
             };
             let mut compiled = Vec::new();
             let (mut scripts, mut proxies, mut bases, mut names, mut guards) =
                 (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            let (mut files, mut internal) = (Vec::new(), Vec::new());
             for loc in &s.locations {
                 let proxy =
                     Route::build(loc, &s.client, (registry, pools, zones), &mut logs, scope)?
@@ -200,7 +222,7 @@ impl Routes {
                 let answer = match &loc.ret {
                     Some(r) => Some(Answer::Return(Arc::new(Reply::build(
                         r,
-                        Some(loc),
+                        (Some(loc), &loc.proxy.error_pages),
                         &loc.origin,
                         &mut logs,
                         scope,
@@ -209,14 +231,26 @@ impl Routes {
                 };
                 compiled.push(answer);
                 scripts.push(Script::build(&loc.routing.script, Some(loc), scope, |r| {
-                    Reply::build(r, Some(loc), &loc.origin, &mut logs, scope)
+                    Reply::build(
+                        r,
+                        (Some(loc), &loc.proxy.error_pages),
+                        &loc.origin,
+                        &mut logs,
+                        scope,
+                    )
                 })?);
                 let base = vigil_core::config::Return {
                     code: 500,
                     text: None,
                     content_type: "text/plain".into(),
                 };
-                let base = Reply::build(&base, Some(loc), &loc.origin, &mut logs, scope)?;
+                let base = Reply::build(
+                    &base,
+                    (Some(loc), &loc.proxy.error_pages),
+                    &loc.origin,
+                    &mut logs,
+                    scope,
+                )?;
                 guards.push((proxy.is_none() && !loc.proxy.access.is_empty()).then(|| {
                     Box::new(Guard {
                         access: loc.proxy.access.clone(),
@@ -226,6 +260,18 @@ impl Routes {
                     })
                 }));
                 bases.push(base);
+                files.push(match (&proxy, &loc.ret) {
+                    (None, None) => Some(Arc::new(Files::build(
+                        &loc.proxy.files,
+                        Some(loc),
+                        &loc.origin,
+                        &mut logs,
+                        scope,
+                        &loc.proxy.error_pages,
+                    )?)),
+                    _ => None,
+                });
+                internal.push(loc.proxy.files.internal);
                 proxies.push(proxy);
                 names.push(group_indices(loc));
             }
@@ -235,6 +281,13 @@ impl Routes {
             out.bases.push(bases);
             out.capture_names.push(names);
             out.guards.push(guards);
+            out.files.push(files);
+            out.any_internal |= internal.iter().any(|i| *i);
+            out.internal.push(internal);
+            let mut own =
+                Files::build(&s.files, None, &s.origin, &mut logs, scope, &s.error_pages)?;
+            own.access_log = server_log.clone();
+            out.server_files.push(Arc::new(own));
             out.server_scripts
                 .push(Script::build(&s.rewrite, None, scope, |r| {
                     server_reply(r, &mut logs)
@@ -332,9 +385,10 @@ pub fn certificate_errors(config: &Config) -> Result<(), RouteError> {
 
 /// Every value of the rewrite phase `vigil serve` would refuse (an
 /// unknown variable in a `return` text, a `rewrite` replacement, a `set`
-/// value, a `map` value, a `proxy_pass` URI, an `add_header` of a
-/// location that does not proxy, or a `limit_req_zone` / `limit_conn_zone`
-/// key), each at its directive (`vigil lint`).
+/// value, a `map` value, a `proxy_pass` URI, an `add_header`, `root`,
+/// `alias` or `try_files` of a location that does not proxy, or a
+/// `limit_req_zone` / `limit_conn_zone` key), each at its directive
+/// (`vigil lint`).
 pub fn variable_errors(config: &Config) -> Vec<RouteError> {
     let scope = match scope_of(config) {
         Ok(s) => s,
@@ -369,6 +423,39 @@ pub fn variable_errors(config: &Config) -> Vec<RouteError> {
     for z in &config.limit_zones {
         check(&z.key, &z.origin, "zone key");
     }
+    // Each location's proxy_redirect rules; each access log's format and
+    // condition once, at the first place that logs with it.
+    let mut later = Vec::new();
+    for s in &config.servers {
+        for l in &s.locations {
+            if l.proxy.pass.is_some() {
+                if let Err(e) = crate::nginx::redirect::Rules::of(l) {
+                    later.push(RouteError {
+                        at: l.origin.to_string(),
+                        message: format!("proxy_redirect: {e}"),
+                    });
+                }
+            }
+        }
+    }
+    let mut logs: Vec<(&vigil_core::config::AccessLog, &vigil_core::config::Origin)> = Vec::new();
+    for s in &config.servers {
+        logs.extend(s.access_log.as_ref().map(|a| (a, &s.origin)));
+        for l in &s.locations {
+            logs.extend(l.proxy.access_log.as_ref().map(|a| (a, &l.origin)));
+        }
+    }
+    for (i, (log, at)) in logs.iter().enumerate() {
+        if logs[..i].iter().any(|(l, _)| l == log) {
+            continue;
+        }
+        if let Err(message) = crate::obs::log::check(log, &scope) {
+            later.push(RouteError {
+                at: at.to_string(),
+                message,
+            });
+        }
+    }
     for s in &config.servers {
         script(&s.rewrite, &s.origin, &mut check);
         for l in &s.locations {
@@ -383,11 +470,33 @@ pub fn variable_errors(config: &Config) -> Vec<RouteError> {
                     for h in &l.proxy.add_headers {
                         check(&h.value, &l.origin, "add_header");
                     }
+                    if l.ret.is_none() {
+                        files_values(&l.proxy.files, &l.origin, &mut check);
+                    }
                 }
             }
         }
     }
+    out.extend(later);
     out
+}
+
+/// The values with variables of a location's static files (`root`,
+/// `alias`, `try_files`), for [`variable_errors`].
+fn files_values(
+    f: &vigil_core::config::FileSettings,
+    at: &vigil_core::config::Origin,
+    check: &mut dyn FnMut(&str, &vigil_core::config::Origin, &str),
+) {
+    match &f.root {
+        vigil_core::config::DocRoot::Root(p) => check(p, at, "root"),
+        vigil_core::config::DocRoot::Alias { path, .. } => check(path, at, "alias"),
+    }
+    for t in &f.try_files {
+        if !t.starts_with('=') && !t.starts_with('@') {
+            check(t, at, "try_files");
+        }
+    }
 }
 
 /// The `error_page`s `vigil serve` refuses (a page that proxies, a named
@@ -472,7 +581,7 @@ impl Answer {
     pub(crate) fn proxy(&self) -> Option<&Arc<Route>> {
         match self {
             Answer::Proxy(r) => Some(r),
-            Answer::Return(_) => None,
+            Answer::Return(_) | Answer::Files(_) => None,
         }
     }
 }
@@ -482,7 +591,7 @@ impl Answer {
 impl Reply {
     pub(crate) fn build(
         ret: &vigil_core::config::Return,
-        loc: Option<&Location>,
+        (loc, pages): (Option<&Location>, &[vigil_core::config::ErrorPage]),
         origin: &vigil_core::config::Origin,
         logs: &mut HashMap<std::path::PathBuf, Arc<crate::obs::log::AccessLogWriter>>,
         scope: &Scope,
@@ -511,6 +620,10 @@ impl Reply {
             max_body: loc.map_or(0, |l| l.proxy.client_max_body_size),
             add_headers,
             access_log,
+            error_pages: Arc::new(
+                crate::nginx::error_page::ErrorPages::build(pages, false, scope)
+                    .map_err(|e| err(e.message))?,
+            ),
         })
     }
 }
@@ -532,7 +645,7 @@ fn group_indices(loc: &Location) -> GroupNames {
         .collect()
 }
 
-fn add_headers(
+pub(crate) fn add_headers(
     loc: &Location,
     err: &impl Fn(String) -> RouteError,
     scope: &Scope,
@@ -550,7 +663,7 @@ fn add_headers(
     Ok(out)
 }
 
-fn access_log(
+pub(crate) fn access_log(
     loc: &Location,
     logs: &mut HashMap<std::path::PathBuf, Arc<crate::obs::log::AccessLogWriter>>,
     scope: &Scope,
@@ -582,12 +695,14 @@ fn open_log(
 
 impl Route {
     /// Whether nothing on a response's way to the client reads or edits
-    /// its upstream fields (no `add_header`, gzip or `error_page`), which
+    /// its upstream fields (no `add_header`, gzip, `error_page` or
+    /// `expires`), which
     /// may then pass as they came ([`crate::wire::raw_head`]).
     pub(crate) fn passes_fields_as_they_came(&self) -> bool {
         self.add_headers.is_empty()
             && !self.location.proxy.gzip.enable
             && self.error_pages.is_empty()
+            && self.expires == vigil_core::config::Expires::Off
     }
 
     /// The variables of `parts` on this route before any attempt (no
@@ -653,7 +768,7 @@ impl Route {
             } else {
                 Some(Template::parse_with(&h.value, scope).map_err(|e| err(e.to_string()))?)
             };
-            set_headers.push((name, value));
+            set_headers.push((name, h.name.clone().into_boxed_str(), value));
         }
         let add_headers = add_headers(loc, &err, scope)?;
         let pass_template = match pass.uri.as_deref() {
@@ -676,6 +791,7 @@ impl Route {
         Ok(Some(Self {
             limits,
             headers,
+            expires: loc.proxy.files.expires,
             client: client.clone(),
             access_log,
             policy: RetryPolicy::of(&loc.proxy),
@@ -845,7 +961,16 @@ impl Routes {
             let li = match first.take() {
                 Some(li) => li,
                 None => {
-                    let (li, caps) = self.router.locate(net.local, server, target)?;
+                    let (li, caps) = match self.router.locate(net.local, server, target) {
+                        Ok(found) => found,
+                        // No location: the server's own root (nginx's
+                        // static handler with the server's settings).
+                        Err(Refusal::NotFound) => return self.server_files(server),
+                        Err(e) => return Err(e),
+                    };
+                    if self.any_internal && !target.internal && self.is_internal(server, li) {
+                        return Err(Refusal::NotFound);
+                    }
                     if let Some(c) = caps {
                         let names = self.capture_names.get(server).and_then(|n| n.get(li));
                         let v = rewrite::vars(parts);
@@ -917,7 +1042,23 @@ impl Routes {
                 return Ok(Answer::Return(g.forbidden.clone()));
             }
         }
-        Err(Refusal::NotFound)
+        match self.files.get(server).and_then(|s| s.get(location)) {
+            Some(Some(f)) => Ok(Answer::Files(f.clone())),
+            _ => Err(Refusal::NotFound),
+        }
+    }
+
+    /// Whether location `location` of `server` is `internal`.
+    fn is_internal(&self, server: usize, location: usize) -> bool {
+        self.internal.get(server).and_then(|s| s.get(location)) == Some(&true)
+    }
+
+    /// The static files of server block `server`'s own level.
+    fn server_files(&self, server: usize) -> Result<Answer, Refusal> {
+        match self.server_files.get(server) {
+            Some(f) => Ok(Answer::Files(f.clone())),
+            None => Err(Refusal::NotFound),
+        }
     }
 }
 

@@ -29,3 +29,20 @@ pub(crate) fn error_page(code: StatusCode) -> Response<UpBody> {
     r.extensions_mut().insert(Generated);
     r
 }
+
+/// nginx's answer for a status it finalizes a request with: the code's
+/// page where nginx has one (ngx_http_error_pages), else an empty body
+/// with no type (a `try_files ... =418`).
+pub(crate) fn code_page(code: StatusCode) -> Response<UpBody> {
+    let has_page = matches!(
+        code.as_u16(),
+        301..=303 | 307 | 308 | 400..=406 | 408..=416 | 421 | 429 | 494..=498 | 500..=505 | 507
+    );
+    if has_page {
+        return error_page(code);
+    }
+    let mut r = Response::new(crate::wire::payload::empty());
+    *r.status_mut() = code;
+    r.extensions_mut().insert(Generated);
+    r
+}

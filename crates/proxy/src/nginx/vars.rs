@@ -245,12 +245,29 @@ impl Template {
 /// those too, so `add_header X $uri` with `/%0D%0ASet-Cookie:...` splits
 /// its response head; vigil sends no such field.
 ///
+/// A value that ends with line breaks (`add_header X "$v\n"`) is sent
+/// without them: nginx writes them out, which ends the field's line, so
+/// a client reads the same value either way (nginx's head then has a
+/// stray line break, vigil's does not).
+///
 /// The bytes become the field's without a copy.
-pub(crate) fn field_value(v: Vec<u8>) -> Option<HeaderValue> {
+pub(crate) fn field_value(mut v: Vec<u8>) -> Option<HeaderValue> {
+    let had = v.len();
+    while matches!(v.last(), Some(b'\r' | b'\n')) {
+        v.pop();
+    }
+    if v.is_empty() && had > 0 {
+        return None;
+    }
     match HeaderValue::from_maybe_shared(Bytes::from(v)) {
         Ok(v) => Some(v),
         Err(_) => {
-            tracing::debug!("a value with a control byte is not sent as a header field");
+            // At info (nginx's notice): a client's decoded `$uri` can hold
+            // such a byte on every request, so not at the default level.
+            tracing::info!(
+                "a header value with a control byte inside it (CR, LF, NUL, ...) is not sent: \
+                 the field is left out, where nginx would split its head"
+            );
             None
         }
     }

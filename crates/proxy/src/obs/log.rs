@@ -109,6 +109,23 @@ struct Logged {
     sent: u64,
 }
 
+/// The format and `if=` condition of `log` compiled as a writer compiles
+/// them (no file opened): the error `vigil serve` would give (`vigil lint`).
+pub(crate) fn check(log: &AccessLog, scope: &crate::nginx::vars::Scope) -> Result<(), String> {
+    match &log.format {
+        LogFormat::Json | LogFormat::Combined => {}
+        LogFormat::Custom(f) => {
+            Format::compile(&f.text, f.escape, scope)
+                .map_err(|e| format!("log_format \"{}\" at {}: {e}", f.name, f.origin))?;
+        }
+    }
+    if let Some(c) = &log.condition {
+        Format::compile(c, LogEscape::None, scope)
+            .map_err(|e| format!("access_log {} if={c}: {e}", log.path.display()))?;
+    }
+    Ok(())
+}
+
 // === impl AccessLogWriter ===
 
 impl AccessLogWriter {

@@ -87,6 +87,11 @@ pub(crate) trait RequestFields {
     /// Each field in the order it goes out, a name's values one after
     /// another.
     fn each(&self, f: impl FnMut(&HeaderName, &HeaderValue));
+    /// [`RequestFields::each`] with each name as it goes on the wire (by
+    /// default lower case).
+    fn each_spelt(&self, mut f: impl FnMut(&[u8], &HeaderValue)) {
+        self.each(|name, value| f(name.as_str().as_bytes(), value));
+    }
 }
 
 /// The values of one name of a [`RequestFields`].
@@ -136,6 +141,12 @@ impl RequestFields for HeaderMap {
             f(name, value);
         }
     }
+
+    fn each_spelt(&self, mut f: impl FnMut(&[u8], &HeaderValue)) {
+        for (name, value) in self {
+            f(put::spelling(name), value);
+        }
+    }
 }
 
 /// The names put into a [`RequestFields`] list, which borrows its names:
@@ -148,11 +159,26 @@ pub(crate) mod put {
     pub(crate) static CONTENT_LENGTH: HeaderName = header::CONTENT_LENGTH;
     pub(crate) static CONNECTION: HeaderName = header::CONNECTION;
     pub(crate) static TRANSFER_ENCODING: HeaderName = header::TRANSFER_ENCODING;
+
+    /// How nginx spells a name it puts in an upstream request (its
+    /// `proxy_set_header` defaults `Host` and `Connection`, its
+    /// `Content-Length`, `Transfer-Encoding`); others lower case.
+    pub(crate) fn spelling(name: &HeaderName) -> &[u8] {
+        match *name {
+            header::HOST => b"Host",
+            header::CONTENT_LENGTH => b"Content-Length",
+            header::CONNECTION => b"Connection",
+            header::TRANSFER_ENCODING => b"Transfer-Encoding",
+            header::UPGRADE => b"Upgrade",
+            _ => name.as_str().as_bytes(),
+        }
+    }
 }
 
 /// The request line (HTTP/1.1, which vigil's client always speaks) and
-/// `fields`, as hyper's `Client::encode` writes them (their order, their
-/// lowercase names).
+/// `fields`, in the order hyper's `Client::encode` writes them, each name
+/// as [`RequestFields::each_spelt`] spells it (the client's spelling, a
+/// `proxy_set_header`'s as written, nginx's `Host`).
 pub(super) fn encode(
     method: &Method,
     target: &str,
@@ -164,8 +190,8 @@ pub(super) fn encode(
     dst.push(b' ');
     dst.extend_from_slice(target.as_bytes());
     dst.extend_from_slice(b" HTTP/1.1\r\n");
-    fields.each(|name, value| {
-        dst.extend_from_slice(name.as_str().as_bytes());
+    fields.each_spelt(|name, value| {
+        dst.extend_from_slice(name);
         dst.extend_from_slice(b": ");
         dst.extend_from_slice(value.as_bytes());
         dst.extend_from_slice(b"\r\n");
@@ -817,13 +843,18 @@ mod tests {
         let by_map = relayed(wire, &hidden, false, BodyLength::Known(5), &asked).unwrap();
         let as_came = relayed(wire, &hidden, true, BodyLength::Known(5), &asked).unwrap();
         assert!(as_came.4, "it came as it came");
-        let text = dated(&by_map.0);
+        // The map's names spelt as nginx spells its own; the fields as they
+        // came keep the server's spelling (`set-cookie`).
         assert_eq!(
-            text,
-            "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\nset-cookie: a=1\r\nset-cookie: b=2\r\n\
-             content-length: 5\r\nx-app: 1\r\ndate: D\r\n\r\n"
+            dated(&by_map.0),
+            "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\n\
+             Content-Length: 5\r\nX-App: 1\r\nDate: D\r\n\r\n"
         );
-        assert_eq!(dated(&as_came.0), text);
+        assert_eq!(
+            dated(&as_came.0),
+            "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nSet-Cookie: a=1\r\nset-cookie: b=2\r\n\
+             Content-Length: 5\r\nX-App: 1\r\nDate: D\r\n\r\n"
+        );
         // A Location to rewrite, a Connection naming a field: read with a map.
         for wire in [
             &b"HTTP/1.1 302 Found\r\nLocation: /a\r\nContent-Length: 0\r\n\r\n"[..],
@@ -840,7 +871,8 @@ mod tests {
     /// A written head with the writer's own `Date` value (the clock's)
     /// as `D`.
     fn dated(head: &str) -> String {
-        match head.find("\r\ndate: ") {
+        // (Any spelling: the writer's `Date`, a server's `date`.)
+        match head.to_ascii_lowercase().find("\r\ndate: ") {
             Some(at) => {
                 let from = at + "\r\ndate: ".len();
                 let to = head[from..].find("\r\n").map_or(head.len(), |e| from + e);
@@ -985,9 +1017,11 @@ mod tests {
             let as_came = relayed(wire.as_bytes(), &hidden, true, body, &asked);
             match (by_map, as_came) {
                 (Ok(a), Ok(b)) => {
+                    // The same bytes but the names' case (the map's are
+                    // nginx's own spelling, the others the server's).
                     proptest::prop_assert_eq!(
-                        (dated(&a.0), a.1, a.2, &a.3),
-                        (dated(&b.0), b.1, b.2, &b.3),
+                        (dated(&a.0).to_ascii_lowercase(), a.1, a.2, &a.3),
+                        (dated(&b.0).to_ascii_lowercase(), b.1, b.2, &b.3),
                         "{}", wire
                     );
                 }

@@ -96,7 +96,7 @@ async fn a_body_the_peer_answered_goes_on_while_the_response_is_read() {
     let mut got = Vec::new();
     read_to(&mut peer, &mut got, b"\r\n\r\n").await;
     assert!(
-        String::from_utf8_lossy(&got).contains("transfer-encoding: chunked"),
+        String::from_utf8_lossy(&got).contains("Transfer-Encoding: chunked"),
         "{}",
         String::from_utf8_lossy(&got)
     );

@@ -325,6 +325,7 @@ impl Common {
     }
 
     /// Its field name, lower-case.
+    #[cfg(test)]
     pub(crate) fn lower(self) -> &'static str {
         self.spelling().1
     }

@@ -175,3 +175,52 @@ mod tests {
         }
     }
 }
+
+/// Write a name a header map holds (lower case) as nginx spells a name
+/// it writes itself: each word capitalised (`Content-Type`,
+/// `X-Frame-Options`), and the few it spells otherwise (`ETag`,
+/// `WWW-Authenticate`, ...). A field that came from a peer or a client
+/// keeps their spelling where vigil has it (the fields as they came); this
+/// is for the others (an `add_header`'s, vigil's own).
+pub(crate) fn put_spelling(dst: &mut bytes::BytesMut, lower: &str) {
+    let special: Option<&[u8]> = match lower {
+        "etag" => Some(b"ETag"),
+        "www-authenticate" => Some(b"WWW-Authenticate"),
+        "content-md5" => Some(b"Content-MD5"),
+        "x-xss-protection" => Some(b"X-XSS-Protection"),
+        "te" => Some(b"TE"),
+        "dnt" => Some(b"DNT"),
+        _ => None,
+    };
+    if let Some(s) = special {
+        dst.extend_from_slice(s);
+        return;
+    }
+    let at = dst.len();
+    dst.extend_from_slice(lower.as_bytes());
+    let mut up = true;
+    for b in &mut dst[at..] {
+        if up {
+            b.make_ascii_uppercase();
+        }
+        up = *b == b'-';
+    }
+}
+
+#[cfg(test)]
+mod spelling_tests {
+    #[test]
+    fn names_are_spelt_as_nginx_spells_its_own() {
+        let spelt = |n: &str| {
+            let mut b = bytes::BytesMut::new();
+            super::put_spelling(&mut b, n);
+            String::from_utf8_lossy(&b).into_owned()
+        };
+        assert_eq!(spelt("content-type"), "Content-Type");
+        assert_eq!(spelt("x-frame-options"), "X-Frame-Options");
+        assert_eq!(spelt("location"), "Location");
+        assert_eq!(spelt("etag"), "ETag");
+        assert_eq!(spelt("www-authenticate"), "WWW-Authenticate");
+        assert_eq!(spelt("x-"), "X-");
+    }
+}

@@ -9,8 +9,9 @@
 //! again once written): it notes where the kept fields are, and the
 //! client's head is written from those bytes. The fields are kept in the
 //! order the map would have given them (a name's values together, at the
-//! place of its first), and the names written lower-case, so the client
-//! sees the same bytes either way.
+//! place of its first), each under the upstream's spelling of its name,
+//! as nginx passes it (a map writes its names as nginx spells its own:
+//! `wire::names::put_spelling`).
 //!
 //! The fields go from the upstream's reader to the client's writer beside
 //! the response, boxed (the attempt's answer, then what the handler
@@ -35,9 +36,9 @@ pub(crate) enum Kind {
     ContentLength,
     /// `Date`: the writer adds none of its own.
     Date,
-    /// Written as it came, under the common name's lower-case spelling.
+    /// Written as it came (a common name, which the reader knows).
     Named(Common),
-    /// Written as it came, its name lower-cased.
+    /// Written as it came.
     Other,
 }
 

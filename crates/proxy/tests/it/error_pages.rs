@@ -335,3 +335,70 @@ async fn upstream_variables_of_a_paged_request_as_nginx() {
         "the groups of an internal redirect are separated by ` : `"
     );
 }
+
+#[tokio::test]
+async fn an_intercepted_401_keeps_the_upstreams_www_authenticate_as_nginx() {
+    const DENIED: &[u8] = b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"x\"\r\n\
+        X-Other: o\r\nContent-Length: 4\r\nConnection: close\r\n\r\nnope";
+    let (vb, _) = crate::twin::raw_backend(DENIED).await;
+    let (nb, _) = crate::twin::raw_backend(DENIED).await;
+    let t = Twin::start_with(
+        "upstream u { server {R0}; }
+         server { listen {LISTEN};
+           location / { proxy_pass http://u; proxy_intercept_errors on; error_page 401 /denied; }
+           location = /denied { return 401 \"denied\\n\"; } }",
+        0,
+        &[("{R0}", vb)],
+        &[("{R0}", nb)],
+    )
+    .await;
+    let (v, n) = same(
+        &t,
+        "GET /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(v.status, 401);
+    // nginx's ngx_http_upstream_intercept_errors carries this one field
+    // of the upstream's 401 to the page's answer, and no other.
+    assert_eq!(v.header("www-authenticate"), n.header("www-authenticate"));
+    assert_eq!(v.header("www-authenticate"), "Basic realm=\"x\"");
+    assert_eq!(v.header("x-other"), n.header("x-other"));
+}
+
+#[tokio::test]
+async fn a_return_without_text_and_a_deny_go_to_their_error_page_as_nginx() {
+    let (t, _vd, _nd) = twin(
+        "upstream u { server {B0}; }
+         server { listen {LISTEN};
+           error_page 404 /nf;
+           location /gone { return 404; }
+           location /text { return 404 \"text\\n\"; }
+           location = /nf { return 200 \"not found page\\n\"; }
+           location /deny { deny all; error_page 403 /forbidden; proxy_pass http://u; }
+           location = /forbidden { return 200 \"forbidden page\\n\"; }
+           location /coded { error_page 410 =202 /nf; return 410; }
+           location /again { error_page 404 /gone/2; return 404; }
+           location /plain { error_page 500 /nf; return 404; }
+           location /moved { error_page 302 /nf; return 302 /elsewhere; }
+         }",
+    )
+    .await;
+    for path in [
+        "/gone", "/text", "/deny/x", "/coded", "/again", "/plain", "/nf", "/moved",
+    ] {
+        let (v, n) = same(
+            &t,
+            &format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"),
+        )
+        .await;
+        assert!(v.status != 0, "{path}");
+        // A page that is an internal redirect keeps the first answer's
+        // Location (each side's own port in it).
+        let path_of = |l: String| l.splitn(4, '/').nth(3).map(str::to_string);
+        assert_eq!(
+            path_of(v.header("location")),
+            path_of(n.header("location")),
+            "{path}"
+        );
+    }
+}

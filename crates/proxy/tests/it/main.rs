@@ -24,6 +24,7 @@ mod reload;
 mod returns;
 mod routing;
 mod rules;
+mod static_files;
 mod subset;
 mod support;
 mod telemetry;

@@ -497,3 +497,135 @@ async fn an_http10_client_gets_nginxs_http11_status_line_and_its_connection_fiel
         assert!(v.0.starts_with("HTTP/1.1 200"), "{v:?}");
     }
 }
+
+/// A backend that records each request head as it came and answers
+/// `response` (then closes).
+pub(crate) async fn raw_backend(
+    response: &'static [u8],
+) -> (SocketAddr, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut c, _)) = l.accept().await {
+            let s = s.clone();
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match c.read(&mut buf).await {
+                        Ok(n) if n > 0 => got.extend_from_slice(&buf[..n]),
+                        _ => return,
+                    }
+                }
+                s.lock()
+                    .expect("seen")
+                    .push(String::from_utf8_lossy(&got).into_owned());
+                let _ = c.write_all(response).await;
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// The field names of a head, as spelt, sorted.
+fn names_of(head: &str) -> Vec<String> {
+    let mut n: Vec<String> = head
+        .split("\r\n")
+        .skip(1)
+        .filter_map(|l| l.split_once(':').map(|(n, _)| n.to_string()))
+        .collect();
+    n.sort();
+    n
+}
+
+#[tokio::test]
+async fn header_names_keep_the_spelling_the_client_the_conf_and_the_upstream_wrote() {
+    const RESPONSE: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Upstream-Case: v\r\n\
+        x-lower-up: w\r\nCache-Control: no-store\r\nETag: \"e\"\r\nConnection: close\r\n\r\nok";
+    let (vb, vseen) = raw_backend(RESPONSE).await;
+    let (nb, nseen) = raw_backend(RESPONSE).await;
+    let t = Twin::start_with(
+        "upstream u { server {R0}; }
+         server { listen {LISTEN};
+           location / { proxy_pass http://u;
+             proxy_set_header X-Real-IP $remote_addr; proxy_set_header x-lower-set yes; }
+           location /added/ { proxy_pass http://u; add_header X-Added yes; }
+           location /keep/ { proxy_pass http://u; proxy_http_version 1.1;
+             proxy_set_header Connection \"\"; } }",
+        0,
+        &[("{R0}", vb)],
+        &[("{R0}", nb)],
+    )
+    .await;
+    let req: &[u8] = b"GET / HTTP/1.1\r\nHost: a\r\nX-Weird-CASE: 1\r\nuser-agent: t\r\n\
+        ACCEPT: */*\r\nConnection: close\r\n\r\n";
+    let (v, n) = t.send(req).await;
+    assert_eq!((v.status, n.status), (200, 200), "{v:?}\n{n:?}");
+    // What the upstream got: the client's spelling, the conf's, nginx's
+    // own `Host` and `Connection` (in nginx's order or not: sorted).
+    let (vh, nh) = (
+        vseen.lock().expect("seen")[0].clone(),
+        nseen.lock().expect("seen")[0].clone(),
+    );
+    assert_eq!(names_of(&vh), names_of(&nh), "vigil:\n{vh}\nnginx:\n{nh}");
+    assert!(names_of(&vh).contains(&"X-Weird-CASE".to_string()), "{vh}");
+    // What the client got: the upstream's fields as it spelt them, and
+    // nginx's own fields as nginx spells them (nginx's `Server` aside:
+    // vigil sends none).
+    let client_names = |head: &str| -> Vec<String> {
+        names_of(&format!("HTTP/1.1 200 OK\r\n{head}"))
+            .into_iter()
+            .filter(|n| n != "Server")
+            .collect()
+    };
+    assert_eq!(
+        client_names(&v.head),
+        client_names(&n.head),
+        "vigil:\n{}\nnginx:\n{}",
+        v.head,
+        n.head
+    );
+    // A location that adds a field: the added one as written; the
+    // upstream's (but `x-lower-up`, see docs/semantics.md) as they came.
+    let (v, n) = t
+        .send(b"GET /added/ HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .await;
+    let known = |head: &str| -> Vec<String> {
+        client_names(head)
+            .into_iter()
+            .filter(|n| n != "x-lower-up" && n != "X-Lower-Up")
+            .collect()
+    };
+    assert_eq!(
+        known(&v.head),
+        known(&n.head),
+        "vigil:\n{}\nnginx:\n{}",
+        v.head,
+        n.head
+    );
+    assert!(
+        known(&v.head).contains(&"X-Added".to_string()),
+        "{}",
+        v.head
+    );
+    // The keepalive recipe's `Connection ""`: no Connection upstream.
+    let (v, n) = t
+        .send(b"GET /keep/ HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .await;
+    assert_eq!((v.status, n.status), (200, 200));
+    let (vh, nh) = (
+        vseen.lock().expect("seen")[2].clone(),
+        nseen.lock().expect("seen")[2].clone(),
+    );
+    assert_eq!(names_of(&vh), names_of(&nh), "vigil:\n{vh}\nnginx:\n{nh}");
+    assert!(
+        !names_of(&vh)
+            .iter()
+            .any(|n| n.eq_ignore_ascii_case("connection")),
+        "{vh}"
+    );
+}

@@ -214,10 +214,12 @@ fn serve_errors_are_linted(name: &str, text: &str) -> Vec<String> {
         if stop.at.is_empty() {
             break;
         }
+        // (`unknown variable "$x"`, also after what it is in: `proxy_redirect: `.)
         let var = stop
             .message
-            .strip_prefix("unknown variable \"")
-            .and_then(|v| v.strip_suffix('"'));
+            .split_once("unknown variable \"")
+            .and_then(|(_, v)| v.split_once('"'))
+            .map(|(v, _)| v);
         let removed = match var {
             Some(v) if !stop.front_end => remove_var(&mut tree, v),
             _ => remove_at(&mut tree, &stop.at),
@@ -236,14 +238,15 @@ fn serve_startup_errors_are_among_the_lint_findings_for_the_corpus() {
     // The rounds of edit-and-restart that one lint run replaces (the
     // reverse-proxy confs start at once).
     for (name, rounds) in [
-        ("debian/nginx.conf", 3),
-        // TLS, `map`, gzip, allow/deny and the regex location are served
-        // now: what is left is `expires`.
-        ("tls_reverse_proxy.conf", 1),
+        // Its static files (root, index, try_files) are served now.
+        ("debian/nginx.conf", 0),
+        // TLS, `map`, gzip, allow/deny, the regex location and `expires`
+        // are served now.
+        ("tls_reverse_proxy.conf", 0),
         // Its regex locations and `deny` are served now, so each
         // fastcgi_param in them is a round of its own (before, removing the
-        // location took them all).
-        ("wordpress.conf", 29),
+        // location took them all); its static files are served.
+        ("wordpress.conf", 23),
         ("load_balancing.conf", 0),
         ("app_proxy.conf", 0),
     ] {
@@ -268,6 +271,14 @@ fn serve_startup_errors_of_routes_and_values_are_linted() {
             "http { server { listen 127.0.0.1:8080 default_server; location / { proxy_pass http://127.0.0.1:9; } }\n server { listen 127.0.0.1:8080 default_server; location / { proxy_pass http://127.0.0.1:9; } } }",
         ),
         ("upstreams only", "upstream u { server 127.0.0.1:9; }"),
+        (
+            "log variables",
+            "http { server { listen 127.0.0.1:8080;\n access_log /dev/null if=$request_length;\n location / { proxy_pass http://127.0.0.1:9; } } }",
+        ),
+        (
+            "a set variable in proxy_redirect",
+            "http { server { listen 127.0.0.1:8080;\n location / { set $r http://x/; proxy_pass http://127.0.0.1:9;\n proxy_redirect http://127.0.0.1:9/ $r; } } }",
+        ),
         (
             "contexts and values",
             "http { client_header_timeout 5s; server { listen 127.0.0.1:8080;\n location / { client_header_timeout 5s; proxy_read_timeout 5x; proxy_pass http://127.0.0.1:9; }\n location ~ ^/re { proxy_pass http://127.0.0.1:9; location /in { } } } }",
@@ -429,7 +440,7 @@ fn unreadable_files_are_exit_2_and_syntax_errors_are_findings() {
     let gz = dir.path().join("root.conf");
     std::fs::write(
         &gz,
-        "http { root /srv; server { listen 127.0.0.1:8080; location / { proxy_pass http://127.0.0.1:9; } } }\n",
+        "http { server { listen 127.0.0.1:8080; location / { proxy_pass http://127.0.0.1:9; } location /php { fastcgi_pass 127.0.0.1:9; } } }\n",
     )
     .expect("write");
     let found = super::collect(&gz, super::Kind::Nginx).expect("findings");

@@ -71,7 +71,7 @@ fn edited(
     }
     if !route.set_headers.is_empty() {
         let cx = route.vars(parts, None, addr(), addr(), 0);
-        for (name, tpl) in &route.set_headers {
+        for (name, _, tpl) in &route.set_headers {
             headers.remove(name);
             if let Some(t) = tpl {
                 let v = t.expand(&cx);
@@ -83,8 +83,16 @@ fn edited(
             }
         }
     }
+    let sets_connection = route
+        .set_headers
+        .iter()
+        .any(|(n, _, _)| *n == header::CONNECTION);
     match upgrade {
         true if headers.contains_key(header::UPGRADE) => {}
+        // The location's own Connection (`""`: none) stands.
+        _ if sets_connection => {
+            headers.remove(header::UPGRADE);
+        }
         _ if route.pool.enabled() => {
             headers.remove(header::UPGRADE);
             headers.insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
@@ -125,7 +133,16 @@ fn both(
     upgrade: bool,
 ) -> Vec<(String, String)> {
     let fields = || {
-        super::super::outgoing::request_fields(route, parts, None, addr(), addr(), &len, upgrade)
+        super::super::outgoing::request_fields(
+            route,
+            parts,
+            None,
+            None,
+            addr(),
+            addr(),
+            &len,
+            upgrade,
+        )
     };
     let new = fields().into_map(HeaderMap::new());
     let old = edited(route, parts, &len, upgrade);
@@ -146,9 +163,11 @@ fn both(
             let mut map = old.clone();
             let mut by_map = b"left ".to_vec();
             let w_map = HeadOut::new(&mut by_map).write(&method, "/", &mut map, &a_body(body));
+            // (The list spells names as the conf wrote them; the map has
+            // them lower case: `names_are_spelt_as_the_client_and_the_conf_wrote_them`.)
             assert_eq!(
-                String::from_utf8_lossy(&by_list),
-                String::from_utf8_lossy(&by_map),
+                String::from_utf8_lossy(&by_list).to_ascii_lowercase(),
+                String::from_utf8_lossy(&by_map).to_ascii_lowercase(),
                 "{method} body {body}"
             );
             assert_eq!(w_list, w_map);
@@ -219,7 +238,6 @@ fn fields_keep_the_order_the_map_edits_gave_them() {
             ("x-keep", "k2"),
             ("host", "u"),
             ("x-uri", "/p?a=1"),
-            ("connection", "keep-alive"),
         ])
     );
 }
@@ -261,7 +279,6 @@ fn an_empty_value_removes_and_a_length_is_put_in_place() {
             ("host", "u"),
             ("x-b", "b"),
             ("x-uri", "/p?a=1"),
-            ("connection", "keep-alive"),
         ])
     );
     // No pool: close; a streamed body: the client's length stays.
@@ -311,7 +328,6 @@ fn an_upgrade_the_location_sets_goes_and_one_it_does_not_is_dropped() {
             ("host", "u"),
             ("x-real-ip", "127.0.0.1"),
             ("x-uri", "/p?a=1"),
-            ("connection", "keep-alive")
         ])
     );
 }
@@ -326,8 +342,8 @@ fn a_request_with_a_hundred_fields_keeps_them_all() {
     let p = parts(&fields);
     let got = both(&r, &p, Some(0), false);
     // 100 less connection, the two it names and accept; host, x-real-ip,
-    // x-uri, connection added.
-    assert_eq!(got.len(), 100 - 4 + 4);
+    // x-uri added (the location's `Connection ""` sends none, as nginx's).
+    assert_eq!(got.len(), 100 - 4 + 3);
 }
 
 /// Names a client may send, hop-by-hop and set ones among them.
@@ -409,7 +425,7 @@ proptest! {
             fields.iter().enumerate().map(|(i, &(n, _))| (NAMES[n], format!("v{i}"))).collect();
         let borrowed: Vec<(&str, &str)> = pairs.iter().map(|(n, v)| (*n, v.as_str())).collect();
         let p = parts(&borrowed);
-        let mut list = super::Fields::without_hop_by_hop(&p.headers, 0);
+        let mut list = super::Fields::without_hop_by_hop(&p.headers, None, 0);
         let mut map = p.headers.clone();
         strip_hop_by_hop(&mut map, false);
         for (op, n, v) in edits {
@@ -450,3 +466,75 @@ static EDITED: [HeaderName; 4] = [
     header::CONTENT_LENGTH,
     header::TRANSFER_ENCODING,
 ];
+
+#[test]
+fn names_are_spelt_as_the_client_and_the_conf_wrote_them() {
+    // A client's head, its values pieces of it (as the HTTP/1 reader makes them).
+    let head = bytes::Bytes::from_static(
+        b"GET / HTTP/1.1\r\nX-Weird-CASE:  a\r\nhost: h\r\nx-lower: b\r\nX-Empty:\r\nAccept: */*\r\n\r\n",
+    );
+    let value = |v: &str| {
+        let at = head
+            .windows(v.len())
+            .position(|w| w == v.as_bytes())
+            .expect("in the head");
+        http::HeaderValue::from_maybe_shared(head.slice(at..at + v.len())).expect("value")
+    };
+    let mut p = parts(&[]);
+    p.headers.append("x-weird-case", value("a"));
+    p.headers.append("host", value("h"));
+    p.headers.append("x-lower", value("b"));
+    p.headers
+        .append("x-empty", http::HeaderValue::from_static(""));
+    p.headers.append("accept", value("*/*"));
+    // A value that is not a piece of the head: its name lower case.
+    p.headers
+        .append("x-elsewhere", http::HeaderValue::from_static("c"));
+    let route = route(
+        "upstream u { server 127.0.0.1:1; }
+         server { listen 127.0.0.1:8080; server_name x.test;
+           location / { proxy_pass http://u;
+             proxy_set_header X-Real-IP $remote_addr; proxy_set_header x-b b; } }",
+    );
+    let list = super::super::outgoing::request_fields(
+        &route,
+        &p,
+        Some(&head),
+        None,
+        addr(),
+        addr(),
+        &None,
+        false,
+    );
+    let mut names = Vec::new();
+    list.each_spelt(|n, _| names.push(String::from_utf8_lossy(n).into_owned()));
+    assert_eq!(
+        names,
+        [
+            "X-Weird-CASE",
+            // The client's Host, replaced in its place by nginx's `Host`.
+            "Host",
+            "x-lower",
+            "x-empty",
+            "Accept",
+            "x-elsewhere",
+            "X-Real-IP",
+            "x-b",
+            "Connection"
+        ]
+    );
+    // Without a head (HTTP/2, whose names are lower case on the wire).
+    let list = super::super::outgoing::request_fields(
+        &route,
+        &p,
+        None,
+        None,
+        addr(),
+        addr(),
+        &None,
+        false,
+    );
+    let mut names = Vec::new();
+    list.each_spelt(|n, _| names.push(String::from_utf8_lossy(n).into_owned()));
+    assert_eq!(names[0], "x-weird-case");
+}

@@ -332,3 +332,24 @@ fn an_error_page_that_proxies_is_served_and_a_missing_one_refused() {
     assert!(e.message.contains("no location \"@none\""), "{e}");
     assert!(e.at.starts_with("t.conf:3:"), "at the error_page: {e}");
 }
+
+#[test]
+fn unknown_variables_of_static_files_are_variable_errors() {
+    let c = config(
+        "http { server { listen 127.0.0.1:8080;
+           location /a { root /srv/$nope; }
+           location /b { try_files $uri $missing/ =404; }
+           location ~ ^/c/(.*)$ { alias /srv/$1; }
+           location /d { proxy_pass http://127.0.0.1:9; } } }",
+    );
+    let errs: Vec<String> = variable_errors(&c).into_iter().map(|e| e.message).collect();
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    assert!(
+        errs[0].contains("nope") && errs[0].contains("\"root\""),
+        "{errs:?}"
+    );
+    assert!(
+        errs[1].contains("missing") && errs[1].contains("\"try_files\""),
+        "{errs:?}"
+    );
+}

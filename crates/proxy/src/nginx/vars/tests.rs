@@ -137,6 +137,11 @@ fn a_field_value_carries_obs_text_but_no_control_byte() {
     ] {
         assert!(field_value(v.to_vec()).is_none(), "{v:?}");
     }
+    // Line breaks at the end (`add_header X "$v\n"`) end the line as
+    // nginx's do: the value without them.
+    for (v, sent) in [(&b"x:bar y:0\n"[..], &b"x:bar y:0"[..]), (b"a\r\n", b"a")] {
+        assert_eq!(field_value(v.to_vec()).expect("a field").as_bytes(), sent);
+    }
 }
 
 #[test]

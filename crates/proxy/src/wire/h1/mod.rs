@@ -558,6 +558,7 @@ fn exchange<'a>(
     let version = parsed.version;
     let keep_alive = parsed.keep_alive;
     let method = parsed.method.clone();
+    cx.state.set_request_head(Some(parsed.head));
     let body = RequestBody::H1(H1Body::new(|| wire.lend(), seq, parsed.body));
     let (mut parts, ()) = Request::new(()).into_parts();
     parts.method = parsed.method;
@@ -608,6 +609,8 @@ fn exchange<'a>(
             version,
             keep_alive: keep_alive && !shutdown.load(Ordering::Acquire),
         };
+        // An idle connection holds no buffer (the head's neither).
+        cx.state.set_request_head(None);
         let written = write_response(wire, resp, raw.as_deref(), &asked).await;
         if let Some(raw) = raw {
             crate::wire::spare::keep_raw_fields(raw);

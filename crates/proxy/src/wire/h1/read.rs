@@ -127,6 +127,9 @@ pub(crate) struct Parsed {
     pub(crate) wants_upgrade: bool,
     /// How its body is framed.
     pub(crate) body: BodyKind,
+    /// The head its fields' values are pieces of: where the upstream
+    /// request finds the client's spelling of each name.
+    pub(crate) head: Bytes,
 }
 
 /// How a request body is framed: `Empty`, `Length` or `Chunked` (a
@@ -575,6 +578,7 @@ pub(crate) fn build(head: &Bytes, spans: Spans, fields: &[Span]) -> Result<Parse
         expect_continue: expect_continue && is_http_11 && body != BodyKind::Empty,
         wants_upgrade,
         body,
+        head: head.clone(),
     })
 }
 

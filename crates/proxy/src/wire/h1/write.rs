@@ -127,9 +127,9 @@ fn can_have_content_length(method: &Method, status: StatusCode) -> bool {
 }
 
 /// Which version frames the body and whether the connection stays: an
-/// HTTP/1.0 client's (`connection: keep-alive` when it stays open,
-/// `connection: close` when not); an HTTP/1.1 client that is not kept
-/// gets `connection: close`. The status line says `HTTP/1.1` to both, as
+/// HTTP/1.0 client's (`Connection: keep-alive` when it stays open,
+/// `Connection: close` when not); an HTTP/1.1 client that is not kept
+/// gets `Connection: close`. The status line says `HTTP/1.1` to both, as
 /// nginx's does. Returns the head's
 /// version and whether the connection stays open.
 fn enforce_version(
@@ -275,7 +275,7 @@ pub(crate) fn encode(
         let (kind, name) = match f.kind {
             Raw::ContentLength => (Kind::ContentLength, Name::Spelt(f.name)),
             Raw::Date => (Kind::Date, Name::Spelt(f.name)),
-            Raw::Named(c) => (Kind::Other, Name::Lower(c.lower())),
+            Raw::Named(_) => (Kind::Other, Name::Spelt(f.name)),
             Raw::Other => (Kind::Other, Name::Spelt(f.name)),
         };
         w.field(dst, f.first_of_name, kind, name, f.value)?;
@@ -315,19 +315,19 @@ pub(crate) fn encode(
                 if version == Version::HTTP_10 || !can_chunked(method, status) {
                     RespFraming::CloseDelimited
                 } else {
-                    dst.extend_from_slice(b"transfer-encoding: chunked\r\n");
+                    dst.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
                     RespFraming::Chunked(None)
                 }
             }
             BodyLength::None | BodyLength::Known(0) => {
                 if can_have_content_length(method, status) && method != Method::HEAD {
-                    dst.extend_from_slice(b"content-length: 0\r\n");
+                    dst.extend_from_slice(b"Content-Length: 0\r\n");
                 }
                 RespFraming::Length(0)
             }
             BodyLength::Known(len) => {
                 if can_have_content_length(method, status) {
-                    dst.extend_from_slice(b"content-length: ");
+                    dst.extend_from_slice(b"Content-Length: ");
                     push_u64(dst, len);
                     dst.extend_from_slice(b"\r\n");
                     RespFraming::Length(len)
@@ -341,7 +341,7 @@ pub(crate) fn encode(
         framing = RespFraming::Length(0);
     }
     if !wrote_date {
-        dst.extend_from_slice(b"date: ");
+        dst.extend_from_slice(b"Date: ");
         extend_date(dst);
         dst.extend_from_slice(b"\r\n\r\n");
     } else {
@@ -449,7 +449,7 @@ impl Fields<'_> {
                     BodyLength::Known(known) => {
                         if !self.is_name_written {
                             self.framing = RespFraming::Length(known);
-                            dst.extend_from_slice(b"content-length: ");
+                            dst.extend_from_slice(b"Content-Length: ");
                             dst.extend_from_slice(value);
                             self.wrote_len = true;
                             self.is_name_written = true;
@@ -467,7 +467,7 @@ impl Fields<'_> {
                             return Ok(());
                         }
                         self.framing = RespFraming::Length(len);
-                        dst.extend_from_slice(b"content-length: ");
+                        dst.extend_from_slice(b"Content-Length: ");
                         dst.extend_from_slice(value);
                         self.wrote_len = true;
                         self.is_name_written = true;
@@ -494,14 +494,14 @@ impl Fields<'_> {
                 if !self.is_name_written {
                     self.framing = RespFraming::Chunked(None);
                 }
-                self.join(dst, b"transfer-encoding: ", value);
+                self.join(dst, b"Transfer-Encoding: ", value);
                 return Ok(());
             }
             Kind::Connection => {
                 if !self.is_last && has_token_in(value, "close") {
                     self.is_last = true;
                 }
-                self.join(dst, b"connection: ", value);
+                self.join(dst, b"Connection: ", value);
                 return Ok(());
             }
             Kind::Date => self.wrote_date = true,
@@ -509,7 +509,7 @@ impl Fields<'_> {
                 if version == Version::HTTP_10 || !can_chunked(method, status) {
                     return Ok(());
                 }
-                self.join(dst, b"trailer: ", value);
+                self.join(dst, b"Trailer: ", value);
                 // HeaderValue::to_str: visible ASCII and tabs only.
                 if value.iter().all(|&b| b == b'\t' || (32..127).contains(&b)) {
                     if let Ok(text) = std::str::from_utf8(value) {
@@ -526,12 +526,8 @@ impl Fields<'_> {
             Kind::Other => {}
         }
         match name {
-            Name::Lower(n) => dst.extend_from_slice(n.as_bytes()),
-            Name::Spelt(n) => {
-                let at = dst.len();
-                dst.extend_from_slice(n);
-                dst[at..].make_ascii_lowercase();
-            }
+            Name::Lower(n) => crate::wire::names::put_spelling(dst, n),
+            Name::Spelt(n) => dst.extend_from_slice(n),
         }
         dst.extend_from_slice(b": ");
         dst.extend_from_slice(value);
@@ -625,7 +621,7 @@ pub(crate) fn parse_error(status: StatusCode, dst: &mut BytesMut) {
     dst.extend_from_slice(status.as_str().as_bytes());
     dst.put_u8(b' ');
     dst.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
-    dst.extend_from_slice(b"\r\ncontent-length: 0\r\ndate: ");
+    dst.extend_from_slice(b"\r\nContent-Length: 0\r\nDate: ");
     extend_date(dst);
     dst.extend_from_slice(b"\r\n\r\n");
 }
@@ -679,7 +675,7 @@ mod tests {
         );
         assert_eq!(
             h,
-            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ndate: D\r\ncontent-length: 5\r\n\r\n"
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nDate: D\r\nContent-Length: 5\r\n\r\n"
         );
         assert_eq!(e.framing, RespFraming::Length(5));
         assert!(!e.last);
@@ -693,7 +689,7 @@ mod tests {
         );
         assert_eq!(
             h,
-            "HTTP/1.1 200 OK\r\ncontent-length: 42\r\ndate: D\r\n\r\n"
+            "HTTP/1.1 200 OK\r\nContent-Length: 42\r\nDate: D\r\n\r\n"
         );
         assert_eq!(e.framing, RespFraming::Length(0));
     }
@@ -710,7 +706,7 @@ mod tests {
                 true,
             );
             assert_eq!(e.framing, RespFraming::Length(0), "{h}");
-            assert!(!h.contains("transfer-encoding"), "{h}");
+            assert!(!h.contains("Transfer-Encoding"), "{h}");
         }
         let (h, _) = head(
             StatusCode::NO_CONTENT,
@@ -720,7 +716,7 @@ mod tests {
             Version::HTTP_11,
             true,
         );
-        assert_eq!(h, "HTTP/1.1 204 No Content\r\ndate: D\r\n\r\n");
+        assert_eq!(h, "HTTP/1.1 204 No Content\r\nDate: D\r\n\r\n");
     }
 
     #[test]
@@ -735,7 +731,7 @@ mod tests {
         );
         assert_eq!(
             h,
-            "HTTP/1.1 200 OK\r\ndate: D\r\ntransfer-encoding: chunked\r\n\r\n"
+            "HTTP/1.1 200 OK\r\nDate: D\r\nTransfer-Encoding: chunked\r\n\r\n"
         );
         assert_eq!(e.framing, RespFraming::Chunked(None));
         let (h, e) = head(
@@ -748,7 +744,7 @@ mod tests {
         );
         // nginx's status line, and its `Connection: close` to a client
         // it does not keep.
-        assert_eq!(h, "HTTP/1.1 200 OK\r\ndate: D\r\nconnection: close\r\n\r\n");
+        assert_eq!(h, "HTTP/1.1 200 OK\r\nDate: D\r\nConnection: close\r\n\r\n");
         assert_eq!(e.framing, RespFraming::CloseDelimited);
         assert!(e.last);
     }
@@ -765,7 +761,7 @@ mod tests {
         );
         assert_eq!(
             h,
-            "HTTP/1.1 200 OK\r\ndate: D\r\nconnection: keep-alive\r\ncontent-length: 1\r\n\r\n"
+            "HTTP/1.1 200 OK\r\nDate: D\r\nConnection: keep-alive\r\nContent-Length: 1\r\n\r\n"
         );
         assert!(!e.last);
         let (h, e) = head(
@@ -778,7 +774,7 @@ mod tests {
         );
         assert_eq!(
             h,
-            "HTTP/1.1 200 OK\r\ndate: D\r\nconnection: close\r\ncontent-length: 1\r\n\r\n"
+            "HTTP/1.1 200 OK\r\nDate: D\r\nConnection: close\r\nContent-Length: 1\r\n\r\n"
         );
         assert!(e.last);
     }

@@ -105,3 +105,32 @@ fn remote_user_is_decoded_as_nginx_decodes_it() {
     assert_eq!(u(b"Basic !!!!"), None);
     assert_eq!(u(b"Bearer YWxpY2U6c2VjcmV0"), None);
 }
+
+#[test]
+fn a_log_is_checked_as_a_writer_compiles_it_without_opening_its_file() {
+    use vigil_core::config::{AccessLog, LogFormat, LogFormatDef, Origin};
+    let log = |format: LogFormat, condition: Option<&str>| AccessLog {
+        path: "/nonexistent/dir/access.log".into(),
+        format,
+        condition: condition.map(str::to_string),
+    };
+    let scope = Scope::default();
+    let def = |text: &str| {
+        LogFormat::Custom(LogFormatDef {
+            name: "x".into(),
+            escape: LogEscape::Default,
+            text: text.into(),
+            origin: Origin::at("t.conf".into(), 2, 5),
+        })
+    };
+    assert!(crate::obs::log::check(&log(LogFormat::Combined, None), &scope).is_ok());
+    assert!(crate::obs::log::check(&log(def("$remote_addr $status"), None), &scope).is_ok());
+    let e = crate::obs::log::check(&log(def("$remote_addr $request_length"), None), &scope)
+        .expect_err("unknown");
+    assert!(
+        e.starts_with("log_format \"x\" at t.conf:2:5: ") && e.contains("$request_length"),
+        "{e}"
+    );
+    let e = crate::obs::log::check(&log(LogFormat::Json, Some("$nope")), &scope).expect_err("if=");
+    assert!(e.contains("if=$nope"), "{e}");
+}
