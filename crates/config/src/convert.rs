@@ -55,6 +55,16 @@ pub fn untranslatable(config: &vigil_core::config::Config) -> Vec<String> {
             out.push(format!("{}: listen ... ssl / ssl_certificate", s.origin));
         }
     }
+    for z in &config.limit_zones {
+        let what = match z.kind {
+            vigil_core::config::ZoneKind::Req { .. } => "limit_req_zone",
+            vigil_core::config::ZoneKind::Conn => "limit_conn_zone",
+        };
+        out.push(format!(
+            "{}: {what} {} (no TOML keys for request and connection limits yet)",
+            z.origin, z.name
+        ));
+    }
     out.extend(filters(config));
     out
 }
@@ -121,6 +131,7 @@ fn filters(config: &vigil_core::config::Config) -> Vec<String> {
                     p.pass.is_none() && l.ret.is_none() && p.files != base.files,
                 ),
                 ("proxy_pass_header", !p.pass_headers.is_empty()),
+                ("limit_req/limit_conn", p.limits != base.limits),
                 (
                     "access_log with a log_format or if=",
                     p.access_log

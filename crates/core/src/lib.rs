@@ -18,6 +18,7 @@ pub mod clock;
 pub mod config;
 pub mod event;
 pub mod health;
+pub mod limit;
 pub mod outcome;
 pub mod peer;
 pub mod registry;

@@ -8,6 +8,7 @@
 pub(crate) mod access;
 pub(crate) mod error_page;
 pub(crate) mod gzip;
+pub(crate) mod limit;
 pub(crate) mod location;
 pub(crate) mod marks;
 pub(crate) mod realip;

@@ -33,6 +33,8 @@ pub struct Generation {
     tls: TlsSites,
     /// Its counters, once the proxy has metrics.
     stats: OnceLock<Arc<GenerationStats>>,
+    /// Its `limit_req_zone`s and `limit_conn_zone`s.
+    zones: crate::nginx::limit::Zones,
 }
 
 /// The running proxy.
@@ -79,7 +81,8 @@ impl Generation {
                 )
             })
             .collect();
-        let routes = Routes::build(&config, &registry, &pools)?;
+        let zones = crate::nginx::limit::Zones::build(&config, previous.map(|p| &p.zones));
+        let routes = Routes::build_with(&config, &registry, &pools, &zones)?;
         let tls = TlsSites::build(&config)?;
         Ok(Self {
             config,
@@ -88,6 +91,7 @@ impl Generation {
             pools,
             tls,
             stats: OnceLock::new(),
+            zones,
         })
     }
 

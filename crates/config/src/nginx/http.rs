@@ -50,6 +50,8 @@ struct Level {
     resolver: Option<vigil_core::config::ResolverConfig>,
     /// This level's own `resolver_timeout`.
     resolver_timeout: Option<std::time::Duration>,
+    /// Whether this level has its own `limit_req`, `limit_conn`.
+    own_limits: super::limit::Own,
     /// What this level set of the static-file directives.
     own_files: super::files::Own,
     /// The location this level is (its match and path), None for http
@@ -90,6 +92,10 @@ pub(super) fn http_block(cx: &mut Context<'_>, body: &[&Directive]) -> Result<()
                     cx.config.maps.push(m);
                 }
             }
+            "limit_req_zone" | "limit_conn_zone" => {
+                let r = super::limit::zone(cx, d);
+                cx.keep(r)?;
+            }
             "log_format" => {
                 let r = crate::nginx::log::log_format(d, &level.formats);
                 if let Some(f) = cx.keep(r)? {
@@ -115,6 +121,7 @@ pub(super) fn http_block(cx: &mut Context<'_>, body: &[&Directive]) -> Result<()
             cx.sources.add_server_block(placed);
         }
     }
+    super::limit::check_uses(cx)?;
     super::ssl::check_listeners(cx)
 }
 
@@ -695,6 +702,7 @@ impl Level {
             own_headers: Default::default(),
             resolver: None,
             resolver_timeout: None,
+            own_limits: Default::default(),
             own_files: Default::default(),
             location: None,
         }
@@ -899,6 +907,11 @@ impl Level {
                 self.resolver = Some(super::upstream::resolver(cx, d)?);
             }
             "resolver_timeout" => self.resolver_timeout = Some(time(d, one(d)?)?),
+            n if n.starts_with("limit_") => {
+                if !super::limit::directive(cx, p, &mut self.own_limits, d)? {
+                    return Ok(false);
+                }
+            }
             _ => {
                 let place = match &self.location {
                     Some((m, path)) => super::files::Place::Location(*m, path),
@@ -910,7 +923,9 @@ impl Level {
             }
         }
         match d.name.as_str() {
-            "proxy_set_header" | "add_header" | "error_page" => self.placed.push(d),
+            "proxy_set_header" | "add_header" | "error_page" | "limit_req" | "limit_conn" => {
+                self.placed.push(d)
+            }
             _ => self.placed.set(d),
         }
         Ok(true)

@@ -22,6 +22,7 @@ mod access;
 mod files;
 mod filters;
 mod http;
+mod limit;
 mod log;
 pub mod process;
 mod rewrite;
@@ -176,6 +177,7 @@ pub fn build_with(
         listens: Default::default(),
         sources: Sources::default(),
         refused_upstreams: Vec::new(),
+        limit_uses: Vec::new(),
     };
     let mut process = process::Process::default();
     // `upstream` and `server` blocks may also stand at the top level of a
@@ -273,6 +275,9 @@ pub(crate) struct Context<'r> {
     /// Lenient mode: upstream blocks that were refused as a whole, so that
     /// `proxy_pass` to them is not taken for a host name.
     pub(crate) refused_upstreams: Vec<String>,
+    /// The zones `limit_req` and `limit_conn` named so far (checked
+    /// against the declared ones at the end of the http block).
+    pub(crate) limit_uses: Vec<limit::Use>,
 }
 
 impl Context<'_> {

@@ -16,6 +16,8 @@ pub(super) fn builtin(name: &str) -> bool {
     const NAMES: &[&str] = &[
         "args",
         "binary_remote_addr",
+        "limit_conn_status",
+        "limit_req_status",
         "body_bytes_sent",
         "bytes_sent",
         "connection",

@@ -440,6 +440,8 @@ fn diff(p: &ProxySettings, base: &ProxySettings) -> RawProxy {
         redirect: _,
         hide_headers: _,
         pass_headers: _,
+        // limit_req / limit_conn: no TOML keys yet; `convert` refuses them.
+        limits: _,
         // Static files and the redirects' form have no TOML keys:
         // `convert` refuses a conf that sets them (convert::untranslatable).
         files: _,

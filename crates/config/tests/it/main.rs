@@ -7,6 +7,7 @@ mod corpus;
 mod explain;
 mod health_rules;
 mod latency_rules;
+mod limits;
 mod lint;
 mod refusals;
 mod support;

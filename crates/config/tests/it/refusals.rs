@@ -465,3 +465,137 @@ fn proxy_redirect_forms_nginx_refuses() {
         None,
     );
 }
+
+#[test]
+fn limits_nginx_refuses() {
+    let z = "limit_req_zone $binary_remote_addr zone=one:1m rate=1r/s; limit_conn_zone $binary_remote_addr zone=c:1m;";
+    for (body, msg) in [
+        (
+            "limit_req_zone $binary_remote_addr zone=one:10m rate=1r/s sync;".to_string(),
+            "invalid number of arguments in \"limit_req_zone\" directive",
+        ),
+        (
+            "limit_req_zone $binary_remote_addr zone=one:10m rate=1r/h;".to_string(),
+            "invalid rate \"rate=1r/h\"",
+        ),
+        (
+            "limit_req_zone $binary_remote_addr zone=one:10m rate=0r/m;".to_string(),
+            "invalid rate \"rate=0r/m\"",
+        ),
+        (
+            "limit_req_zone $binary_remote_addr zone=one:16k rate=1r/s;".to_string(),
+            "zone \"zone=one:16k\" is too small",
+        ),
+        (
+            "limit_req_zone $binary_remote_addr zone=one rate=1r/s;".to_string(),
+            "invalid zone size \"zone=one\"",
+        ),
+        (
+            "limit_req_zone $binary_remote_addr zone=one:1g rate=1r/s;".to_string(),
+            "invalid zone size \"zone=one:1g\"",
+        ),
+        (
+            "limit_req_zone $binary_remote_addr zone=:1m rate=1r/s;".to_string(),
+            "\"limit_req_zone\" must have \"zone\" parameter",
+        ),
+        (
+            "limit_req_zone $binary_remote_addr rate=1r/s x;".to_string(),
+            "invalid parameter \"x\"",
+        ),
+        (
+            format!("{z} limit_req_zone $remote_addr zone=one:1m rate=1r/s;"),
+            "limit_req_zone \"one\" is already bound to key \"$binary_remote_addr\"",
+        ),
+        (
+            format!("{z} limit_conn_zone $remote_addr zone=one:1m;"),
+            "the shared memory zone \"one\" is already declared for a different use",
+        ),
+        (
+            "server { limit_req_zone $binary_remote_addr zone=one:1m rate=1r/s; }".to_string(),
+            "\"limit_req_zone\" directive is not allowed here",
+        ),
+        (
+            format!("{z} limit_req zone=one; limit_req zone=one;"),
+            "\"limit_req\" directive is duplicate",
+        ),
+        (
+            format!("{z} limit_req zone=one burst=0;"),
+            "invalid burst value \"burst=0\"",
+        ),
+        (
+            format!("{z} limit_req zone=one delay=x;"),
+            "invalid delay value \"delay=x\"",
+        ),
+        (
+            format!("{z} limit_req zone=one burst=5 nodelay delay=2;"),
+            "invalid number of arguments in \"limit_req\" directive",
+        ),
+        (
+            format!("{z} limit_req burst=3;"),
+            "\"limit_req\" must have \"zone\" parameter",
+        ),
+        (
+            format!("{z} limit_req zone=one foo;"),
+            "invalid parameter \"foo\"",
+        ),
+        (
+            format!("{z} limit_req_status 399;"),
+            "value must be between 400 and 599",
+        ),
+        (
+            format!("{z} limit_conn_log_level debug;"),
+            "invalid value \"debug\"",
+        ),
+        (
+            format!("{z} limit_req_dry_run yes;"),
+            "invalid value \"yes\" in \"limit_req_dry_run\" directive, it must be \"on\" or \"off\"",
+        ),
+        (
+            format!("{z} limit_conn c 0;"),
+            "invalid number of connections \"0\"",
+        ),
+        (
+            format!("{z} limit_conn c 65536;"),
+            "connection limit must be less 65536",
+        ),
+    ] {
+        same_refusal(&body, Some(msg));
+    }
+    for body in [
+        format!("{z} limit_req zone=one burst=5 delay=2; limit_req_log_level info; limit_conn c 10; server {{ limit_req_status 429; location / {{ limit_conn_dry_run on; }} }}"),
+        "limit_req zone=later; limit_req_zone $binary_remote_addr zone=later:1m rate=5;".to_string(),
+    ] {
+        same_refusal(&body, None);
+    }
+    // An undeclared zone: nginx says so when it binds the shared memory
+    // (no line); vigil at the directive that names it.
+    for body in [
+        "server { location / { limit_req zone=none; } }",
+        "server { limit_conn none 1; }",
+    ] {
+        let e = nginx::load_str(
+            &format!("http {{ {body} }}"),
+            Path::new("nginx.conf"),
+            Path::new("."),
+            &literal_resolver,
+        )
+        .expect_err("refused");
+        assert!(
+            e.to_string()
+                .ends_with("zero size shared memory zone \"none\""),
+            "{e}"
+        );
+    }
+    let e = nginx::load_str(
+        &format!("http {{ {z} limit_conn one 1; }}"),
+        Path::new("nginx.conf"),
+        Path::new("."),
+        &literal_resolver,
+    )
+    .expect_err("refused");
+    assert!(
+        e.to_string()
+            .contains("already declared for a different use"),
+        "{e}"
+    );
+}

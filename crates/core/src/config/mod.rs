@@ -5,6 +5,7 @@
 
 mod cidr;
 mod files;
+mod limit;
 pub mod model;
 mod routing;
 pub mod value;
@@ -12,5 +13,6 @@ pub mod vars;
 
 pub use cidr::Cidr;
 pub use files::*;
+pub use limit::*;
 pub use model::*;
 pub use routing::*;

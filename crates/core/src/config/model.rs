@@ -39,6 +39,8 @@ pub struct Config {
     pub servers: Vec<ServerBlock>,
     /// `map` blocks of the http level, in file order.
     pub maps: Vec<super::MapBlock>,
+    /// `limit_req_zone` and `limit_conn_zone`, in file order.
+    pub limit_zones: Vec<super::LimitZone>,
     /// The admin listener.
     pub admin: AdminConfig,
     /// OpenTelemetry export (off unless an endpoint is set).
@@ -807,6 +809,8 @@ pub struct ProxySettings {
     pub hide_headers: Vec<String>,
     /// `proxy_pass_header` (lowercase names).
     pub pass_headers: Vec<String>,
+    /// `limit_req`, `limit_conn` and their settings.
+    pub limits: super::Limits,
     /// Static files: where a location without `proxy_pass` or `return`
     /// finds them, and how they are answered.
     pub files: super::FileSettings,
@@ -1296,6 +1300,7 @@ impl Default for ProxySettings {
             redirect: Some(Vec::new()),
             hide_headers: Vec::new(),
             pass_headers: Vec::new(),
+            limits: super::Limits::default(),
             files: super::FileSettings::default(),
             redirects: Redirects::default(),
         }

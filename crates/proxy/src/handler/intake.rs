@@ -5,6 +5,7 @@
 //! replay on a retry) or streamed to the first attempt that connects.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -29,6 +30,8 @@ pub(super) struct Intake {
     pub(super) own_writer: bool,
     /// How a streamed body failed on the client's side, if it did.
     pub(super) fault: Option<Arc<ClientFault>>,
+    /// The request's `limit_conn` counts, held until it ends (boxed: rare).
+    pub(super) held: HeldLimits,
 }
 
 /// Run the phases; the client's address in `cx` becomes the realip
@@ -81,6 +84,11 @@ pub(super) fn intake<'a, 'c>(
             cx.client = real;
         }
         let cx = &*cx;
+        // The preaccess phase (limit_req, limit_conn): out of line, rare.
+        let held = match &route.limits {
+            None => None,
+            Some(limits) => limited(cx, limits, parts).await?,
+        };
         if !crate::nginx::access::allows(&settings.access, cx.client.ip()) {
             tracing::debug!(client = %cx.client.ip(), "access forbidden by rule");
             return Err(cx.answer(parts, &[], error_page(StatusCode::FORBIDDEN)));
@@ -146,8 +154,38 @@ pub(super) fn intake<'a, 'c>(
             on_upgrade,
             own_writer,
             fault,
+            held,
         })
     }
+}
+
+/// The `limit_conn` counts a request holds, if any.
+type HeldLimits = Option<Box<crate::nginx::limit::Held>>;
+
+/// The preaccess phase of a location with `limits`: what the request
+/// holds until it ends, or its answer (the limit's refusal, or 499 for a
+/// client that left while delayed). Boxed, so that the intake of a
+/// location without limits does not carry its state.
+#[inline(never)]
+fn limited<'a>(
+    cx: &'a Cx<'_>,
+    limits: &'a crate::nginx::limit::Limits,
+    parts: &'a mut Parts,
+) -> Pin<Box<dyn Future<Output = Result<HeldLimits, Handled>> + Send + 'a>> {
+    Box::pin(async move {
+        use crate::nginx::limit::{preaccess, Refused};
+        let net = (cx.client, cx.local, cx.conn);
+        let now = cx.proxy.clock().now().0;
+        match preaccess(limits, cx.route, cx.target, net, parts, now).await {
+            Ok(h) => Ok(h.map(Box::new)),
+            Err(Refused::Status(s)) => Err(cx.answer(parts, &[], error_page(s))),
+            Err(Refused::ClientGone) => {
+                let gone = StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST);
+                let closed = crate::conn::close_silently(gone);
+                Err(cx.answer(parts, &[], closed))
+            }
+        }
+    })
 }
 
 /// The request fields the proxying reads: whether it asks to upgrade, its

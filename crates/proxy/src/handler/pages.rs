@@ -66,6 +66,9 @@ pub(super) async fn error_paged(
     let earlier = resp
         .extensions_mut()
         .remove::<crate::handler::record::EarlierAttempts>();
+    let limited = resp
+        .extensions_mut()
+        .remove::<crate::nginx::limit::LimitStatus>();
     // The page answers instead: no fields of the response it replaces,
     // but an upstream's 401 gives the page's answer its WWW-Authenticate
     // (nginx's ngx_http_upstream_intercept_errors).
@@ -93,6 +96,9 @@ pub(super) async fn error_paged(
     });
     if let Some(e) = earlier {
         parts.extensions.insert(e);
+    }
+    if let Some(l) = limited {
+        parts.extensions.insert(l);
     }
     let answered = match answer {
         Ok(Answer::Return(reply)) => returned(&reply, &parts, Some(&target), local, client, start),

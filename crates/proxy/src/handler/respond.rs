@@ -43,6 +43,7 @@ pub(super) fn pass_through(
         mut asked,
         on_upgrade,
         own_writer,
+        held,
         ..
     } = intake;
     let Answered {
@@ -76,6 +77,8 @@ pub(super) fn pass_through(
                 match (client_up.await, upstream_up) {
                     (Ok(a), Some(b)) => {
                         crate::conn::tunnel::run(a, b, timeouts, &errlog, &guard).await;
+                        // limit_conn counts the tunnel until it closes.
+                        drop(held);
                     }
                     (a, b) => tracing::warn!(
                         client = %errlog.client,
@@ -101,7 +104,11 @@ pub(super) fn pass_through(
         errlog,
         ledger.stats(),
     );
-    let mut resp = Response::from_parts(head, BodyExt::boxed(streamed));
+    let mut body = BodyExt::boxed(streamed);
+    if let Some(h) = held {
+        body = crate::nginx::limit::HeldBody::wrap(body, *h);
+    }
+    let mut resp = Response::from_parts(head, body);
     // proxy_pass_header / proxy_redirect (the reader left the hop-by-hop
     // fields and proxy_hide_header's set out as it built the map: see
     // upstream::head::parse_with; a Transfer-Encoding's Content-Length too).
@@ -139,6 +146,8 @@ pub(super) fn finish(
                 resp.extensions_mut()
                     .insert(EarlierAttempts(attempts.to_vec()));
             }
+            // The page's pass does not run the limits again.
+            crate::nginx::limit::carry(&parts.extensions, resp.extensions_mut());
             return resp;
         }
     }

@@ -142,6 +142,8 @@ pub(crate) struct Route {
     pub(crate) error_pages: crate::nginx::error_page::ErrorPages,
     /// `proxy_hide_header`, `proxy_pass_header`, `proxy_redirect`.
     pub(crate) headers: crate::nginx::redirect::Rules,
+    /// `limit_req` / `limit_conn` (None: the location has none).
+    pub(crate) limits: Option<Box<crate::nginx::limit::Limits>>,
     /// `expires` (nginx's headers filter sets it on proxied answers too).
     pub(crate) expires: vigil_core::config::Expires,
 }
@@ -149,11 +151,25 @@ pub(crate) struct Route {
 // === impl Routes ===
 
 impl Routes {
-    /// Compile the routes of `config` against `registry`'s upstreams.
+    /// Compile the routes of `config` against `registry`'s upstreams
+    /// (with new limit zones).
+    #[cfg(test)]
     pub(crate) fn build(
         config: &Config,
         registry: &Registry,
         pools: &HashMap<String, Arc<Pool>>,
+    ) -> Result<Self, RouteError> {
+        let zones = crate::nginx::limit::Zones::build(config, None);
+        Self::build_with(config, registry, pools, &zones)
+    }
+
+    /// Compile the routes of `config` against `registry`'s upstreams and
+    /// the generation's limit `zones`.
+    pub(crate) fn build_with(
+        config: &Config,
+        registry: &Registry,
+        pools: &HashMap<String, Arc<Pool>>,
+        zones: &crate::nginx::limit::Zones,
     ) -> Result<Self, RouteError> {
         let router = Router::build(config)?;
         let mut scope = crate::nginx::rewrite::scope(config)?;
@@ -201,7 +217,8 @@ impl Routes {
             let (mut files, mut internal) = (Vec::new(), Vec::new());
             for loc in &s.locations {
                 let proxy =
-                    Route::build(loc, &s.client, registry, pools, &mut logs, scope)?.map(Arc::new);
+                    Route::build(loc, &s.client, (registry, pools, zones), &mut logs, scope)?
+                        .map(Arc::new);
                 let answer = match &loc.ret {
                     Some(r) => Some(Answer::Return(Arc::new(Reply::build(
                         r,
@@ -368,9 +385,10 @@ pub fn certificate_errors(config: &Config) -> Result<(), RouteError> {
 
 /// Every value of the rewrite phase `vigil serve` would refuse (an
 /// unknown variable in a `return` text, a `rewrite` replacement, a `set`
-/// value, a `map` value, a `proxy_pass` URI, or an `add_header`, `root`,
-/// `alias` or `try_files` of a location that does not proxy), each at its
-/// directive (`vigil lint`).
+/// value, a `map` value, a `proxy_pass` URI, an `add_header`, `root`,
+/// `alias` or `try_files` of a location that does not proxy, or a
+/// `limit_req_zone` / `limit_conn_zone` key), each at its directive
+/// (`vigil lint`).
 pub fn variable_errors(config: &Config) -> Vec<RouteError> {
     let scope = match scope_of(config) {
         Ok(s) => s,
@@ -402,6 +420,9 @@ pub fn variable_errors(config: &Config) -> Vec<RouteError> {
             }
         }
     };
+    for z in &config.limit_zones {
+        check(&z.key, &z.origin, "zone key");
+    }
     // Each location's proxy_redirect rules; each access log's format and
     // condition once, at the first place that logs with it.
     let mut later = Vec::new();
@@ -710,8 +731,11 @@ impl Route {
     fn build(
         loc: &Location,
         client: &vigil_core::config::ClientSettings,
-        registry: &Registry,
-        pools: &HashMap<String, Arc<Pool>>,
+        (registry, pools, zones): (
+            &Registry,
+            &HashMap<String, Arc<Pool>>,
+            &crate::nginx::limit::Zones,
+        ),
         logs: &mut HashMap<std::path::PathBuf, Arc<crate::obs::log::AccessLogWriter>>,
         scope: &Scope,
     ) -> Result<Option<Self>, RouteError> {
@@ -762,7 +786,10 @@ impl Route {
         let access_log = access_log(loc, logs, scope, &err)?;
         let headers = crate::nginx::redirect::Rules::of(loc)
             .map_err(|e| err(format!("proxy_redirect: {e}")))?;
+        let limits = crate::nginx::limit::Limits::build(&loc.proxy.limits, zones, scope)
+            .map_err(|e| err(format!("limit_req / limit_conn: {e}")))?;
         Ok(Some(Self {
+            limits,
             headers,
             expires: loc.proxy.files.expires,
             client: client.clone(),

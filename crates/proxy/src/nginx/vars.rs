@@ -54,6 +54,11 @@ pub(crate) enum Var {
     UpstreamHeaderTime,
     Host,
     RemoteAddr,
+    /// `$binary_remote_addr`: the client's address as 4 or 16 bytes.
+    BinaryRemoteAddr,
+    /// `$limit_req_status`, `$limit_conn_status`.
+    LimitReqStatus,
+    LimitConnStatus,
     RemotePort,
     ProxyAddXForwardedFor,
     Scheme,
@@ -284,6 +289,9 @@ impl Var {
         Ok(match name {
             "host" => Var::Host,
             "remote_addr" => Var::RemoteAddr,
+            "binary_remote_addr" => Var::BinaryRemoteAddr,
+            "limit_req_status" => Var::LimitReqStatus,
+            "limit_conn_status" => Var::LimitConnStatus,
             "remote_port" => Var::RemotePort,
             "proxy_add_x_forwarded_for" => Var::ProxyAddXForwardedFor,
             "scheme" => Var::Scheme,
@@ -380,6 +388,18 @@ impl Var {
             }
             Var::RemoteAddr => {
                 let _ = write!(Text(out), "{}", cx.client.ip());
+            }
+            Var::BinaryRemoteAddr => match cx.client.ip() {
+                std::net::IpAddr::V4(a) => out.extend_from_slice(&a.octets()),
+                std::net::IpAddr::V6(a) => out.extend_from_slice(&a.octets()),
+            },
+            Var::LimitReqStatus | Var::LimitConnStatus => {
+                let status = p.extensions.get::<crate::nginx::limit::LimitStatus>();
+                let word = status.and_then(|s| match self {
+                    Var::LimitReqStatus => s.req,
+                    _ => s.conn,
+                });
+                out.extend_from_slice(word.unwrap_or("").as_bytes());
             }
             Var::RemotePort => {
                 let _ = write!(Text(out), "{}", cx.client.port());

@@ -14,6 +14,7 @@ mod gzip;
 mod h1;
 mod hardening;
 mod hedge;
+mod limits;
 mod local_time;
 mod locations;
 mod lows;
