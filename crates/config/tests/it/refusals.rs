@@ -562,7 +562,7 @@ fn limits_nginx_refuses() {
         same_refusal(&body, Some(msg));
     }
     for body in [
-        format!("{z} limit_req zone=one burst=5 delay=2; limit_req_log_level info; limit_conn c 10; server {{ limit_req_status 429; location / {{ limit_conn_dry_run on; }} }}"),
+        format!("{z} limit_req zone=one burst=5 delay=2; limit_req_log_level info; limit_conn c 10; server {{ limit_req_status 429; location / {{ limit_conn_dry_run on; return 204; }} }}"),
         "limit_req zone=later; limit_req_zone $binary_remote_addr zone=later:1m rate=5;".to_string(),
     ] {
         same_refusal(&body, None);
@@ -570,7 +570,7 @@ fn limits_nginx_refuses() {
     // An undeclared zone: nginx says so when it binds the shared memory
     // (no line); vigil at the directive that names it.
     for body in [
-        "server { location / { limit_req zone=none; } }",
+        "server { location / { limit_req zone=none; return 204; } }",
         "server { limit_conn none 1; }",
     ] {
         let e = nginx::load_str(

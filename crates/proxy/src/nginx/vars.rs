@@ -70,6 +70,8 @@ pub(crate) enum Var {
     ServerPort,
     /// `$realip_remote_addr`: the connection's address before realip.
     RealIpRemoteAddr,
+    /// `$realip_remote_port`: the connection's port before realip.
+    RealIpRemotePort,
     ServerName,
     ProxyHost,
     Http(String),
@@ -302,6 +304,7 @@ impl Var {
             "request_method" => Var::RequestMethod,
             "server_port" => Var::ServerPort,
             "realip_remote_addr" => Var::RealIpRemoteAddr,
+            "realip_remote_port" => Var::RealIpRemotePort,
             "server_name" => Var::ServerName,
             "proxy_host" => Var::ProxyHost,
             "upstream_addr" => Var::UpstreamAddr,
@@ -437,6 +440,13 @@ impl Var {
                     .get::<crate::nginx::realip::Original>()
                     .map_or(cx.client, |o| o.0);
                 let _ = write!(Text(out), "{}", peer.ip());
+            }
+            Var::RealIpRemotePort => {
+                let peer = p
+                    .extensions
+                    .get::<crate::nginx::realip::Original>()
+                    .map_or(cx.client, |o| o.0);
+                let _ = write!(Text(out), "{}", peer.port());
             }
             Var::ProxyHost => out.extend_from_slice(cx.proxy_host.as_bytes()),
             Var::Http(name) => {
