@@ -175,3 +175,22 @@ fn a_template_reading_request_id_makes_requests_draw_one() {
     assert!(a.is_some() && b.is_some());
     assert_ne!(a, b);
 }
+
+#[test]
+fn realip_remote_addr_and_port_are_the_peer_before_realip() {
+    let mut parts = cx_parts("/");
+    // Without realip: the client itself.
+    let t = |p: &Parts| {
+        text(
+            "$realip_remote_addr:$realip_remote_port $remote_addr:$remote_port",
+            &Scope::default(),
+            &cx(p),
+        )
+    };
+    assert_eq!(t(&parts), "10.0.0.9:5555 10.0.0.9:5555");
+    // realip replaced the client; the original peer stays readable.
+    parts.extensions.insert(crate::nginx::realip::Original(
+        "127.0.0.1:40000".parse().expect("addr"),
+    ));
+    assert_eq!(t(&parts), "127.0.0.1:40000 10.0.0.9:5555");
+}
