@@ -319,6 +319,15 @@ impl Routes {
         {
             return Err(e);
         }
+        // add_header's names go out as the conf spells them.
+        crate::wire::names::set_conf_spellings(
+            config
+                .servers
+                .iter()
+                .flat_map(|s| s.locations.iter())
+                .flat_map(|l| l.proxy.add_headers.iter())
+                .map(|h| h.name.as_str()),
+        );
         Ok(out)
     }
 

@@ -176,6 +176,33 @@ mod tests {
     }
 }
 
+/// The conf's spellings (`add_header X-IP ...`) of names a map holds,
+/// where they differ from [`put_spelling`]'s own: nginx sends an
+/// `add_header`'s name as written. Few (most confs write the words
+/// capitalised, as `put_spelling` does), so a map's writer looks only
+/// when [`CONF_SPELT`] says there are some.
+static CONF_SPELLINGS: std::sync::RwLock<Vec<(String, String)>> =
+    std::sync::RwLock::new(Vec::new());
+static CONF_SPELT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The names a configuration writes (its `add_header`s), kept where they
+/// are spelt otherwise than [`put_spelling`] would (the last built
+/// configuration's: a reload replaces them).
+pub(crate) fn set_conf_spellings<'n>(names: impl Iterator<Item = &'n str>) {
+    let mut odd: Vec<(String, String)> = Vec::new();
+    for n in names {
+        let lower = n.to_ascii_lowercase();
+        let mut ours = bytes::BytesMut::new();
+        default_spelling(&mut ours, &lower);
+        if ours[..] != *n.as_bytes() && !odd.iter().any(|(l, _)| *l == lower) {
+            odd.push((lower, n.to_string()));
+        }
+    }
+    let any = !odd.is_empty();
+    *CONF_SPELLINGS.write().unwrap_or_else(|p| p.into_inner()) = odd;
+    CONF_SPELT.store(any, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Write a name a header map holds (lower case) as nginx spells a name
 /// it writes itself: each word capitalised (`Content-Type`,
 /// `X-Frame-Options`), and the few it spells otherwise (`ETag`,
@@ -183,6 +210,19 @@ mod tests {
 /// keeps their spelling where vigil has it (the fields as they came); this
 /// is for the others (an `add_header`'s, vigil's own).
 pub(crate) fn put_spelling(dst: &mut bytes::BytesMut, lower: &str) {
+    use std::sync::atomic::Ordering;
+    if CONF_SPELT.load(Ordering::Relaxed) {
+        let spelt = CONF_SPELLINGS.read().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, s)) = spelt.iter().find(|(l, _)| l == lower) {
+            dst.extend_from_slice(s.as_bytes());
+            return;
+        }
+    }
+    default_spelling(dst, lower);
+}
+
+/// [`put_spelling`] without the conf's spellings.
+fn default_spelling(dst: &mut bytes::BytesMut, lower: &str) {
     let special: Option<&[u8]> = match lower {
         "etag" => Some(b"ETag"),
         "www-authenticate" => Some(b"WWW-Authenticate"),
@@ -222,5 +262,12 @@ mod spelling_tests {
         assert_eq!(spelt("etag"), "ETag");
         assert_eq!(spelt("www-authenticate"), "WWW-Authenticate");
         assert_eq!(spelt("x-"), "X-");
+        // A conf's own spelling of an add_header name wins.
+        super::set_conf_spellings(["X-IP", "X-Frame-Options", "x-lower"].into_iter());
+        assert_eq!(spelt("x-ip"), "X-IP");
+        assert_eq!(spelt("x-lower"), "x-lower");
+        assert_eq!(spelt("x-frame-options"), "X-Frame-Options");
+        super::set_conf_spellings(std::iter::empty());
+        assert_eq!(spelt("x-ip"), "X-Ip");
     }
 }
