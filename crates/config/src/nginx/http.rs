@@ -343,9 +343,6 @@ fn location_block(
     if pass.is_some() {
         let r = proxied_files(d, &level.placed, &level.proxy.files);
         cx.keep(r)?;
-    } else if ret.is_none() && !level.proxy.limits.is_empty() {
-        let r = limited_files(d, &level.placed);
-        cx.keep(r)?;
     }
     level.proxy.pass = pass;
     let loc = Location {
@@ -399,25 +396,6 @@ fn proxied_files(
         ));
     }
     Ok(())
-}
-
-/// What vigil does not do yet in a location that serves files (no
-/// `proxy_pass`, no `return`): its `limit_req` / `limit_conn`, its own or
-/// inherited. Serving the files without them would drop a protection, so
-/// the location is refused, naming where the limit comes from.
-fn limited_files(d: &Directive, placed: &Placements) -> Result<(), ConfigError> {
-    let from = ["limit_req", "limit_conn"]
-        .iter()
-        .filter_map(|n| placed.get(n))
-        .map(|p| format!("\"{}\" at {}", p.name, p.span))
-        .collect::<Vec<_>>()
-        .join(", ");
-    Err(ConfigError::invalid(
-        &d.span,
-        format!(
-            "limit_req / limit_conn in a location that serves files (no proxy_pass or return) are not supported by vigil yet ({from}): move them into the locations that proxy, or keep this conf on nginx"
-        ),
-    ))
 }
 
 /// The match kind and path of `location [=|^~|~|~*] PATH` or `location

@@ -120,25 +120,19 @@ fn lenient(src: &str) -> nginx::Loaded {
 }
 
 #[test]
-fn limits_in_force_where_files_are_served_are_refused_not_dropped() {
-    // The http level's limit_req reaches the static location: vigil does
-    // not apply limits to files yet, so it says so rather than serve them
-    // unlimited. A location that proxies or returns is fine.
+fn limits_in_force_where_files_are_served_are_taken() {
+    // The http level's limit_req reaches a static location too (vigil
+    // applies it there as nginx's preaccess phase does).
     let conf = CONF.replace(
         "location /inherits { proxy_pass http://u; }",
-        "location /inherits { proxy_pass http://u; }\n    location /static/ { root /srv; }\n    location /r { return 204; }",
+        "location /inherits { proxy_pass http://u; }\n    location /static/ { root /srv; }",
     );
     let loaded = lenient(&conf);
-    assert_eq!(loaded.refusals.len(), 1, "{:?}", loaded.refusals);
-    let e = loaded.refusals[0].to_string();
-    assert!(
-        e.starts_with("t.conf:12:5: limit_req / limit_conn in a location that serves files")
-            && e.contains("\"limit_req\" at t.conf:6:3"),
-        "{e}"
-    );
-    let lint = vigil_config::lint::lint_loaded(&loaded);
-    assert!(
-        lint.iter().any(|f| f.code == "unsupported-directive"),
-        "{lint:?}"
-    );
+    assert!(loaded.refusals.is_empty(), "{:?}", loaded.refusals);
+    let stat = loaded.config.servers[0]
+        .locations
+        .iter()
+        .find(|l| l.path == "/static/")
+        .expect("the static location");
+    assert_eq!(stat.proxy.limits.req.len(), 1);
 }

@@ -42,12 +42,31 @@ pub(super) async fn served(
         local: down.local,
         client: down.client,
     };
+    // The limit_conn counts of the location that took the request, held
+    // until its answer (a file's, or the location it redirects to's) ends.
+    let mut held: Option<crate::nginx::limit::Held> = None;
     for _ in 0..MAX_REDIRECTS {
         if let Some(t) = &files.timers {
             crate::conn::on_route(down.conn, t);
         }
-        let next = match files.serve(&parts, &target, net) {
-            Outcome::Answer(resp) => {
+        if let Some(limits) = &files.limits {
+            // The preaccess phase, once a request (as a proxying
+            // location's: `limit::preaccess` skips what ran already).
+            use crate::nginx::limit::{preaccess, Refused};
+            let now = proxy.clock().now().0;
+            let at = (down.client, down.local, down.conn);
+            let refused = match preaccess(limits, "", Some(&target), at, &mut parts, now).await {
+                Ok(h) => {
+                    held = held.or(h);
+                    None
+                }
+                Err(Refused::Status(s)) => Some(error_page(s)),
+                Err(Refused::ClientGone) => Some(crate::conn::close_silently(
+                    StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
+                )),
+            };
+            if let Some(resp) = refused {
+                let files = files.clone();
                 return answered(
                     proxy,
                     generation,
@@ -59,7 +78,24 @@ pub(super) async fn served(
                     resp,
                     raw,
                 )
-                .await
+                .await;
+            }
+        }
+        let next = match files.serve(&parts, &target, net) {
+            Outcome::Answer(resp) => {
+                let resp = answered(
+                    proxy,
+                    generation,
+                    &files,
+                    (parts, target),
+                    body,
+                    down,
+                    start,
+                    resp,
+                    raw,
+                )
+                .await;
+                return with_held(resp, held);
             }
             Outcome::Redirect(path, args) => {
                 target.uri.rewrite(path, args);
@@ -101,7 +137,7 @@ pub(super) async fn served(
                 return Box::pin(error_paged(proxy, page, body, down, start, resp, raw)).await;
             }
             Ok(Answer::Proxy(route)) => {
-                return Box::pin(proxied(
+                let resp = Box::pin(proxied(
                     proxy,
                     generation,
                     route,
@@ -111,7 +147,8 @@ pub(super) async fn served(
                     start,
                     raw,
                 ))
-                .await
+                .await;
+                return with_held(resp, held);
             }
             Err(refusal) => {
                 let resp = refused(refusal, &parts);
@@ -124,6 +161,14 @@ pub(super) async fn served(
     tracing::error!("rewrite or internal redirection cycle while internally redirecting");
     let resp = error_page(StatusCode::INTERNAL_SERVER_ERROR);
     finish(&files, &parts, &target, down, start, resp)
+}
+
+/// `resp`, its body holding `held` (limit_conn counts) until it ends.
+fn with_held(resp: Response<UpBody>, held: Option<crate::nginx::limit::Held>) -> Response<UpBody> {
+    match held {
+        Some(h) => resp.map(|b| crate::nginx::limit::HeldBody::wrap(b, h)),
+        None => resp,
+    }
 }
 
 /// A file's answer: the location's `error_page` for it, else its headers

@@ -176,7 +176,7 @@ fn limited<'a>(
         use crate::nginx::limit::{preaccess, Refused};
         let net = (cx.client, cx.local, cx.conn);
         let now = cx.proxy.clock().now().0;
-        match preaccess(limits, cx.route, cx.target, net, parts, now).await {
+        match preaccess(limits, &cx.route.proxy_host, cx.target, net, parts, now).await {
             Ok(h) => Ok(h.map(Box::new)),
             Err(Refused::Status(s)) => Err(cx.answer(parts, &[], error_page(s))),
             Err(Refused::ClientGone) => {

@@ -331,7 +331,7 @@ impl Limits {
 /// it ends.
 pub(crate) async fn preaccess(
     limits: &Limits,
-    route: &crate::nginx::route::Route,
+    proxy_host: &str,
     target: Option<&crate::nginx::router::Target>,
     (client, local, conn): (
         std::net::SocketAddr,
@@ -347,7 +347,7 @@ pub(crate) async fn preaccess(
         .copied()
         .unwrap_or_default();
     let phase = limits.requests(
-        &route.vars(parts, target, client, local, 0),
+        &vars(parts, target, (client, local), proxy_host),
         &mut status,
         now,
     );
@@ -371,9 +371,31 @@ pub(crate) async fn preaccess(
         }
         ReqPhase::Reject(s) => return Err(Refused::Status(s)),
     }
-    let held = limits.connections(&route.vars(parts, target, client, local, 0), &mut status);
+    let held = limits.connections(
+        &vars(parts, target, (client, local), proxy_host),
+        &mut status,
+    );
     parts.extensions.insert(status);
     held.map_err(Refused::Status)
+}
+
+/// The variables of a request for the limits' keys.
+fn vars<'a>(
+    parts: &'a Parts,
+    target: Option<&'a crate::nginx::router::Target>,
+    (client, local): (std::net::SocketAddr, std::net::SocketAddr),
+    proxy_host: &'a str,
+) -> VarContext<'a> {
+    VarContext {
+        parts,
+        target,
+        client,
+        local,
+        proxy_host,
+        attempts: &[],
+        status: 0,
+        request_time: 0.0,
+    }
 }
 
 /// What the limits said of a request (`from`, its extensions), copied

@@ -261,14 +261,23 @@ impl Routes {
                 }));
                 bases.push(base);
                 files.push(match (&proxy, &loc.ret) {
-                    (None, None) => Some(Arc::new(Files::build(
-                        &loc.proxy.files,
-                        Some(loc),
-                        &loc.origin,
-                        &mut logs,
-                        scope,
-                        &loc.proxy.error_pages,
-                    )?)),
+                    (None, None) => {
+                        let mut f = Files::build(
+                            &loc.proxy.files,
+                            Some(loc),
+                            &loc.origin,
+                            &mut logs,
+                            scope,
+                            &loc.proxy.error_pages,
+                        )?;
+                        f.limits =
+                            crate::nginx::limit::Limits::build(&loc.proxy.limits, zones, scope)
+                                .map_err(|message| RouteError {
+                                    at: loc.origin.to_string(),
+                                    message: format!("limit_req / limit_conn: {message}"),
+                                })?;
+                        Some(Arc::new(f))
+                    }
                     _ => None,
                 });
                 internal.push(loc.proxy.files.internal);

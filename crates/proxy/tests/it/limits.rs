@@ -345,3 +345,38 @@ async fn a_client_that_leaves_while_delayed_is_logged_499_and_never_sent_upstrea
         "the delayed request never went upstream"
     );
 }
+
+#[tokio::test]
+async fn limits_apply_where_files_are_served_as_nginx() {
+    let root = tempfile::tempdir().expect("tmp");
+    std::fs::write(root.path().join("f.txt"), "file\n").expect("write");
+    let conf = r#"
+        limit_req_zone $binary_remote_addr zone=fs:1m rate=6r/m;
+        limit_req zone=fs burst=1 nodelay;
+        server { listen {LISTEN};
+          add_header X-Limit $limit_req_status always;
+          location /f.txt { root {ROOT}; }
+          location /own/ { limit_req_status 429; alias {ROOT}/; }
+        }"#;
+    let side = vec![("{ROOT}".to_string(), root.path().display().to_string())];
+    let t = Twin::start_texts(conf, 0, &side, &side).await;
+    // The http level's limit reaches the static location: two pass (one
+    // and the burst), the third is refused; the other location has its
+    // own key space in the same zone, so its first is refused too, 429.
+    for (path, want) in [
+        (
+            "/f.txt",
+            &[(200, "PASSED"), (200, "PASSED"), (503, "REJECTED")][..],
+        ),
+        ("/own/f.txt", &[(429, "REJECTED")][..]),
+    ] {
+        let mut got = Vec::new();
+        for _ in 0..want.len() {
+            let (v, n) = t.send(&get(path, "")).await;
+            got.push((verdict(&v, "X-Limit"), verdict(&n, "X-Limit")));
+        }
+        let (v, n): (Vec<_>, Vec<_>) = got.into_iter().unzip();
+        assert_eq!(v, n, "{path}: vigil, then nginx");
+        assert_eq!(n, expect(want), "{path}: nginx as expected");
+    }
+}

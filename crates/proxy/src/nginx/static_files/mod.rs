@@ -53,6 +53,9 @@ pub(crate) struct Files {
     pub(crate) access_log: Option<Arc<crate::obs::log::AccessLogWriter>>,
     /// The location's `error_page`s.
     pub(crate) error_pages: crate::nginx::error_page::ErrorPages,
+    /// The location's `limit_req` / `limit_conn` (None: none; set by the
+    /// routes' builder, which holds the zones).
+    pub(crate) limits: Option<Box<crate::nginx::limit::Limits>>,
     /// The location's gzip settings.
     pub(crate) gzip: vigil_core::config::Gzip,
     /// The location's `client_max_body_size` (0: none): a request that
@@ -185,6 +188,7 @@ impl Files {
             add_headers,
             access_log,
             error_pages: crate::nginx::error_page::ErrorPages::build(error_pages, false, scope)?,
+            limits: None,
             gzip,
             max_body: loc.map_or(0, |l| l.proxy.client_max_body_size),
             timers,
