@@ -49,39 +49,26 @@ pub(super) async fn served(
         if let Some(t) = &files.timers {
             crate::conn::on_route(down.conn, t);
         }
-        if let Some(limits) = &files.limits {
-            // The preaccess phase, once a request (as a proxying
-            // location's: `limit::preaccess` skips what ran already).
-            use crate::nginx::limit::{preaccess, Refused};
-            let now = proxy.clock().now().0;
-            let at = (down.client, down.local, down.conn);
-            let refused = match preaccess(limits, "", Some(&target), at, &mut parts, now).await {
-                Ok(h) => {
-                    held = held.or(h);
-                    None
+        // The preaccess phase, once a request (as a proxying location's:
+        // `limit::preaccess` skips what ran already); its refusal is
+        // answered as a file's answer would be.
+        let outcome = match &files.limits {
+            Some(limits) => {
+                let now = proxy.clock().now().0;
+                let at = (down.client, down.local, down.conn);
+                match crate::nginx::limit::preaccess(limits, "", Some(&target), at, &mut parts, now)
+                    .await
+                {
+                    Ok(h) => {
+                        held = held.or(h);
+                        files.serve(&parts, &target, net)
+                    }
+                    Err(refused) => Outcome::Answer(refused.response()),
                 }
-                Err(Refused::Status(s)) => Some(error_page(s)),
-                Err(Refused::ClientGone) => Some(crate::conn::close_silently(
-                    StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
-                )),
-            };
-            if let Some(resp) = refused {
-                let files = files.clone();
-                return answered(
-                    proxy,
-                    generation,
-                    &files,
-                    (parts, target),
-                    body,
-                    down,
-                    start,
-                    resp,
-                    raw,
-                )
-                .await;
             }
-        }
-        let next = match files.serve(&parts, &target, net) {
+            None => files.serve(&parts, &target, net),
+        };
+        let next = match outcome {
             Outcome::Answer(resp) => {
                 let resp = answered(
                     proxy,

@@ -173,17 +173,20 @@ fn limited<'a>(
     parts: &'a mut Parts,
 ) -> Pin<Box<dyn Future<Output = Result<HeldLimits, Handled>> + Send + 'a>> {
     Box::pin(async move {
-        use crate::nginx::limit::{preaccess, Refused};
         let net = (cx.client, cx.local, cx.conn);
         let now = cx.proxy.clock().now().0;
-        match preaccess(limits, &cx.route.proxy_host, cx.target, net, parts, now).await {
+        match crate::nginx::limit::preaccess(
+            limits,
+            &cx.route.proxy_host,
+            cx.target,
+            net,
+            parts,
+            now,
+        )
+        .await
+        {
             Ok(h) => Ok(h.map(Box::new)),
-            Err(Refused::Status(s)) => Err(cx.answer(parts, &[], error_page(s))),
-            Err(Refused::ClientGone) => {
-                let gone = StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST);
-                let closed = crate::conn::close_silently(gone);
-                Err(cx.answer(parts, &[], closed))
-            }
+            Err(refused) => Err(cx.answer(parts, &[], refused.response())),
         }
     })
 }

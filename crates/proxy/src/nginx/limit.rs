@@ -97,6 +97,19 @@ pub(crate) enum Refused {
     ClientGone,
 }
 
+impl Refused {
+    /// The answer: the limit's status page, or a 499 closing the
+    /// connection without a response.
+    pub(crate) fn response(self) -> http::Response<UpBody> {
+        match self {
+            Refused::Status(s) => crate::nginx::status_page::error_page(s),
+            Refused::ClientGone => crate::conn::close_silently(
+                StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
+            ),
+        }
+    }
+}
+
 /// The requests in flight this request holds (`limit_conn`), given back
 /// when it ends.
 #[derive(Debug)]
